@@ -25,7 +25,8 @@ Our rule, shared with ml_dtypes and torch for positive finite inputs: the neares
 value, an exact midpoint (1.5 * 2**k) rounds up. Where they differ:
   * zero: ml_dtypes gives NaN, torch gives code 0 (2**-127). We give NaN with saturate=False (ml_dtypes)
     and code 0 with saturate=True (a scale must never be NaN because its block is zero). Positive values
-    below 2**-127 go to code 0 (the nearest) in all three.
+    below 2**-127 go to code 0 in all three; float32 subnormals above 2**-127 go to code 1 in all three
+    (the libraries round on the bits, so the midpoint there sits at 2**-127, not at 1.5 * 2**-127).
   * negative inputs: ml_dtypes gives NaN, torch takes |x|. We give NaN (a negative scale is a bug upstream).
 
 Two implementations agree exhaustively (tests/test_formats.py): `encode` finds the code by comparing the
@@ -216,6 +217,10 @@ class FloatFormat:
         if self.special == "nan_only":
             # Positive values below 2**-127 already went to code 0 (the nearest). Zero has no code:
             # NaN like ml_dtypes, or code 0 when saturating. Negative values are always NaN.
+            # Quirk shared by ml_dtypes and torch (they round on the float32 bits): for float32 SUBNORMAL
+            # inputs (< 2**-126) the rounding point is 2**-127 itself, not 1.5 * 2**-127. We follow them.
+            sub = (xf > 0) & (xf < 2.0 ** -126)
+            out = torch.where(sub, (xf > 2.0 ** -127).long(), out)
             zero = xf == 0
             neg = (xf < 0) | (torch.signbit(xf) & ~zero & ~nan_in)
             out = torch.where(zero, torch.tensor(0 if saturate else self.nan_code), out)
