@@ -291,7 +291,9 @@ def dequantize(q: Quantized) -> torch.Tensor:
     spec, fmt = q.spec, q.spec.format
     vals = fmt.decode(q.codes) if not isinstance(fmt, _f.IntFormat) else q.codes.float()
     g = spec.granularity
-    if vals.numel() == 0 or g in ("none", "tensor"):
+    if vals.numel() == 0:
+        return vals.reshape(q.shape)
+    if g in ("none", "tensor"):
         return vals * q.scale
     if g == "channel":
         shape = [1] * vals.dim()

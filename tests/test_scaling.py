@@ -1,0 +1,236 @@
+"""fp8lab.scaling: every granularity against a slow, obviously-correct loop; edge-case tables; bad input."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fp8lab import formats
+from fp8lab.formats import E2M1, E4M3, E8M0
+from fp8lab.metrics import sqnr_db
+from fp8lab.scaling import (DelayedScaling, QuantSpec, dequantize, fake_quant, pack_nibbles, quantize,
+                            unpack_nibbles)
+
+
+def rand(*shape, seed=0, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g) * scale
+
+
+# ---- slow references: loops over groups, written from the definitions ------------------------------
+def ref_fp8_groups(x, fmt, groups):
+    """groups: list of index tuples (slices) sharing one scale."""
+    out = torch.empty_like(x)
+    for sl in groups:
+        v = x[sl]
+        amax = v.abs().max() if v.numel() else torch.tensor(0.0)
+        s = amax / fmt.max
+        s = s if s > 0 else torch.tensor(1.0)
+        out[sl] = fmt.round(v / s) * s
+    return out
+
+
+def slices_group(M, K, G):
+    return [(i, slice(k, min(k + G, K))) for i in range(M) for k in range(0, K, G)]
+
+
+def slices_block(M, K, B0, B1):
+    return [(slice(i, min(i + B0, M)), slice(k, min(k + B1, K))) for i in range(0, M, B0) for k in range(0, K, B1)]
+
+
+@pytest.mark.parametrize("M,K", [(1, 1), (3, 130), (257, 255), (128, 256)])
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+def test_fp8_granularities_match_loops(M, K, fmt):
+    f = formats.get(fmt)
+    x = rand(M, K, seed=M * K)
+    cases = {
+        "tensor": [(slice(None), slice(None))],
+        "channel": [(i, slice(None)) for i in range(M)],
+        "token": [(i, slice(None)) for i in range(M)],
+        "group": slices_group(M, K, 128),
+        "block": slices_block(M, K, 128, 128),
+    }
+    for gran, groups in cases.items():
+        spec = QuantSpec(fmt, gran, axis=0)
+        got = dequantize(quantize(x, spec))
+        assert torch.equal(got, ref_fp8_groups(x, f, groups)), gran
+        assert torch.equal(fake_quant(x, spec), got), gran
+
+
+def test_channel_any_axis():
+    x = rand(4, 5, 6)
+    for ax in (0, 1, 2, -1):
+        q = quantize(x, QuantSpec("e4m3", "channel", axis=ax))
+        assert q.scale.shape == (x.shape[ax],)
+        dims = [d for d in range(3) if d != ax % 3]
+        assert torch.allclose(q.scale, x.abs().amax(dim=dims) / 448)
+
+
+def ref_nvfp4(x):
+    """NVFP4 from the definition, one block at a time."""
+    gs = x.abs().max() / (448.0 * 6.0)
+    gs = gs if gs > 0 else torch.tensor(1.0)
+    out = torch.empty_like(x)
+    codes_sc = []
+    for i in range(x.shape[0]):
+        for k in range(0, x.shape[1], 16):
+            v = x[i, k:k + 16]
+            bs = v.abs().max() / 6.0 / gs
+            sc = E4M3.encode(bs.reshape(1))
+            s = E4M3.decode(sc)[0] * gs
+            c = E2M1.encode(v / s) if s > 0 else torch.zeros(v.shape, dtype=torch.uint8)
+            out[i, k:k + 16] = E2M1.decode(c) * E4M3.decode(sc)[0] * gs
+            codes_sc.append(int(sc))
+    return out, codes_sc
+
+
+@pytest.mark.parametrize("M,K", [(2, 16), (3, 40), (5, 257)])
+def test_nvfp4_matches_loop(M, K):
+    x = rand(M, K, seed=K)
+    q = quantize(x, QuantSpec("e2m1", "nvfp4"))
+    ref, sc = ref_nvfp4(x)
+    assert torch.equal(dequantize(q), ref)
+    assert q.scale_codes.flatten().tolist() == sc
+    assert q.scale_codes.shape == (M, math.ceil(K / 16)) and q.global_scale.dim() == 0
+
+
+@pytest.mark.parametrize("rule", ["floor", "ceil"])
+@pytest.mark.parametrize("fmt", ["e2m1", "e4m3", "e5m2"])
+def test_mx_matches_ocp_definition(rule, fmt):
+    f = formats.get(fmt)
+    emax = {"e2m1": 2, "e4m3": 8, "e5m2": 15}[fmt]
+    x = rand(4, 70, seed=7, scale=3.0)
+    q = quantize(x, QuantSpec(fmt, "mx", scale_rule=rule))
+    for i in range(4):
+        for b, k in enumerate(range(0, 70, 32)):
+            v = x[i, k:k + 32]
+            amax = float(v.abs().max())
+            e = math.floor(math.log2(amax)) - emax
+            if rule == "ceil" and amax / 2.0 ** e > f.max:
+                e += 1
+            assert int(q.scale_codes[i, b]) == e + 127
+            assert torch.equal(dequantize(q)[i, k:k + 32], f.round(v / 2.0 ** e) * 2.0 ** e)
+    if rule == "ceil":  # the round-up rule never needs to saturate: every block fits under fmt.max
+        amax = torch.nn.functional.pad(x.abs(), (0, 26)).reshape(4, 3, 32).amax(-1)
+        assert bool((amax / q.scale <= f.max).all())
+    else:  # the OCP floor rule can leave amax above fmt.max (E2M1: up to 8 > 6): those values saturate
+        pass
+
+
+# Edge cases (each row commented): (spec, input, what must hold)
+def _all_zero_finite(q):
+    return bool(torch.isfinite(q.scale).all()) and bool((dequantize(q) == 0).all())
+
+
+EDGE = [
+    (QuantSpec("e4m3", "tensor"), torch.zeros(4, 4), _all_zero_finite),     # all zeros: finite scale 1.0, zeros back
+    (QuantSpec("e4m3", "group"), torch.zeros(2, 200), _all_zero_finite),    # all-zero groups, partial last group
+    (QuantSpec("e4m3", "block"), torch.zeros(3, 5), _all_zero_finite),      # blocks larger than the tensor
+    (QuantSpec("e2m1", "nvfp4"), torch.zeros(2, 17), _all_zero_finite),     # NVFP4 of zeros: global scale 1.0
+    (QuantSpec("e2m1", "mx"), torch.zeros(1, 33), lambda q: int(q.scale_codes.max()) == 0 and _all_zero_finite(q)),  # E8M0 2**-127
+    (QuantSpec("e4m3", "tensor"), torch.full((8,), 1e-40),                  # denormal amax: scale underflows? still finite
+     lambda q: bool(torch.isfinite(dequantize(q)).all())),
+    (QuantSpec("e4m3", "tensor"), torch.tensor([448.0 * 1e6, 1.0]),         # huge amax: the small value flushes, big one exact
+     lambda q: dequantize(q)[0] == 448.0 * 1e6 and dequantize(q)[1] == 0),
+    (QuantSpec("e4m3", "group", group_size=3), torch.arange(7.0).reshape(1, 7),  # odd group size, 3 groups (3+3+1)
+     lambda q: q.scale.shape == (1, 3)),
+    (QuantSpec("e2m1", "nvfp4"), torch.tensor([[6.0] + [0.0] * 15]),        # the block max comes back to within
+     lambda q: abs(float(dequantize(q)[0, 0]) - 6.0) <= 6.0 * 2**-23),        # fp32 rounding of 6/(448*6)*448
+]
+
+
+@pytest.mark.parametrize("spec,x,check", EDGE)
+def test_edge_cases(spec, x, check):
+    assert check(quantize(x, spec))
+
+
+@pytest.mark.parametrize("spec", [QuantSpec("e4m3", g) for g in ("tensor", "token", "group", "block", "none")]
+                         + [QuantSpec("e2m1", "nvfp4"), QuantSpec("e2m1", "mx"), QuantSpec("int8", "channel")])
+def test_empty_tensors(spec):
+    x = torch.empty(0, 256)
+    q = quantize(x, spec)
+    assert q.codes.shape == (0, 256) and dequantize(q).shape == (0, 256)
+    assert fake_quant(x, spec).shape == (0, 256)
+
+
+@pytest.mark.parametrize("spec", [QuantSpec("e4m3", "tensor"), QuantSpec("e2m1", "nvfp4"), QuantSpec("e4m3", "group")])
+def test_nonfinite_raise_by_default(spec):
+    x = rand(2, 32)
+    x[0, 3] = float("nan")
+    x[1, 0] = float("inf")
+    with pytest.raises(ValueError, match="1 NaN and 1 Inf"):
+        quantize(x, spec)
+
+
+def test_nonfinite_propagate_policy():
+    x = rand(2, 32)
+    x[0, 3], x[1, 0] = float("nan"), float("inf")
+    q = quantize(x, QuantSpec("e4m3", "tensor", nonfinite="propagate"))
+    d = dequantize(q)
+    assert math.isnan(d[0, 3]) and d[1, 0] == 448 * q.scale                   # NaN kept, Inf saturated
+    assert torch.isclose(q.scale, x[torch.isfinite(x)].abs().max() / 448)    # amax ignores them
+    qn = quantize(x, QuantSpec("e2m1", "nvfp4", nonfinite="propagate"))
+    dn = dequantize(qn)
+    assert bool(torch.isnan(dn[0, :16]).all()) and bool(torch.isfinite(dn[0, 16:]).all())  # the NaN's block only
+    assert int(qn.scale_codes[0, 0]) == E4M3.nan_code
+    qm = quantize(x, QuantSpec("e2m1", "mx", nonfinite="propagate"))
+    assert int(qm.scale_codes[0, 0]) == 0xFF and bool(torch.isnan(dequantize(qm)[0]).all())
+
+
+BAD = [
+    (lambda: quantize(torch.arange(4), QuantSpec()), TypeError, "floating"),                # integer tensor
+    (lambda: quantize([1.0, 2.0], QuantSpec()), TypeError, "torch.Tensor"),                # not a tensor
+    (lambda: quantize(torch.ones(4), QuantSpec("e4m3", "block")), ValueError, "at least 2"),  # 1-D into 2-D blocks
+    (lambda: quantize(torch.ones(4), QuantSpec("e4m3", "channel", axis=3)), ValueError, "axis"),
+    (lambda: QuantSpec("e4m3", "nvfp4"), ValueError, "e2m1"),                             # NVFP4 of E4M3 elements
+    (lambda: QuantSpec("e4m3", "rows"), ValueError, "valid: none, tensor"),               # unknown granularity
+    (lambda: QuantSpec("fp6"), ValueError, "valid: e4m3"),                                # unknown format
+    (lambda: QuantSpec("e4m3", "group", group_size=0), ValueError, "positive"),
+    (lambda: pack_nibbles(torch.tensor([16], dtype=torch.uint8)), ValueError, "4-bit"),
+    (lambda: pack_nibbles(torch.tensor([1.0])), TypeError, "uint8"),
+]
+
+
+@pytest.mark.parametrize("call,exc,msg", BAD)
+def test_bad_input(call, exc, msg):
+    with pytest.raises(exc, match=msg):
+        call()
+
+
+def test_dtypes_in_and_out():
+    x = rand(4, 256).to(torch.bfloat16)
+    for spec in (QuantSpec("e4m3", "group"), QuantSpec("e2m1", "nvfp4")):
+        y = fake_quant(x, spec)
+        assert y.dtype == torch.bfloat16 and y.shape == x.shape
+        assert torch.equal(quantize(x, spec).codes, quantize(x.float(), spec).codes)
+
+
+def test_pack_unpack_nibbles():
+    c = torch.tensor([0x1, 0x7, 0xA], dtype=torch.uint8)
+    assert pack_nibbles(c).tolist() == [0x71, 0x0A]                    # element 2i in the low nibble
+    codes = torch.randint(0, 16, (5, 33), dtype=torch.uint8)
+    assert torch.equal(unpack_nibbles(pack_nibbles(codes), 33), codes)
+
+
+def test_sqnr_ordering_matches_format_precision():
+    """More mantissa bits and finer scales -> higher SQNR (torchao uses dB thresholds the same way)."""
+    x = rand(64, 512, seed=3)
+    s = {name: sqnr_db(x, fake_quant(x, spec)) for name, spec in {
+        "int8-channel": QuantSpec("int8", "channel"), "e4m3-group": QuantSpec("e4m3", "group"),
+        "e5m2-group": QuantSpec("e5m2", "group"), "nvfp4": QuantSpec("e2m1", "nvfp4"),
+        "mxfp4": QuantSpec("e2m1", "mx")}.items()}
+    assert s["int8-channel"] > s["e4m3-group"] > s["e5m2-group"] > s["nvfp4"] > s["mxfp4"]
+    assert 29 < s["e4m3-group"] < 33 and s["nvfp4"] > 18
+
+
+def test_delayed_scaling_uses_history():
+    ds = DelayedScaling("e4m3", history_len=2)
+    q1 = ds.quantize(torch.ones(4))                         # first call: own amax
+    assert torch.isclose(q1.scale, torch.tensor(1 / 448))
+    q2 = ds.quantize(torch.full((4,), 10.0))                # stale scale from history: 10 saturates to 448*scale = 1
+    assert torch.equal(dequantize(q2), torch.ones(4))
+    q3 = ds.quantize(torch.ones(4))                         # history now holds 10: scale 10/448
+    assert torch.isclose(q3.scale, torch.tensor(10 / 448))
+    ds.quantize(torch.ones(4))
+    ds.quantize(torch.ones(4))                              # 10 fell out of the 2-long history
+    assert torch.isclose(ds.scale, torch.tensor(1 / 448))
