@@ -4,7 +4,8 @@ Decode reads every weight once per step and the whole KV cache of every sequence
 does ~2 FLOPs per weight per sequence. So a decode step is memory-bound until the batch is large,
 and its ceiling is ``tokens/s per sequence = bandwidth / bytes read per step``.
 
-Llama-3-8B (tests/data/llama3_8b_config.json), batch 32, 8k context, GB = 1e9 bytes::
+Llama-3-8B (tests/data/llama3_8b_config.json), batch 32, 8k context, GB = 1e9 bytes, under seed 003's
+conventions (every parameter counted as read, ``policy="all", embedding_read="table"``)::
 
     params                    8,030,261,248   # 32 layers x 218.1M + 2 x 525.3M embedding/lm_head
     weights  bf16             16.06 GB
@@ -29,7 +30,7 @@ Conventions (and why):
 Counted: embeddings, lm_head (unless tied), q/k/v/o (and MLA's low-rank q/kv projections), MLP or
 experts + shared experts + router, RMSNorm weights (incl. Gemma-2/3 pre/post norms and Qwen3/Gemma-3
 q/k norms), q/k/v(/o) biases (Qwen2, ``attention_bias``) and gpt-oss expert/router biases.
-Not counted: attention sinks, MTP / next-n layers, vision towers, rotary buffers; sliding-window
+gpt-oss attention sinks. Not counted: MTP / next-n layers, vision towers, rotary buffers; sliding-window
 attention is *not* modelled (KV counted for every token in every layer: an upper bound for
 Mistral-v0.1 / Gemma-2/3 / gpt-oss); activations and their quantization scales.
 """
@@ -39,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import subprocess
 import sys
@@ -309,6 +309,8 @@ def model_shape(config) -> ModelShape:
             add("bias", 1, nh * hd + 2 * nkv * hd + H, L)
         elif "attention_bias" not in cfg and mt in ("qwen2", "qwen2_moe"):
             add("bias", 1, nh * hd + 2 * nkv * hd, L)  # Qwen2: q/k/v biases, no o bias
+        if mt == "gpt_oss":
+            add("attention", 1, nh, L)  # attention sinks: one learned logit per head
     norms_per_layer = 4 if mt in ("gemma2", "gemma3", "gemma3_text") else 2
     add("norm", 1, H, norms_per_layer * L)
     if mt in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text"):
@@ -510,19 +512,31 @@ def compute_bound_from_batch(model, fmt, gpu, kv_dtype="bf16", context=8192, pol
     return hi
 
 
+def _lm_head_params(s: ModelShape) -> int:
+    return sum(t.params for t in s.tensors if t.role == ("embedding" if s.tied else "lm_head"))
+
+
 def prefill_point(model, fmt="bf16", tokens=8192, gpu="H200", policy="linear", kv_dtype="bf16") -> dict:
-    """One prompt of ``tokens`` tokens: FLOPs, bytes (weights once + KV written), intensity, bound."""
+    """One prompt of ``tokens`` tokens: FLOPs, bytes (weights once + KV written), intensity, bound.
+
+    Logits are computed for the last token only (what engines do). Linear layers run at the rate of
+    the dtype that does ``fmt``'s math; causal attention (T^2/2 positions) at the BF16 rate -- FP8
+    attention is not modelled. MLA attention is costed in its absorbed (decode) form."""
     s, g = _shape(model), get_gpu(gpu) if isinstance(gpu, str) else gpu
-    flops = 2 * _matmul_params_per_token(s) * tokens + s.attn_flops_per_pos * tokens * (tokens + 1) / 2
+    head = _lm_head_params(s)
+    lin = 2 * (_matmul_params_per_token(s) - head) * tokens + 2 * head
+    attn = s.attn_flops_per_pos * tokens * (tokens + 1) / 2
     nbytes = (bytes_per_decode_step(s, fmt, kv_dtype, tokens, 0, policy, "rows")
               + kv_cache_bytes(s, kv_dtype, 1, tokens))
     dtype, rate = compute_dtype(g, fmt)
+    bf16_rate = g.rate("bf16")
     ridge = None if rate is None else rate / g.bandwidth_TBps
-    inten = flops / nbytes
-    return {"tokens": tokens, "flops": flops, "bytes": nbytes, "intensity": inten, "compute_dtype": dtype,
-            "ridge": ridge, "compute_bound": None if ridge is None else inten >= ridge,
-            "time_compute_s": None if rate is None else flops / (rate * 1e12),
-            "time_memory_s": nbytes / (g.bandwidth_TBps * 1e12)}
+    inten = (lin + attn) / nbytes
+    t_compute = None if (rate is None or bf16_rate is None) else (lin / rate + attn / bf16_rate) / 1e12
+    return {"tokens": tokens, "flops": lin + attn, "linear_flops": lin, "attention_flops": attn,
+            "bytes": nbytes, "intensity": inten, "compute_dtype": dtype, "ridge": ridge,
+            "compute_bound": None if ridge is None else inten >= ridge,
+            "time_compute_s": t_compute, "time_memory_s": nbytes / (g.bandwidth_TBps * 1e12)}
 
 
 def class_size_bytes(n_params: float, formats=("bf16", "fp8_tensor", "fp8_block128", "mxfp8",
@@ -651,17 +665,88 @@ def seed003_check(config, batch=32, context=8192) -> list:
     return rows
 
 
+def format_seed003(rows) -> str:
+    lines = [f"{'quantity':<15}{'seed bf16':>10}{'ours bf16':>10}{'seed fp8':>10}{'ours fp8':>10}  match (1 decimal)"]
+    for r in rows:
+        lines.append(f"{r['quantity']:<15}{r['seed_bf16_GB']:>10.1f}{r['ours_bf16_GB']:>10.2f}"
+                     f"{r['seed_fp8_GB']:>10.1f}{r['ours_fp8_GB']:>10.2f}  {'yes' if r['match'] else 'NO'}")
+    return "\n".join(lines)
+
+
+def seed000_check(n_params=122e9, claimed_nvfp4=76e9, claimed_fp8=152e9) -> dict:
+    """Seed 000: "122B-class: 76 GB NVFP4 weights ... 152 GB FP8". Every parameter in the format gives
+    68.6 / 122.0 GB; 76 GB NVFP4 needs ~5.1B parameters left in BF16, and that split in FP8 is ~127 GB."""
+    b = class_size_bytes(n_params, ("bf16", "fp8_tensor", "nvfp4"))
+    x = implied_bf16_params(n_params, claimed_nvfp4, "nvfp4")
+    return {"n_params": n_params, "all_nvfp4_bytes": b["nvfp4"], "all_fp8_bytes": b["fp8_tensor"],
+            "fp8_over_nvfp4": b["fp8_tensor"] / b["nvfp4"], "claimed_nvfp4_bytes": claimed_nvfp4,
+            "claimed_fp8_bytes": claimed_fp8, "bf16_params_implied_by_claim": x,
+            "fp8_bytes_same_bf16_split": 2 * x + (n_params - x) * 1.0}
+
+
+def gain_table(config, gpus=("H200", "H200-measured", "B200"), formats=("fp8_tensor", "fp8_block128", "mxfp8",
+               "nvfp4"), batch=1, context=8192, prefill_tokens=8192, policy="linear") -> list:
+    """What each format buys against BF16 on each GPU: the decode ceiling (bytes) and prefill (FLOP rate).
+
+    decode: ratio of memory-bound tokens/s ceilings (BF16 KV for both). prefill: ratio of compute-bound
+    times, i.e. the rate of the dtype that does the math over the BF16 rate -- 1.0 for a format the GPU
+    has no tensor cores for (dequantized to BF16: the dequant cost itself is not modelled)."""
+    s = _shape(config)
+    rows = []
+    for gname in gpus:
+        g = get_gpu(gname) if isinstance(gname, str) else gname
+        base_step = bytes_per_decode_step(s, "bf16", "bf16", batch, context, policy)
+        base_pf = prefill_point(s, "bf16", prefill_tokens, g, policy)
+        for f in formats:
+            dtype, rate = compute_dtype(g, f)
+            pf = prefill_point(s, f, prefill_tokens, g, policy)
+            t0, t1 = base_pf["time_compute_s"], pf["time_compute_s"]
+            rows.append({"gpu": g.name, "source": g.source, "format": f, "compute_dtype": dtype,
+                         "decode_gain": base_step / bytes_per_decode_step(s, f, "bf16", batch, context, policy),
+                         "prefill_compute_bound": pf["compute_bound"],
+                         "prefill_gain": None if (t0 is None or t1 is None) else t0 / t1})
+    return rows
+
+
+def format_gain_table(rows) -> str:
+    lines = [f"{'gpu':<15}{'format':<14}{'math in':<11}{'decode x':>9}{'prefill x':>10}"]
+    for r in rows:
+        pg = "-" if r["prefill_gain"] is None else f"{r['prefill_gain']:.2f}"
+        lines.append(f"{r['gpu']:<15}{r['format']:<14}{r['compute_dtype']:<11}{r['decode_gain']:>9.2f}{pg:>10}")
+    return "\n".join(lines)
+
+
+def overhead_budget(config, gpu="H200", formats=("bf16", "fp8_tensor"), batch=1, context=0,
+                    kernels_per_layer=7, policy="linear") -> dict:
+    """Time one decode step takes at the bandwidth ceiling, per layer and per kernel.
+
+    ``kernels_per_layer`` = 7 is an assumption (norm, qkv, attention, o, norm, gate/up, down: what an
+    unfused llama layer launches); it is not measured here. When the per-kernel budget is a few
+    microseconds, launch and sync overhead -- not bytes -- set the pace, and halving the bytes halves a
+    number that no longer matters."""
+    s, g = _shape(config), get_gpu(gpu) if isinstance(gpu, str) else gpu
+    out = {}
+    for f in formats:
+        t = bytes_per_decode_step(s, f, "bf16", batch, context, policy) / (g.bandwidth_TBps * 1e12)
+        out[f] = {"step_us": t * 1e6, "per_layer_us": t * 1e6 / s.n_layers,
+                  "per_kernel_us": t * 1e6 / (s.n_layers * kernels_per_layer)}
+    return out
+
+
 # --------------------------------------------------------------------------------------------------
 # Roofline figure
 # --------------------------------------------------------------------------------------------------
 
 def provenance(command: str) -> dict:
+    here = Path(__file__).resolve().parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                                cwd=Path(__file__).resolve().parent).stdout.strip() or "no commit yet"
+                                cwd=here).stdout.strip() or "no commit yet"
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", ":/fp8lab"], capture_output=True,
+                                    text=True, timeout=10, cwd=here).stdout.strip())
     except (OSError, subprocess.SubprocessError):
-        commit = "unknown"
-    return {"git_commit": commit, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        commit, dirty = "unknown", None
+    return {"git_commit": commit, "fp8lab_uncommitted_changes": dirty, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "command": command, "device": "none: arithmetic from the config and fp8lab.gpus",
             "python": sys.version.split()[0]}
 
@@ -723,14 +808,16 @@ def roofline_figure(config, gpus=("H200", "H200-measured"), formats=("bf16", "fp
     styles = ["-", "--", ":"]
     roofs = {}
     for gi, g in enumerate(gs):
+        # only the roofs the plotted formats use (BF16 always: attention runs there)
+        used = {"bf16"} | {compute_dtype(g, f)[0] for f in formats}
         roofs[g.name] = {"source": g.source, "bandwidth_TBps": g.bandwidth_TBps,
-                         "tflops": {k: v for k, v in g.tflops.items() if v is not None}}
-        top = max(roofs[g.name]["tflops"].values())
-        ax.plot(xs, [min(top, g.bandwidth_TBps * x) for x in xs], styles[gi % 3], color="k", lw=1,
-                label=f"{g.name} ({g.source}) {g.bandwidth_TBps:.2f} TB/s")
+                         "tflops": {k: v for k, v in g.tflops.items() if v is not None and k in used}}
+        top = max(roofs[g.name]["tflops"].values(), default=None)
+        ax.plot(xs, [g.bandwidth_TBps * x if top is None else min(top, g.bandwidth_TBps * x) for x in xs],
+                styles[gi % 3], color="k", lw=1, label=f"{g.name} ({g.source}) {g.bandwidth_TBps:.2f} TB/s")
         for d, r in roofs[g.name]["tflops"].items():
             ax.hlines(r, r / g.bandwidth_TBps, xs[-1], colors="grey", linestyles=styles[gi % 3], lw=0.8)
-            ax.text(xs[-1], r, f" {d} {r:.0f}", va="center", fontsize=7)
+            ax.text(xs[-1], r, f" {g.name} {d} {r:.0f}", va="center", fontsize=7)
     colors = {"bf16": "tab:blue", "fp8_tensor": "tab:orange", "fp8_block128": "tab:red", "nvfp4": "tab:green",
               "mxfp4": "tab:olive", "mxfp8": "tab:purple", "int8_channel": "tab:brown"}
     for f in formats:

@@ -114,3 +114,15 @@ def get_gpu(name: str) -> GPU:
         if key.lower() == str(name).lower():
             return gpu
     raise ValueError(f"unknown GPU {name!r}; valid names: {', '.join(GPUS)}")
+
+
+def format_gpu_table() -> str:
+    """One line per GPU: bandwidth, dense rates, source. None prints as '-' (not published / measured)."""
+    keys = ["bf16", "fp8", "fp8_block", "int8", "fp4"]
+    lines = [f"{'name':<15}{'source':<10}{'TB/s':>7}{'GB':>7}" + "".join(f"{k:>11}" for k in keys)]
+    for g in GPUS.values():
+        rates = "".join(f"{'-' if g.rate(k) is None else f'{g.rate(k):.0f}':>11}" for k in keys)
+        mem = "-" if g.memory_GB is None else f"{g.memory_GB:.0f}"
+        lines.append(f"{g.name:<15}{g.source:<10}{g.bandwidth_TBps:>7.3f}{mem:>7}{rates}")
+    lines.append("rates: dense TFLOP/s (datasheet sparse figures halved); '-': not published or not measured")
+    return "\n".join(lines)
