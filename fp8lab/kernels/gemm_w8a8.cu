@@ -1,0 +1,266 @@
+// gemm_w8a8.cu -- W8A8 block-scaled GEMM for prefill (seed 001's arithmetic), version A: mma.sync.
+//
+//   C[M, N] (bf16) = sum over 128-wide k-blocks kb of  sa[m, kb] * sb[n/128, kb] * (A[m, kb-block] . B[n, kb-block])
+//   A: E4M3 activations [M, K] with 1x128 fp32 scales sa [M, K/128] (any strides: row- or column-major)
+//   B: E4M3 weights     [N, K] with 128x128 fp32 scales sb [N/128, K/128] (row-major)
+//
+// FP32 promotion (DeepGEMM): each k-block's partial product is accumulated in its own fp32 registers
+// (`part`), then acc += part * (sa * sb). The tile's k-step is exactly one scale block (BK = 128).
+//
+// Two kernels with the SAME structure (128x128 block tile, 8 warps of 64x32, 4-stage cp.async
+// pipeline into 128-byte-swizzled shared memory, ldmatrix fragments, the same promotion and epilogue):
+//   w8a8_mma_fp8   mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 -- the FP8 instruction. It is
+//                  native on sm_89 / sm_120 / sm_121; on sm_90 ptxas EMULATES it (the SASS shows
+//                  conversions and HMMA, no FP8 tensor-core instruction): the label says FP8, the chip
+//                  does not. Hopper's FP8 tensor-core path is wgmma (gemm_w8a8_wgmma.cu).
+//   w8a8_mma_bf16  the same fragments widened to bf16 in registers (exact: every e4m3 value is a bf16)
+//                  and fed to mma.sync.m16n8k16 bf16 -- the "dequant to BF16" path written by hand.
+//
+// Shared memory layout (shared with the wgmma kernels, which #include this file): a tile row is 128
+// bytes of K; 16-byte chunk c of row r is stored at chunk position c ^ (r & 7) -- the 128B swizzle
+// that wgmma descriptors expect (SWIZZLE_128B, 8-row atoms of 1024 bytes), and which also makes the
+// 8 rows an ldmatrix reads land in 8 different bank groups.
+//
+// Requirements (checked by the Python wrapper): N % 128 == 0, K % 128 == 0; any M (rows past M are
+// zero-filled by cp.async and not stored).
+
+#ifndef FP8LAB_GEMM_W8A8_COMMON
+#define FP8LAB_GEMM_W8A8_COMMON
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned char u8;
+typedef unsigned long long u64;
+
+#define BM 128
+#define BN 128
+#define BK 128
+#define TILE_BYTES (BM * BK)              // 16 KB, A and B tiles alike
+#define STAGE_BYTES (2 * TILE_BYTES)      // 32 KB per pipeline stage
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool pred) {
+    const int n = pred ? 16 : 0;  // src-size 0: the 16 bytes are zero-filled (rows past M)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ u32 swz(int r, int c) { return (u32)(r * 128 + ((c ^ (r & 7)) << 4)); }
+
+// One ROWS_A x 128-byte tile of A (rows m0..) and a 128 x 128-byte tile of B (rows n0..) at k0,
+// by NTHR threads starting at tid.
+template <int NTHR, int ROWS_A = BM>
+__device__ __forceinline__ void load_stage(u32 sA, u32 sB, const u8* __restrict__ A, const u8* __restrict__ B,
+                                           int M, int K, int m0, int n0, int k0, int tid) {
+#pragma unroll
+    for (int i = 0; i < (ROWS_A * 8) / NTHR; ++i) {
+        const int idx = tid + i * NTHR, r = idx >> 3, c = idx & 7;
+        const bool ok = m0 + r < M;
+        cp_async16(sA + swz(r, c), A + (size_t)(ok ? m0 + r : 0) * K + k0 + c * 16, ok);
+    }
+#pragma unroll
+    for (int i = 0; i < (BN * 8) / NTHR; ++i) {
+        const int idx = tid + i * NTHR, r = idx >> 3, c = idx & 7;
+        cp_async16(sB + swz(r, c), B + (size_t)(n0 + r) * K + k0 + c * 16, true);
+    }
+}
+
+__device__ __forceinline__ u16 f32_to_bf16(float f) {
+    u16 h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
+    u32 d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));  // first source -> upper half
+    return d;
+}
+
+__device__ __forceinline__ void store_bf16x2(u16* C, int N, int M, int row, int col, float v0, float v1) {
+    if (row < M) *reinterpret_cast<u32*>(C + (size_t)row * N + col) = pack_bf16x2(v0, v1);
+}
+
+#endif  // FP8LAB_GEMM_W8A8_COMMON
+
+#ifndef FP8LAB_GEMM_W8A8_COMMON_ONLY
+
+__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_fp8_16832(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ u32 bf16x2_mul(u32 a, u32 b) {
+    u32 d;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+// Four e4m3 bytes [b3 b2 b1 b0] -> exact bf16x2 (b0, b2) and (b1, b3) (see gemv_fp8.cu).
+__device__ __forceinline__ void e4m3x4_to_bf16(u32 q, u32& p02, u32& p13) {
+    u32 hi = (q & 0x80008000u) | ((q >> 4) & 0x07F007F0u);
+    u32 lo = ((q << 8) & 0x80008000u) | ((q << 4) & 0x07F007F0u);
+    p02 = bf16x2_mul(lo, 0x7B807B80u);
+    p13 = bf16x2_mul(hi, 0x7B807B80u);
+}
+
+#define STAGES_A 4
+
+template <bool FP8>
+__device__ __forceinline__ void w8a8_mma_body(const u8* __restrict__ A, const float* __restrict__ sa,
+                                              long long sa_sm, long long sa_sk, const u8* __restrict__ B,
+                                              const float* __restrict__ sb, u16* __restrict__ C, int M, int N, int K) {
+    extern __shared__ __align__(1024) u8 smem_raw[];
+    const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int wm = warp >> 2, wn = warp & 3;  // 2 x 4 warps, 64 x 32 each
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int KB = K / BK;
+
+    float acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < STAGES_A - 1; ++s) {
+        if (s < KB) load_stage<256>(base + s * STAGE_BYTES, base + s * STAGE_BYTES + TILE_BYTES, A, B, M, K, m0, n0, s * BK, tid);
+        cp_async_commit();
+    }
+
+    for (int kb = 0; kb < KB; ++kb) {
+        cp_async_wait<STAGES_A - 2>();
+        __syncthreads();  // stage kb landed for everyone; everyone is done reading stage kb-1
+        {
+            const int nk = kb + STAGES_A - 1;
+            const int s = nk % STAGES_A;
+            if (nk < KB) load_stage<256>(base + s * STAGE_BYTES, base + s * STAGE_BYTES + TILE_BYTES, A, B, M, K, m0, n0, nk * BK, tid);
+            cp_async_commit();
+        }
+        // this k-block's scales (latency hidden behind the MMAs)
+        float sc[4][2];
+        const float sbv = __ldg(sb + (size_t)(n0 / BN) * KB + kb);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = m0 + wm * 64 + 16 * i + g + 8 * h;
+                sc[i][h] = row < M ? __ldg(sa + row * sa_sm + kb * sa_sk) : 0.f;
+            }
+
+        const u32 sA = base + (kb % STAGES_A) * STAGE_BYTES, sB = sA + TILE_BYTES;
+        float part[4][4][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) part[i][j][v] = 0.f;
+
+#pragma unroll
+        for (int ks = 0; ks < BK / 32; ++ks) {
+            u32 a[4][4], b[4][2];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = wm * 64 + 16 * i + (lane & 7) + ((lane >> 3) & 1) * 8;
+                ldmatrix_x4(a[i], sA + swz(r, 2 * ks + (lane >> 4)));
+            }
+#pragma unroll
+            for (int jj = 0; jj < 2; ++jj) {
+                const int r = wn * 32 + 16 * jj + (lane & 7) + (lane >> 4) * 8;
+                u32 q[4];
+                ldmatrix_x4(q, sB + swz(r, 2 * ks + ((lane >> 3) & 1)));
+                b[2 * jj][0] = q[0]; b[2 * jj][1] = q[1];
+                b[2 * jj + 1][0] = q[2]; b[2 * jj + 1][1] = q[3];
+            }
+            if (FP8) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) mma_fp8_16832(part[i][j], a[i], b[j][0], b[j][1]);
+            } else {
+                // widen: fp8 word (k 4t..4t+3) -> (4t, 4t+2) as logical k (2t, 2t+1), (4t+1, 4t+3) as (2t+8, 2t+9)
+                u32 ab[4][2][4], bb[4][2][2];
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+#pragma unroll
+                    for (int hk = 0; hk < 2; ++hk) {  // hk: fp8 k 0..15 / 16..31 of this k32 step
+                        e4m3x4_to_bf16(a[i][2 * hk + 0], ab[i][hk][0], ab[i][hk][2]);  // row g
+                        e4m3x4_to_bf16(a[i][2 * hk + 1], ab[i][hk][1], ab[i][hk][3]);  // row g+8
+                    }
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int hk = 0; hk < 2; ++hk) e4m3x4_to_bf16(b[j][hk], bb[j][hk][0], bb[j][hk][1]);
+#pragma unroll
+                for (int hk = 0; hk < 2; ++hk)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i)
+#pragma unroll
+                        for (int j = 0; j < 4; ++j)
+                            mma_bf16_16816(part[i][j], ab[i][hk][0], ab[i][hk][1], ab[i][hk][2], ab[i][hk][3],
+                                           bb[j][hk][0], bb[j][hk][1]);
+            }
+        }
+        // FP32 promotion: acc += part * (sa * sb)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float s0 = sc[i][0] * sbv, s1 = sc[i][1] * sbv;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                acc[i][j][0] = fmaf(part[i][j][0], s0, acc[i][j][0]);
+                acc[i][j][1] = fmaf(part[i][j][1], s0, acc[i][j][1]);
+                acc[i][j][2] = fmaf(part[i][j][2], s1, acc[i][j][2]);
+                acc[i][j][3] = fmaf(part[i][j][3], s1, acc[i][j][3]);
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int row = m0 + wm * 64 + 16 * i + g, col = n0 + wn * 32 + 8 * j + 2 * t;
+            store_bf16x2(C, N, M, row, col, acc[i][j][0], acc[i][j][1]);
+            store_bf16x2(C, N, M, row + 8, col, acc[i][j][2], acc[i][j][3]);
+        }
+}
+
+// grid = (ceil(M/128), N/128), block = 256, dynamic smem = STAGES_A * 32 KB + 1 KB (alignment slack)
+extern "C" __global__ void __launch_bounds__(256, 1)
+w8a8_mma_fp8(const u8* __restrict__ A, const float* __restrict__ sa, long long sa_sm, long long sa_sk,
+             const u8* __restrict__ B, const float* __restrict__ sb, u16* __restrict__ C, int M, int N, int K) {
+    w8a8_mma_body<true>(A, sa, sa_sm, sa_sk, B, sb, C, M, N, K);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+w8a8_mma_bf16(const u8* __restrict__ A, const float* __restrict__ sa, long long sa_sm, long long sa_sk,
+              const u8* __restrict__ B, const float* __restrict__ sb, u16* __restrict__ C, int M, int N, int K) {
+    w8a8_mma_body<false>(A, sa, sa_sm, sa_sk, B, sb, C, M, N, K);
+}
+
+#endif  // FP8LAB_GEMM_W8A8_COMMON_ONLY
