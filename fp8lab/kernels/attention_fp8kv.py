@@ -1,0 +1,482 @@
+"""Decode attention over an FP8 (E4M3) or bf16 KV cache, contiguous or paged (attention_fp8kv.cu).
+
+    out = decode_attention(q, k_cache, v_cache, seq_lens, k_scale=ks, v_scale=vs)          # contiguous
+    out = decode_attention(q, k_pool, v_pool, seq_lens, block_table=bt, k_scale=ks, v_scale=vs)  # paged
+
+    q            bf16 [B, Hq, D]            one query token per sequence, D in (64, 128)
+    k/v cache    [B, Hk, L, D]              contiguous, or
+    k/v pool     [n_pages, Hk, P, D]        paged, with block_table int32 [B, max_blocks] of page indices
+                 uint8 E4M3 codes (or torch.float8_e4m3fn), or bf16 (the same kernel, other element type)
+    seq_lens     [B] ints, 1 <= seq_lens[b] <= L (contiguous) or <= max_blocks * P (paged)
+    k/v_scale    fp32 per tensor (a float or a 1-element tensor) or per KV head ([Hk]); FP8 only
+    out          bf16 [B, Hq, D];  query head i uses KV head i // (Hq // Hk)  (torch's enable_gqa)
+
+The numbers (vLLM's convention): k_real = E4M3.decode(code) * k_scale. A worked example, one sequence,
+one head, D = 64, two tokens with k codes 0x38 (= 1.0) in every dim, v codes 0x38 / 0x40 (1.0 / 2.0) in
+every dim, k_scale = v_scale = 0.5, q = 1: both scores are 64 * 0.5 / 8 = 4, so the weights are 1/2, 1/2 and
+every output dim is 0.5 * (0.5 * 1 + 0.5 * 2) = 0.75.
+
+The cache must be finite: E4M3 NaN codes (0x7F / 0xFF), which a saturating encoder never writes, come out
+as NaN with conv="cvt" and as +-480 with conv="bit". Slots past a sequence's end are never read.
+
+`reference_decode_attention` is the CPU truth the kernel is tested against: dequantize with fp8lab.formats,
+gather the pages, then torch's scaled_dot_product_attention in float32 on each sequence.
+
+Why FP8 can be ~2x faster: one decode step reads the whole cache once, a few FLOPs per byte, so the time is
+the bytes over memory bandwidth, and E4M3 halves the bytes. The work the kernel adds per byte (widening
+E4M3 to f16) must stay cheaper than the memory time saved, which is why it uses the tensor cores for both
+products and converts in registers (see the header of attention_fp8kv.cu for the design).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from . import _cuda
+
+HEAD_DIMS = (64, 128)
+TILE = 16          # tokens per warp step; a paged pool's page size must be a multiple of it
+MAX_GROUP = 16     # query heads per KV head that the 16-row MMA can hold
+FP8_CONVS = ("cvt", "bit")   # E4M3 -> f16 by the cvt.rn.f16x2.e4m3x2 instruction, or by a bit move
+DEFAULT_CONV = "cvt"
+PV_LAYOUTS = ("va", "vb")    # V as the A operand of the P.V MMA (O^T = V^T P^T), or as its B operand (O = P V)
+DEFAULT_PV = "va"
+
+
+class AttentionArgError(ValueError):
+    """Bad arguments to decode_attention, found before any CUDA call."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What check_args learned: sizes, the cache kind and layout."""
+
+    B: int
+    Hq: int
+    Hk: int
+    D: int
+    fp8: bool
+    paged: bool
+    page: int          # tokens per page (contiguous: the cache's L, one page per sequence)
+    max_blocks: int
+    n_pages: int
+
+    @property
+    def G(self) -> int:
+        return self.Hq // self.Hk
+
+
+# ---- argument checks (CPU only: no CUDA call before they pass) -------------------------------------------
+def _codes(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
+
+def _as_int_list(x, name: str) -> list[int]:
+    if isinstance(x, torch.Tensor):
+        if x.dtype.is_floating_point or x.dtype == torch.bool:
+            raise AttentionArgError(f"{name} must hold integers, got {x.dtype}")
+        return [int(v) for v in x.detach().cpu().reshape(-1).tolist()]
+    try:
+        return [int(v) for v in x]
+    except TypeError:
+        raise AttentionArgError(f"{name} must be a sequence of ints or an int tensor, got {type(x).__name__}") from None
+
+
+def _scale_values(s, Hk: int, name: str, check_values: bool) -> None:
+    if isinstance(s, (int, float)):
+        vals = [float(s)]
+    elif isinstance(s, torch.Tensor):
+        if s.numel() not in (1, Hk):
+            raise AttentionArgError(f"{name} must be per tensor (1 value) or per KV head ({Hk} values), got shape {tuple(s.shape)}")
+        if not s.dtype.is_floating_point:
+            raise AttentionArgError(f"{name} must be a float tensor, got {s.dtype}")
+        vals = s.detach().float().cpu().reshape(-1).tolist() if check_values else []
+    else:
+        raise AttentionArgError(f"{name} must be a float or a float tensor, got {type(s).__name__}")
+    for v in vals:
+        if not (math.isfinite(v) and v > 0):
+            raise AttentionArgError(f"{name} must be finite and > 0 (a dequant multiplier), got {v}")
+
+
+def check_args(q, k_cache, v_cache, seq_lens=None, block_table=None, k_scale=None, v_scale=None,
+               *, check_values: bool = True) -> Problem:
+    """Validate shapes, dtypes and (with check_values) the lengths, page indices and scales.
+
+    Raises AttentionArgError (a ValueError) with a plain message. check_values=False skips the checks that
+    need the values on the host (a device sync for CUDA tensors); the benchmark uses it after one checked call.
+    """
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor):
+            raise AttentionArgError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if q.dtype != torch.bfloat16:
+        raise AttentionArgError(f"q must be bfloat16, got {q.dtype}")
+    if q.dim() != 3:
+        raise AttentionArgError(f"q must be [B, Hq, D] (one query token per sequence), got shape {tuple(q.shape)}")
+    B, Hq, D = q.shape
+    if D not in HEAD_DIMS:
+        raise AttentionArgError(f"head_dim must be one of {HEAD_DIMS}, got {D}")
+    kinds = []
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype in (torch.uint8, torch.float8_e4m3fn):
+            kinds.append("fp8")
+        elif t.dtype == torch.bfloat16:
+            kinds.append("bf16")
+        else:
+            raise AttentionArgError(f"{name} must hold E4M3 codes (uint8 / float8_e4m3fn) or bf16, got {t.dtype}")
+        if t.dim() != 4:
+            raise AttentionArgError(f"{name} must be 4-D ([B, Hk, L, D] or [n_pages, Hk, P, D]), got shape {tuple(t.shape)}")
+        if not t.is_contiguous():
+            raise AttentionArgError(f"{name} must be contiguous")
+    if kinds[0] != kinds[1]:
+        raise AttentionArgError(f"k_cache and v_cache must have the same element type, got {k_cache.dtype} and {v_cache.dtype}")
+    if tuple(k_cache.shape) != tuple(v_cache.shape):
+        raise AttentionArgError(f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} must have the same shape")
+    fp8 = kinds[0] == "fp8"
+    N0, Hk, P, Dk = k_cache.shape
+    if Dk != D:
+        raise AttentionArgError(f"q has head_dim {D} but the cache has {Dk}")
+    if Hk < 1 or Hq % Hk:
+        raise AttentionArgError(f"n_q_heads ({Hq}) must be a multiple of n_kv_heads ({Hk})")
+    if Hq // Hk > MAX_GROUP:
+        raise AttentionArgError(f"at most {MAX_GROUP} query heads per KV head (the MMA has 16 rows), got {Hq // Hk}")
+    devs = {t.device for t in (q, k_cache, v_cache)}
+    if len(devs) != 1:
+        raise AttentionArgError(f"q, k_cache and v_cache must be on one device, got {sorted(map(str, devs))}")
+
+    paged = block_table is not None
+    if paged:
+        if not isinstance(block_table, torch.Tensor) or block_table.dtype not in (torch.int32, torch.int64):
+            raise AttentionArgError("block_table must be an int32 tensor [B, max_blocks]")
+        if block_table.dim() != 2 or block_table.shape[0] != B:
+            raise AttentionArgError(f"block_table must be [B={B}, max_blocks], got shape {tuple(block_table.shape)}")
+        if P % TILE:
+            raise AttentionArgError(f"page size must be a multiple of {TILE} tokens (a tile never straddles pages), got {P}")
+        max_blocks, n_pages, cap = block_table.shape[1], N0, block_table.shape[1] * P
+        if seq_lens is None:
+            raise AttentionArgError("a paged cache needs seq_lens")
+    else:
+        if N0 != B:
+            raise AttentionArgError(f"contiguous cache must be [B={B}, Hk, L, D], got batch {N0}")
+        max_blocks, n_pages, cap = 1, B, P
+
+    if seq_lens is not None and (check_values or not isinstance(seq_lens, torch.Tensor)):
+        lens = _as_int_list(seq_lens, "seq_lens")
+        if len(lens) != B:
+            raise AttentionArgError(f"seq_lens must have B={B} entries, got {len(lens)}")
+        bad = [(b, n) for b, n in enumerate(lens) if not 1 <= n <= cap]
+        if bad:
+            b, n = bad[0]
+            raise AttentionArgError(f"seq_lens[{b}] = {n} is outside [1, {cap}] (the cache holds {cap} tokens per sequence)")
+        if paged and check_values:
+            bt = block_table.detach().cpu()
+            for b, n in enumerate(lens):
+                used = bt[b, : -(-n // P)]
+                if used.numel() and (int(used.min()) < 0 or int(used.max()) >= n_pages):
+                    raise AttentionArgError(
+                        f"block_table[{b}] points outside the pool of {n_pages} pages: "
+                        f"entries {used.tolist()[:8]}{'...' if used.numel() > 8 else ''}")
+    elif seq_lens is not None:
+        if seq_lens.numel() != B:
+            raise AttentionArgError(f"seq_lens must have B={B} entries, got {seq_lens.numel()}")
+
+    if fp8:
+        if k_scale is None or v_scale is None:
+            raise AttentionArgError("an FP8 cache needs k_scale and v_scale (k_real = decode(code) * k_scale); "
+                                    "pass 1.0 for unscaled codes")
+        _scale_values(k_scale, Hk, "k_scale", check_values)
+        _scale_values(v_scale, Hk, "v_scale", check_values)
+    elif k_scale is not None or v_scale is not None:
+        raise AttentionArgError("a bf16 cache takes no k_scale/v_scale (they would be silently ignored)")
+    return Problem(B, Hq, Hk, D, fp8, paged, P, max_blocks, n_pages)
+
+
+# ---- splits --------------------------------------------------------------------------------------------
+def plan_splits(max_len: int, B: int, Hk: int, sms: int = 132, warps_per_sm: int = 8, min_tiles: int = 4) -> tuple[int, int]:
+    """(num_splits, split_len): enough warps to fill the GPU once, each with >= min_tiles tiles of 16 tokens.
+
+    plan_splits(32768, 8, 8) -> (16, 2048)   # 64 (sequence, kv head) pairs x 16 splits = 1024 warps <= 132 x 8
+    plan_splits(100, 8, 8)   -> (1, 112)     # too short to split: one warp per pair, no reduce kernel
+
+    Rounded DOWN to one wave: 17 splits here would be 1088 warps, and the 32 that do not fit would run
+    alone afterwards, nearly doubling the time (measured: the first H200 run used ceil and lost that).
+    """
+    tiles = -(-max_len // TILE)
+    want = (sms * warps_per_sm) // max(1, B * Hk)
+    S = max(1, min(want, tiles // min_tiles))
+    split_len = -(-tiles // S) * TILE
+    return -(-max_len // split_len), split_len
+
+
+def _split_len_for(max_len: int, num_splits: int) -> tuple[int, int]:
+    tiles = -(-max_len // TILE)
+    S = max(1, min(int(num_splits), tiles))
+    split_len = -(-tiles // S) * TILE
+    return -(-max_len // split_len), split_len
+
+
+# ---- the launch ------------------------------------------------------------------------------------------
+def kernel_name(p: Problem, conv: str, pv: str = DEFAULT_PV) -> str:
+    kind = f"fp8{conv}" if p.fp8 else "bf16"
+    return f"decode_attn_{kind}_d{p.D}_{'g16' if p.G > 8 else 'g8'}_{pv}"
+
+
+class Launch:
+    """A prepared decode step: arguments converted once, so a call only launches (1 or 2 kernels).
+
+    Calls go to torch's current stream, so they order with torch work and can be captured in a CUDA graph.
+    """
+
+    def __init__(self, main, main_grid, main_args, reduce, reduce_grid, reduce_block, reduce_args, out, info):
+        self.main, self.main_grid, self.main_args = main, main_grid, main_args
+        self.reduce, self.reduce_grid, self.reduce_block, self.reduce_args = reduce, reduce_grid, reduce_block, reduce_args
+        self.out, self.info = out, info
+
+    def __call__(self) -> torch.Tensor:
+        cp = _cuda._cupy()
+        with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+            self.main(self.main_grid, (32,), self.main_args)
+            if self.reduce is not None:
+                self.reduce(self.reduce_grid, self.reduce_block, self.reduce_args)
+        return self.out
+
+
+def _scale_tensor(s, Hk: int, device) -> tuple[torch.Tensor, int]:
+    if s is None:
+        s = 1.0
+    t = torch.as_tensor(s, dtype=torch.float32).reshape(-1).to(device)
+    return t.contiguous(), (1 if t.numel() == Hk and Hk > 1 else 0)
+
+
+def _warps_per_sm(fn) -> int:
+    """Resident warps per SM from the kernel's register count (65536 registers, allocated per warp in 256s)."""
+    try:
+        regs = int(fn.attributes["num_regs"])
+    except Exception:
+        return 8
+    per_warp = -(-regs * 32 // 256) * 256
+    return max(1, min(64, 65536 // per_warp))
+
+
+def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=None, v_scale=None,
+            softmax_scale: float | None = None, num_splits: int | None = None, conv: str = DEFAULT_CONV,
+            pv: str = DEFAULT_PV, out: torch.Tensor | None = None, check_values: bool = True,
+            max_seq_len: int | None = None) -> Launch:
+    """Validate (before any CUDA call), pick the splits, convert arguments; returns a Launch."""
+    p = check_args(q, k_cache, v_cache, seq_lens, block_table, k_scale, v_scale, check_values=check_values)
+    if p.fp8 and conv not in FP8_CONVS:
+        raise AttentionArgError(f"conv must be one of {FP8_CONVS}, got {conv!r}")
+    if pv not in PV_LAYOUTS:
+        raise AttentionArgError(f"pv must be one of {PV_LAYOUTS}, got {pv!r}")
+    if q.device.type != "cuda":
+        raise AttentionArgError(f"decode_attention runs on CUDA tensors (got {q.device}); "
+                                "reference_decode_attention is the CPU version")
+    dev = q.device
+    cap = p.max_blocks * p.page
+    if seq_lens is None:  # contiguous only (check_args insists for paged): every sequence is the full L
+        lens_t = torch.full((p.B,), p.page, dtype=torch.int32, device=dev)
+        max_len = p.page
+    else:
+        lens_t = torch.as_tensor(seq_lens).to(device=dev, dtype=torch.int32).contiguous()
+        if max_seq_len is not None:
+            max_len = min(int(max_seq_len), cap)
+        elif isinstance(seq_lens, torch.Tensor) and seq_lens.is_cuda and not check_values:
+            max_len = cap  # no host copy: plan for the capacity (splits past a sequence's end exit at once)
+        else:
+            max_len = max(_as_int_list(seq_lens, "seq_lens"))
+    if p.paged:
+        bt = block_table.to(device=dev, dtype=torch.int32).contiguous()
+    else:
+        bt = torch.arange(p.B, dtype=torch.int32, device=dev).reshape(p.B, 1)
+    ks, stride = _scale_tensor(k_scale, p.Hk, dev)
+    vs, _ = _scale_tensor(v_scale, p.Hk, dev)
+    if ks.numel() != vs.numel():  # one per tensor, the other per head: broadcast both to [Hk]
+        ks, vs, stride = ks.expand(p.Hk).contiguous(), vs.expand(p.Hk).contiguous(), 1
+    sm = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(p.D)
+    if out is None:
+        out = torch.empty((p.B, p.Hq, p.D), dtype=torch.bfloat16, device=dev)
+    elif out.shape != (p.B, p.Hq, p.D) or out.dtype != torch.bfloat16 or not out.is_contiguous() or out.device != dev:
+        raise AttentionArgError(f"out must be a contiguous bf16 tensor of shape {(p.B, p.Hq, p.D)} on {dev}")
+
+    cp = _cuda._cupy()
+    mod = _cuda.load_module("attention_fp8kv.cu")
+    main = mod.get_function(kernel_name(p, conv, pv))
+    if num_splits is None:
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count
+        S, split_len = plan_splits(max_len, p.B, p.Hk, sms=sms, warps_per_sm=_warps_per_sm(main))
+    else:
+        S, split_len = _split_len_for(max_len, num_splits)
+    if S > 1:
+        part_o = torch.empty((p.B, p.Hq, S, p.D), dtype=torch.float32, device=dev)
+        part_ml = torch.empty((p.B, p.Hq, S, 2), dtype=torch.float32, device=dev)
+    else:
+        part_o = part_ml = torch.empty(4, dtype=torch.float32, device=dev)  # unused
+    kc = _codes(k_cache) if p.fp8 else k_cache
+    vc = _codes(v_cache) if p.fp8 else v_cache
+    keep = (q.contiguous(), kc, vc, bt, lens_t, ks, vs, out, part_o, part_ml)
+    a = [_cuda.as_cupy(t) for t in keep]
+    main_args = (a[0], a[1], a[2], a[3], a[4], a[5], a[6], cp.int32(stride), cp.float32(sm), cp.int32(p.max_blocks),
+                 cp.int32(p.page), cp.int32(p.Hk), cp.int32(p.G), cp.int32(S), cp.int32(split_len), a[7], a[8], a[9])
+    reduce = reduce_args = None
+    if S > 1:
+        reduce = mod.get_function("decode_reduce")
+        reduce_args = (a[8], a[9], a[4], cp.int32(p.Hq), cp.int32(S), cp.int32(split_len), cp.int32(p.D), a[7])
+    info = dict(kernel=kernel_name(p, conv, pv), num_splits=S, split_len=split_len, problem=p, _keep=keep)
+    return Launch(main, (S, p.Hk, p.B), main_args, reduce, (p.Hq, p.B), (p.D // 4,), reduce_args, out, info)
+
+
+def decode_attention(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=None, v_scale=None,
+                     softmax_scale: float | None = None, num_splits: int | None = None, conv: str = DEFAULT_CONV,
+                     pv: str = DEFAULT_PV, out: torch.Tensor | None = None) -> torch.Tensor:
+    """bf16 [B, Hq, D] decode attention over an FP8 or bf16 KV cache on the GPU. See the module docstring."""
+    return prepare(q, k_cache, v_cache, seq_lens, block_table=block_table, k_scale=k_scale, v_scale=v_scale,
+                   softmax_scale=softmax_scale, num_splits=num_splits, conv=conv, pv=pv, out=out)()
+
+
+# ---- the CPU reference and its helpers (pure torch, any device) ------------------------------------------
+def dequantize_cache(cache: torch.Tensor, scale=None) -> torch.Tensor:
+    """float32 values of a cache: E4M3.decode(codes) * scale (per tensor, or per KV head along dim 1), or bf16 -> f32.
+
+    dequantize_cache(torch.tensor([[[[0x38, 0xB8]]]], dtype=torch.uint8), 0.5) -> [[[[0.5, -0.5]]]]
+    """
+    from fp8lab import formats
+
+    if cache.dtype in (torch.uint8, torch.float8_e4m3fn):
+        x = formats.E4M3.decode(_codes(cache).cpu()).to(cache.device)
+        s = torch.as_tensor(1.0 if scale is None else scale, dtype=torch.float32).to(cache.device).reshape(-1)
+        if s.numel() > 1:
+            s = s.reshape(1, -1, 1, 1)
+        return x * s
+    return cache.float()
+
+
+def gather_pages(pool: torch.Tensor, block_table: torch.Tensor, seq_lens) -> torch.Tensor:
+    """Paged pool [n_pages, Hk, P, D] -> contiguous [B, Hk, max(seq_lens), D]; slots past a sequence's end are 0.
+
+    Token t of sequence b lives at pool[block_table[b, t // P], :, t % P]. Only the pages a sequence uses
+    are read, so unused block-table entries may hold anything (vLLM pads with garbage; we test with -1).
+    """
+    lens = _as_int_list(seq_lens, "seq_lens")
+    _, Hk, P, D = pool.shape
+    out = torch.zeros((len(lens), Hk, max(lens), D), dtype=pool.dtype, device=pool.device)
+    for b, n in enumerate(lens):
+        pages = block_table[b, : -(-n // P)].long().to(pool.device)
+        seq = pool[pages].permute(1, 0, 2, 3).reshape(Hk, -1, D)  # [Hk, n_used * P, D]
+        out[b, :, :n] = seq[:, :n]
+    return out
+
+
+def to_paged(cache: torch.Tensor, page_size: int, seq_lens=None, *, extra_pages: int = 0, pad_blocks: int = 0,
+             poison=None, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Contiguous [B, Hk, L, D] -> (pool [n_pages, Hk, P, D], block_table int32 [B, max_blocks]) in shuffled page order.
+
+    Slots past each sequence's end, `extra_pages` unused pages and `pad_blocks` trailing block-table entries (-1)
+    are filled with `poison` (a value of the cache's dtype) so that a kernel that reads them shows it.
+    """
+    B, Hk, L, D = cache.shape
+    lens = [L] * B if seq_lens is None else _as_int_list(seq_lens, "seq_lens")
+    need = [-(-n // page_size) for n in lens]
+    n_pages = sum(need) + extra_pages
+    perm = torch.randperm(n_pages, generator=generator)
+    pool = torch.empty((n_pages, Hk, page_size, D), dtype=cache.dtype, device=cache.device)
+    if poison is not None:
+        pool.fill_(poison)
+    else:
+        pool.zero_()
+    max_blocks = max(need) + pad_blocks
+    bt = torch.full((B, max_blocks), -1, dtype=torch.int32)
+    k = 0
+    for b, n in enumerate(lens):
+        for j in range(need[b]):
+            pg = int(perm[k])
+            k += 1
+            bt[b, j] = pg
+            lo, hi = j * page_size, min(n, (j + 1) * page_size)
+            pool[pg, :, : hi - lo] = cache[b, :, lo:hi]
+    return pool, bt.to(cache.device)
+
+
+def reference_decode_attention(q, k_cache, v_cache, k_scale=None, v_scale=None, *, seq_lens=None, block_table=None,
+                               softmax_scale: float | None = None) -> torch.Tensor:
+    """float32 [B, Hq, D] on the CPU: dequantize (fp8lab.formats), gather pages, SDPA in float32 per sequence.
+
+    Same arguments as decode_attention. GQA as torch's enable_gqa: query head i reads KV head i // G.
+    """
+    q = q.detach().cpu()
+    k_cache, v_cache = k_cache.detach().cpu(), v_cache.detach().cpu()
+    B, Hq, D = q.shape
+    k = dequantize_cache(k_cache, None if k_scale is None else torch.as_tensor(k_scale).cpu())
+    v = dequantize_cache(v_cache, None if v_scale is None else torch.as_tensor(v_scale).cpu())
+    if block_table is not None:
+        k = gather_pages(k, block_table.cpu(), seq_lens)
+        v = gather_pages(v, block_table.cpu(), seq_lens)
+    lens = [k.shape[2]] * B if seq_lens is None else _as_int_list(seq_lens, "seq_lens")
+    sm = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(D)
+    out = torch.empty((B, Hq, D), dtype=torch.float32)
+    for b, n in enumerate(lens):
+        o = torch.nn.functional.scaled_dot_product_attention(
+            q[b].float()[None, :, None, :], k[b : b + 1, :, :n], v[b : b + 1, :, :n], scale=sm, enable_gqa=True)
+        out[b] = o[0, :, 0]
+    return out
+
+
+def quantize_kv(x: torch.Tensor, per_head: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """E4M3 codes and fp32 scale(s) for a K or V cache [B|n_pages, Hk, L, D], any device.
+
+    The lab's contract (fp8lab.scaling, "tensor" / "channel" on the head axis): scale = amax / 448
+    (1.0 if not > 0), codes = E4M3.encode(x / scale) with saturation. Done with torch's float8 cast after a
+    clamp (the same RNE; tests/test_kernels_attention.py checks the codes equal fp8lab.scaling's) because the
+    reference encoder is too slow for benchmark-sized caches.
+    """
+    xf = x.float()
+    amax = xf.abs().amax(dim=(0, 2, 3)) if per_head else xf.abs().amax()
+    s = amax / torch.tensor(448.0, device=x.device)
+    s = torch.where(s > 0, s, torch.ones_like(s))
+    sb = s.reshape(1, -1, 1, 1) if per_head else s
+    codes = (xf / sb).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+    return codes, s.float()
+
+
+# ---- numerics of the cache formats (CPU, for the notebook) ----------------------------------------------------
+OUTLIER_CHANNELS = (3, 17, 40, 61)  # KIVI: a few key channels carry most of the magnitude
+
+
+def cache_error_table(L: int = 512, D: int = 128, B: int = 2, Hq: int = 8, Hk: int = 2, seed: int = 0) -> list[dict]:
+    """Attention output error of a bf16 cache and of FP8 caches (per-tensor / per-head scales) vs an fp32 cache.
+
+    All through reference_decode_attention (CPU), so this is the format's error, not a kernel's. Keys come as
+    N(0, 1) or with KIVI-style outlier channels (x20); values are N(0, 1); q is N(0, 1) in bf16.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, Hq, D, generator=gen).to(torch.bfloat16)
+    rows = []
+    for keys in ("normal", "outlier x20"):
+        k = torch.randn(B, Hk, L, D, generator=gen)
+        v = torch.randn(B, Hk, L, D, generator=gen)
+        if keys != "normal":
+            for ch in OUTLIER_CHANNELS:
+                k[..., ch % D] *= 20.0
+        exact = reference_decode_attention(q, k, v)
+        caches = {"bf16": (k.to(torch.bfloat16), v.to(torch.bfloat16), None, None, 2)}
+        for name, per_head in (("fp8 e4m3, per-tensor scale", False), ("fp8 e4m3, per-head scale", True)):
+            kc, ks = quantize_kv(k, per_head)
+            vc, vs = quantize_kv(v, per_head)
+            caches[name] = (kc, vc, ks, vs, 1)
+        for name, (kc, vc, ks, vs, nbytes) in caches.items():
+            out = reference_decode_attention(q, kc, vc, ks, vs)
+            d = out - exact
+            rows.append(dict(keys=keys, cache=name, bytes_per_token=2 * Hk * D * nbytes,
+                             max_abs_err=float(d.abs().max()),
+                             rel_rms_err=float(torch.linalg.vector_norm(d) / torch.linalg.vector_norm(exact)),
+                             out_rms=float(exact.pow(2).mean().sqrt())))
+    return rows
+
+
+def format_error_table(rows: list[dict]) -> str:
+    hdr = f"{'keys':12s} {'cache':28s} {'bytes/token':>11s} {'max |err|':>10s} {'rel RMS err':>11s}"
+    lines = [hdr, "-" * len(hdr)]
+    for r in rows:
+        lines.append(f"{r['keys']:12s} {r['cache']:28s} {r['bytes_per_token']:>11d} {r['max_abs_err']:>10.2e} "
+                     f"{r['rel_rms_err']:>11.2e}")
+    return "\n".join(lines)

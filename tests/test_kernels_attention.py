@@ -1,0 +1,359 @@
+"""Decode attention over an FP8 / bf16 KV cache (fp8lab/kernels/attention_fp8kv.*).
+
+CPU: the reference (vs a float64 softmax written out by hand), the paged gather, the FP8 cache quantizer
+(vs fp8lab.scaling), and argument checks that must fire before any CUDA call.
+GPU (skipped without CUDA): the kernel vs the reference on fresh random inputs of several distributions,
+contiguous and paged, odd lengths, B = 1..8, every split path, output poisoned first.
+"""
+import math
+import zlib
+
+import pytest
+import torch
+
+from fp8lab import formats
+from fp8lab.kernels import cuda_available
+from fp8lab.kernels import attention_fp8kv as att
+from fp8lab.scaling import QuantSpec, quantize
+
+GPU = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device (run on the GPU machine)")
+
+# Tolerance table: |out - ref| <= ATOL * max|V| + RTOL * |ref| elementwise, and ||out - ref|| / ||ref|| <= RMS.
+TOL = {
+    # bf16 output: RNE with 8 significant bits has unit roundoff 2**-8 (relative) -> RTOL 2**-7 (2x margin).
+    # P is rounded to f16 before the P.V MMA (P in [0, 2**15], unit roundoff 2**-11), which moves the output
+    # by <= 2**-11 * max|V| -> ATOL 2**-10. K, V (E4M3 -> f16) and Q (power-of-two prescale to f16) are exact;
+    # fp32 accumulation order and ex2.approx (~2 ulp) are ~1e-6, far below these.
+    # RMS: rounding the exact answer to bf16 alone gives ~0.0019 relative (measured on these inputs: an
+    # E4M3 value times an fp32 scale is rarely a bf16) -> 2**-8 = 0.0039.
+    "fp8": dict(rtol=2**-7, atol=2**-10, rms=2**-8),
+    # bf16 cache: P is rounded to bf16 for the MMA (FlashAttention does the same): <= 2**-8 * max|V| -> ATOL 2**-7.
+    # RMS: output rounding + P rounding, ~0.002 relative each -> 2**-7.
+    "bf16": dict(rtol=2**-7, atol=2**-7, rms=2**-7),
+}
+
+
+def assert_close(out, ref, vmax, kind, what=""):
+    tol = TOL[kind]
+    out = out.float().cpu()
+    ref = ref.float().cpu()
+    assert torch.isfinite(out).all(), f"{what}: {int((~torch.isfinite(out)).sum())} non-finite outputs (poison left?)"
+    err = (out - ref).abs()
+    bound = tol["atol"] * vmax + tol["rtol"] * ref.abs()
+    bad = err > bound
+    if bad.any():
+        idx = bad.nonzero()[:5].tolist()
+        lines = [f"  [{i}] Yours: {out[tuple(i)].item():.6g}  Spec: {ref[tuple(i)].item():.6g}" for i in idx]
+        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.numel()} outside tolerance "
+                             f"(max err {err.max().item():.3g})\n" + "\n".join(lines))
+    rel_rms = (torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-30)).item()
+    assert rel_rms <= tol["rms"], f"{what}: relative RMS error {rel_rms:.3g} > {tol['rms']:.3g}"
+    return err.max().item(), rel_rms
+
+
+# ---- inputs ---------------------------------------------------------------------------------------------------
+OUTLIER_CHANNELS = att.OUTLIER_CHANNELS  # KIVI: a few key channels carry most of the magnitude
+
+
+def make_kv(B, Hk, L, D, dist, gen):
+    """float32 K, V [B, Hk, L, D] from one of: normal, outlier (keys x20 in a few channels), codes (see below)."""
+    k = torch.randn(B, Hk, L, D, generator=gen)
+    v = torch.randn(B, Hk, L, D, generator=gen)
+    if dist == "outlier":
+        for ch in OUTLIER_CHANNELS:
+            k[..., ch % D] *= 20.0
+    elif dist == "wide":  # heavy tails: values spread over many binades (exercises E4M3 subnormals)
+        k = k * torch.exp(2.0 * torch.randn(B, Hk, L, D, generator=gen))
+        v = v * torch.exp(2.0 * torch.randn(B, Hk, L, D, generator=gen))
+    return k, v
+
+
+def case(B=3, Hq=8, Hk=2, D=128, lens=(1, 37, 300), dist="normal", kind="fp8", per_head=False, layout="contig",
+         page=16, seed=0):
+    """Random inputs + the reference. Returns a dict of kernel kwargs, the reference output and max|V|."""
+    gen = torch.Generator().manual_seed(seed)
+    L = max(lens) + 5  # allocated length > every sequence: the tail must be ignored
+    q = torch.randn(B, Hq, D, generator=gen).to(torch.bfloat16)
+    k, v = make_kv(B, Hk, L, D, dist, gen)
+    if kind == "fp8":
+        kc, ks = att.quantize_kv(k, per_head)
+        vc, vs = att.quantize_kv(v, per_head)
+        poison, kw = 0x7F, dict(k_scale=ks, v_scale=vs)  # 0x7F: an E4M3 NaN code
+    else:
+        kc, vc = k.to(torch.bfloat16), v.to(torch.bfloat16)
+        poison, kw = float("nan"), {}
+    for b, n in enumerate(lens):  # poison every slot past each sequence's end: it must never be read
+        kc[b, :, n:] = poison
+        vc[b, :, n:] = poison
+    ref = att.reference_decode_attention(q, kc, vc, kw.get("k_scale"), kw.get("v_scale"), seq_lens=list(lens))
+    vd = att.dequantize_cache(vc, kw.get("v_scale"))
+    vmax = max(vd[b, :, :n].abs().max().item() for b, n in enumerate(lens))  # valid slots only (the rest is NaN)
+    if layout != "contig":  # the same shuffled page order for K and V (two generators, one seed)
+        pk = dict(extra_pages=3, pad_blocks=2, poison=poison)
+        kc, bt = att.to_paged(kc, page, lens, generator=torch.Generator().manual_seed(seed + 1), **pk)
+        vc, bt_v = att.to_paged(vc, page, lens, generator=torch.Generator().manual_seed(seed + 1), **pk)
+        assert torch.equal(bt, bt_v)
+        kw["block_table"] = bt
+    return dict(q=q, k_cache=kc, v_cache=vc, seq_lens=list(lens), **kw), ref, vmax
+
+
+# ---- CPU: the reference ------------------------------------------------------------------------------------------
+def naive_attention(q, k, v, lens, sm):
+    """float64, written out: scores, max-subtracted exp, normalize, weighted sum (GQA by integer division)."""
+    B, Hq, D = q.shape
+    Hk = k.shape[1]
+    out = torch.zeros(B, Hq, D, dtype=torch.float64)
+    for b in range(B):
+        for i in range(Hq):
+            h = i // (Hq // Hk)
+            s = (k[b, h, : lens[b]].double() @ q[b, i].double()) * sm
+            w = torch.exp(s - s.max())
+            out[b, i] = (w / w.sum()) @ v[b, h, : lens[b]].double()
+    return out
+
+
+@pytest.mark.parametrize("G", [1, 4])
+def test_reference_matches_naive_softmax(G):
+    gen = torch.Generator().manual_seed(1)
+    B, Hk, L, D = 3, 2, 40, 64
+    q = torch.randn(B, Hk * G, D, generator=gen).to(torch.bfloat16)
+    k, v = make_kv(B, Hk, L, D, "outlier", gen)
+    kc, ks = att.quantize_kv(k)
+    vc, vs = att.quantize_kv(v, per_head=True)
+    lens = [1, 17, 40]
+    ref = att.reference_decode_attention(q, kc, vc, ks, vs, seq_lens=lens)
+    kd = formats.E4M3.decode(kc) * ks
+    vd = formats.E4M3.decode(vc) * vs.reshape(1, -1, 1, 1)
+    want = naive_attention(q, kd, vd, lens, 1 / math.sqrt(D))
+    torch.testing.assert_close(ref.double(), want, rtol=1e-5, atol=1e-6)
+    # L = 1: the output is exactly that token's V
+    torch.testing.assert_close(ref[0], vd[0, torch.arange(Hk * G) // G, 0], rtol=1e-6, atol=1e-7)
+
+
+def test_docstring_example():
+    """The worked example in attention_fp8kv's docstring: every output dim is 0.75."""
+    q = torch.ones(1, 1, 64, dtype=torch.bfloat16)
+    kc = torch.full((1, 1, 2, 64), 0x38, dtype=torch.uint8)
+    vc = torch.full((1, 1, 2, 64), 0x38, dtype=torch.uint8)
+    vc[0, 0, 1] = 0x40
+    ref = att.reference_decode_attention(q, kc, vc, 0.5, 0.5)
+    assert torch.allclose(ref, torch.full((1, 1, 64), 0.75))
+
+
+@pytest.mark.parametrize("page", [16, 64])
+def test_paged_gather_roundtrip_and_reference(page):
+    gen = torch.Generator().manual_seed(2)
+    B, Hk, L, D = 4, 2, 150, 64
+    lens = [1, 16, 65, 150]  # 1 token; exactly one 16-page; not multiples of the page
+    x = torch.randn(B, Hk, L, D, generator=gen)
+    pool, bt = att.to_paged(x, page, lens, extra_pages=2, pad_blocks=1, poison=float("nan"), generator=gen)
+    assert bt.dtype == torch.int32 and (bt[:, -1] == -1).all()
+    g = att.gather_pages(pool, bt, lens)
+    for b, n in enumerate(lens):
+        assert torch.equal(g[b, :, :n], x[b, :, :n])
+        assert (g[b, :, n:] == 0).all()
+    q = torch.randn(B, 2 * Hk, D, generator=gen).to(torch.bfloat16)
+    a = att.reference_decode_attention(q, x, x, seq_lens=lens)
+    p = att.reference_decode_attention(q, pool, pool, seq_lens=lens, block_table=bt)
+    assert torch.isfinite(p).all()  # the poisoned slots and pages were never read
+    torch.testing.assert_close(a, p, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("per_head", [False, True])
+def test_quantize_kv_equals_scaling(per_head):
+    """The fast cache quantizer gives the codes and scales of fp8lab.scaling's reference encoder."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 20, 64, generator=gen) * torch.exp(2 * torch.randn(2, 3, 20, 64, generator=gen))
+    codes, s = att.quantize_kv(x, per_head)
+    spec = QuantSpec("e4m3", "channel", axis=1) if per_head else QuantSpec("e4m3", "tensor")
+    qz = quantize(x, spec)
+    assert torch.equal(codes, qz.codes)
+    torch.testing.assert_close(s.reshape(-1), qz.scale.reshape(-1), rtol=0, atol=0)
+
+
+def test_plan_splits():
+    assert att.plan_splits(32768, 8, 8) == (16, 2048)  # one wave: 1024 warps <= 132 SMs x 8
+    assert att.plan_splits(100, 8, 8) == (1, 112)
+    S, n = att.plan_splits(1000, 1, 1, sms=132, warps_per_sm=8)
+    assert n % att.TILE == 0 and S * n >= 1000 and (S - 1) * n < 1000
+
+
+# ---- CPU: argument checks fire before any CUDA call ------------------------------------------------------------
+def _good(**over):
+    B, Hq, Hk, L, D = 2, 8, 2, 32, 128
+    kw = dict(q=torch.zeros(B, Hq, D, dtype=torch.bfloat16), k_cache=torch.zeros(B, Hk, L, D, dtype=torch.uint8),
+              v_cache=torch.zeros(B, Hk, L, D, dtype=torch.uint8), seq_lens=[3, 32], k_scale=1.0, v_scale=1.0)
+    kw.update(over)
+    return kw
+
+
+BAD_ARGS = [
+    ("q float32", dict(q=torch.zeros(2, 8, 128)), "q must be bfloat16"),
+    ("head_dim 96", dict(q=torch.zeros(2, 8, 96, dtype=torch.bfloat16), k_cache=torch.zeros(2, 2, 32, 96, dtype=torch.uint8),
+                         v_cache=torch.zeros(2, 2, 32, 96, dtype=torch.uint8)), "head_dim must be one of"),
+    ("Hq not a multiple of Hk", dict(q=torch.zeros(2, 7, 128, dtype=torch.bfloat16)), "multiple of n_kv_heads"),
+    ("group of 32", dict(q=torch.zeros(2, 64, 128, dtype=torch.bfloat16)), "at most 16"),
+    ("cache float32", dict(k_cache=torch.zeros(2, 2, 32, 128), v_cache=torch.zeros(2, 2, 32, 128)), "E4M3 codes"),
+    ("k fp8, v bf16", dict(v_cache=torch.zeros(2, 2, 32, 128, dtype=torch.bfloat16)), "same element type"),
+    ("seq_len 0", dict(seq_lens=[0, 5]), r"seq_lens\[0\] = 0"),
+    ("seq_len > L", dict(seq_lens=[3, 33]), r"seq_lens\[1\] = 33"),
+    ("missing scale", dict(k_scale=None), "needs k_scale and v_scale"),
+    ("negative scale", dict(v_scale=-1.0), "finite and > 0"),
+    ("scale of 3 heads", dict(k_scale=torch.ones(3)), "per KV head"),
+    ("bf16 with scale", dict(k_cache=torch.zeros(2, 2, 32, 128, dtype=torch.bfloat16),
+                             v_cache=torch.zeros(2, 2, 32, 128, dtype=torch.bfloat16)), "takes no k_scale"),
+    ("paged, page 8", dict(k_cache=torch.zeros(10, 2, 8, 128, dtype=torch.uint8), v_cache=torch.zeros(10, 2, 8, 128, dtype=torch.uint8),
+                           block_table=torch.zeros(2, 4, dtype=torch.int32)), "multiple of 16"),
+    ("block table out of range", dict(k_cache=torch.zeros(4, 2, 16, 128, dtype=torch.uint8),
+                                      v_cache=torch.zeros(4, 2, 16, 128, dtype=torch.uint8),
+                                      block_table=torch.tensor([[0, -1], [1, 4]], dtype=torch.int32), seq_lens=[3, 32]),
+     "points outside the pool"),
+    ("block table float", dict(block_table=torch.zeros(2, 2)), "int32"),
+    ("unknown conversion", dict(conv="lut"), "conv must be one of"),
+    ("unknown P.V layout", dict(pv="vc"), "pv must be one of"),
+    ("paged, no seq_lens", dict(block_table=torch.zeros(2, 2, dtype=torch.int32), seq_lens=None), "needs seq_lens"),
+]
+
+
+@pytest.mark.parametrize("name,over,msg", BAD_ARGS, ids=[b[0] for b in BAD_ARGS])
+def test_bad_arguments_raise_before_cuda(name, over, msg):
+    kw = _good(**over)  # ("bf16 with scale": the scales from _good stay, and that is the error)
+    with pytest.raises(ValueError, match=msg):
+        att.decode_attention(**kw)
+
+
+def test_unused_block_table_entries_are_not_checked():
+    """-1 past a sequence's pages is fine (vLLM pads block tables); only the pages in use must exist."""
+    kw = _good(k_cache=torch.zeros(4, 2, 16, 128, dtype=torch.uint8), v_cache=torch.zeros(4, 2, 16, 128, dtype=torch.uint8),
+               block_table=torch.tensor([[0, -1], [1, 3]], dtype=torch.int32), seq_lens=[3, 32])
+    p = att.check_args(kw["q"], kw["k_cache"], kw["v_cache"], kw["seq_lens"], kw["block_table"], 1.0, 1.0)
+    assert p.paged and p.page == 16 and p.G == 4
+
+
+def test_cache_error_table_orders_the_formats():
+    """bf16 cache error < FP8 cache error, on both key distributions (the notebook's numerics table)."""
+    rows = att.cache_error_table(L=64, D=64, B=1, Hq=4, Hk=2)
+    for keys in ("normal", "outlier x20"):
+        e = {r["cache"]: r["rel_rms_err"] for r in rows if r["keys"] == keys}
+        assert 0 < e["bf16"] < e["fp8 e4m3, per-tensor scale"]
+
+
+def test_bench_summary_helpers_read_the_schema():
+    """The notebook helpers on a hand-made payload (a format check, not a measurement)."""
+    from fp8lab.kernels import bench_attention as ba
+
+    mk = lambda kernel, t, **kw: dict(kernel=kernel, time_us=t, layout="contiguous", head_dim=128, context=32768, **kw)
+    data = {"provenance": {"device": "X", "date": "2000-01-01"}, "ceilings": {"copy_gbps": 1.0}, "results": [
+        mk("ours_fp8kv[cvt,va]", 1.0, default=True, speedup=2.0, speedup_vs_torch=3.0, fraction_of_copy_bw=0.5),
+        mk("ours_fp8kv[bit,va]", 1.5, default=False, speedup=1.3),
+        mk("ours_bf16kv[va]", 2.0, default=True, speedup=1.5, fraction_of_copy_bw=0.6),
+        mk("ours_bf16kv[vb]", 2.5, default=False, speedup=1.2),
+        mk("torch_sdpa[default=flash]", 3.0)]}
+    rows = ba.summary_rows(data)
+    assert len(rows) == 1 and rows[0]["speedup_vs_bf16"] == 2.0 and rows[0]["torch_us"] == 3.0
+    assert "32768" in ba.format_summary(data)
+    assert ba.goal_met(data) == (2.0, True)
+    ba.plot_speedup(data)
+
+
+def test_cpu_tensors_get_a_clear_error():
+    with pytest.raises(ValueError, match="runs on CUDA tensors"):
+        att.decode_attention(**_good())
+
+
+# ---- GPU: the kernel against the reference ----------------------------------------------------------------------
+def run_kernel(kw, conv="cvt", num_splits=None, pv=att.DEFAULT_PV):
+    """Move the inputs to the GPU, poison the output (NaN), run, return the output on the CPU."""
+    dev = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+    out = torch.full(kw["q"].shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+    fp8 = kw["k_cache"].dtype == torch.uint8
+    att.decode_attention(**dev, conv=conv if fp8 else att.DEFAULT_CONV, num_splits=num_splits, pv=pv, out=out)
+    torch.cuda.synchronize()
+    return out.cpu()
+
+
+KINDS = [("fp8", "cvt"), ("fp8", "bit"), ("bf16", None)]
+LAYOUTS = [("contig", 0), ("paged", 16), ("paged", 64)]
+
+
+@GPU
+@pytest.mark.parametrize("pv", att.PV_LAYOUTS)
+@pytest.mark.parametrize("kind,conv", KINDS, ids=["fp8cvt", "fp8bit", "bf16"])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("layout,page", LAYOUTS, ids=["contig", "page16", "page64"])
+@pytest.mark.parametrize("dist", ["normal", "outlier"])
+def test_kernel_matches_reference(kind, conv, D, layout, page, dist, pv):
+    # lengths: 1 token, a partial first tile, a page boundary +1, odd long ones (not multiples of 16/64/splits)
+    kw, ref, vmax = case(B=5, Hq=8, Hk=2, D=D, lens=(1, 13, 65, 777, 1500), dist=dist, kind=kind,
+                         layout=layout, page=page or 16, seed=zlib.crc32(repr((kind, conv, D, layout, page, dist)).encode()) % 1000)
+    assert_close(run_kernel(kw, conv, pv=pv), ref, vmax, kind, f"{kind}/{conv}/{pv} D={D} {layout}{page} {dist}")
+
+
+@GPU
+@pytest.mark.parametrize("kind,conv", KINDS, ids=["fp8cvt", "fp8bit", "bf16"])
+@pytest.mark.parametrize("num_splits", [1, 2, 7, 1000])
+@pytest.mark.parametrize("pv", att.PV_LAYOUTS)
+def test_every_split_count(kind, conv, num_splits, pv):
+    """S = 1 writes bf16 directly; S > 1 goes through the reduce kernel; 1000 -> one 16-token tile per split."""
+    kw, ref, vmax = case(B=4, Hq=16, Hk=4, D=128, lens=(1, 16, 17, 2049), kind=kind, seed=num_splits)
+    assert_close(run_kernel(kw, conv, num_splits, pv), ref, vmax, kind, f"{kind}/{pv} S={num_splits}")
+
+
+@GPU
+@pytest.mark.parametrize("kind,conv", KINDS, ids=["fp8cvt", "fp8bit", "bf16"])
+@pytest.mark.parametrize("Hq,Hk", [(4, 4), (8, 4), (32, 8), (64, 8), (80, 8), (128, 8)],
+                         ids=["G1", "G2", "G4", "G8", "G10", "G16"])
+@pytest.mark.parametrize("pv", att.PV_LAYOUTS)
+def test_group_sizes(kind, conv, Hq, Hk, pv):
+    """G > 8 uses the MMA's rows 8..15 too (the g16 kernels; "va" then runs a second n-tile of heads)."""
+    kw, ref, vmax = case(B=2, Hq=Hq, Hk=Hk, D=128, lens=(100, 333), kind=kind, dist="outlier", seed=Hq)
+    assert_close(run_kernel(kw, conv, pv=pv), ref, vmax, kind, f"{kind}/{pv} Hq={Hq} Hk={Hk}")
+
+
+@GPU
+@pytest.mark.parametrize("B", [1, 2, 8])
+@pytest.mark.parametrize("conv", ["cvt", "bit"])
+def test_batch_sizes_random_lengths_per_head_scales(B, conv):
+    gen = torch.Generator().manual_seed(B)
+    lens = tuple(int(x) for x in torch.randint(1, 1200, (B,), generator=gen))
+    kw, ref, vmax = case(B=B, Hq=32, Hk=8, D=128, lens=lens, per_head=True, layout="paged", page=16, seed=B)
+    assert_close(run_kernel(kw, conv), ref, vmax, "fp8", f"B={B} lens={lens}")
+
+
+@GPU
+@pytest.mark.parametrize("conv", ["cvt", "bit"])
+@pytest.mark.parametrize("D", [64, 128])
+def test_every_e4m3_code(conv, D):
+    """Codes drawn uniformly over all 254 finite E4M3 codes (subnormals, +-448): the conversions are exact."""
+    gen = torch.Generator().manual_seed(D)
+    B, Hk, L = 2, 2, 508
+    codes = torch.randint(0, 254, (2, B, Hk, L, D), generator=gen)
+    codes = torch.where(codes >= 0x7F, codes + 1, codes).to(torch.uint8)  # skip 0x7F (NaN); 0xFF is out of range
+    q = (0.05 * torch.randn(B, 4 * Hk, D, generator=gen)).to(torch.bfloat16)  # small q: 448-sized keys, sane logits
+    kw = dict(q=q, k_cache=codes[0], v_cache=codes[1], seq_lens=[L, 301], k_scale=0.01, v_scale=2.0)
+    ref = att.reference_decode_attention(q, codes[0], codes[1], 0.01, 2.0, seq_lens=[L, 301])
+    assert_close(run_kernel(kw, conv), ref, 448 * 2.0, "fp8", f"all codes {conv} D={D}")
+
+
+@GPU
+def test_fp8_and_bf16_kernels_agree_on_the_same_values():
+    """Same design, two element types: with scales that are powers of two, decode(code) * scale is exact in
+    bf16, so the FP8 and bf16 kernels see identical K and V; they differ only in P's rounding (f16 vs bf16)."""
+    gen = torch.Generator().manual_seed(7)
+    B, Hq, Hk, L, D = 3, 32, 8, 900, 128
+    k, v = make_kv(B, Hk, L, D, "outlier", gen)
+    kc, _ = att.quantize_kv(k)
+    vc, _ = att.quantize_kv(v)
+    ks, vs = 2.0**-5, 2.0**-7
+    q = torch.randn(B, Hq, D, generator=gen).to(torch.bfloat16)
+    lens = [900, 1, 457]
+    kb = att.dequantize_cache(kc, ks).to(torch.bfloat16)
+    vb = att.dequantize_cache(vc, vs).to(torch.bfloat16)
+    assert torch.equal(kb.float(), att.dequantize_cache(kc, ks))  # exact
+    ref = att.reference_decode_attention(q, kb, vb, seq_lens=lens)
+    vmax = vb.float().abs().max().item()
+    for conv in ("cvt", "bit"):
+        o8 = run_kernel(dict(q=q, k_cache=kc, v_cache=vc, seq_lens=lens, k_scale=ks, v_scale=vs), conv)
+        assert_close(o8, ref, vmax, "fp8", f"fp8 kernel ({conv}) on exact-in-bf16 values")
+    o16 = run_kernel(dict(q=q, k_cache=kb, v_cache=vb, seq_lens=lens))
+    assert_close(o16, ref, vmax, "bf16", "bf16 kernel on the same values")
