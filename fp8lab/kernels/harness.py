@@ -30,12 +30,23 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def git_commit() -> str:
-    """The commit of the working tree ('+dirty' when it has uncommitted changes), or 'unknown'."""
+    """The commit of the working tree ('+dirty' when it has uncommitted changes), or 'unknown'.
+
+    A copy of the tree without usable git history (the lent GPU machine gets one) cannot resolve HEAD:
+    there the command passes the commit in FP8LAB_GIT_COMMIT, which wins when set.
+    """
+    import os
+
+    env = os.environ.get("FP8LAB_GIT_COMMIT")
+    if env:
+        return env
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
                                capture_output=True, text=True, timeout=10).stdout.strip()
-        return (sha or "unknown") + ("+dirty" if dirty else "")
+        if len(sha) != 40:  # 'HEAD' or an error message: not a commit
+            return "unknown"
+        return sha + ("+dirty" if dirty else "")
     except Exception:
         return "unknown"
 
