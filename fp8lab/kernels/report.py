@@ -1,0 +1,172 @@
+"""Kernel benchmark results for notebooks, for any family (quant, gemm, attention): live or recorded.
+
+    s = summarize("quant")          # on a CUDA machine: a small live run; elsewhere: outputs/kernels/quant.json
+    print(s.banner)                 # says which, and for recorded results where/when/how they were measured
+    print(format_table(s))          # kernel, shape, time, GB/s, fraction of copy bandwidth, speedup vs anchor
+    print(format_goals(s, GOALS))   # each goal, the measured value, met or not
+    plot_bars(s, "fraction_of_copy_bw")
+
+A recorded timing is never presented as measured here, and nothing is made up: every number shown comes from
+the JSON written by `python -m fp8lab.kernels.bench <family>` (schema in harness.py) or from the live run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import harness
+
+OUTPUTS = harness.REPO / "outputs" / "kernels"
+COLUMNS = ("kernel", "shape", "time_us", "gbps", "fraction_of_copy_bw", "speedup", "anchor")
+
+
+@dataclass
+class Summary:
+    """What a notebook shows: where the numbers come from (`source`, `banner`, `provenance`) and the rows."""
+
+    family: str
+    source: str                     # "recorded" or "live"
+    banner: str
+    provenance: dict
+    ceilings: dict
+    table: list
+    checks: dict = field(default_factory=dict)
+    notes: dict = field(default_factory=dict)
+    sass: dict = field(default_factory=dict)
+    path: str = ""
+
+
+def _commit(prov: dict) -> str:
+    """The recorded commit; when the device copy had no git checkout, the tree's HEAD noted after the run."""
+    c = prov.get("git_commit", "?")
+    extra = prov.get("added_after_fetch", {})
+    if c in ("unknown", "?") and extra.get("git_head_of_tree"):
+        return f"{extra['git_head_of_tree']} (noted after the run; sources' sha256 in the JSON provenance)"
+    return c
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(harness.REPO))
+    except ValueError:
+        return str(path)
+
+
+def _banner(source: str, prov: dict, path: Path) -> str:
+    what = ("LIVE results, measured just now on this machine (small shapes)" if source == "live" else
+            "RECORDED results: measured earlier on another machine, read from the repository, not measured here")
+    lines = [what,
+             f"  device : {prov.get('device', '?')}  (torch {prov.get('torch', '?')}, CuPy {prov.get('cupy', '?')}, "
+             f"CUDA {prov.get('cuda', '?')})",
+             f"  commit : {_commit(prov)}",
+             f"  date   : {prov.get('date', '?')}",
+             f"  command: {prov.get('command', '?')}",
+             f"  file   : {_rel(path)}"]
+    return "\n".join(lines)
+
+
+def load_and_summarize(path: str | Path, live: bool = False, family: str | None = None) -> Summary:
+    """Read a benchmark JSON (harness schema) into a Summary; `live` says whether it was measured just now."""
+    path = Path(path)
+    d = harness.load_json(path)
+    prov = d.get("provenance", {})
+    source = "live" if live else "recorded"
+    return Summary(family=family or path.stem, source=source, banner=_banner(source, prov, path), provenance=prov,
+                   ceilings=d.get("ceilings", {}), table=list(d.get("results", [])), checks=d.get("checks", {}),
+                   notes=d.get("notes", {}), sass=d.get("sass", {}), path=str(path))
+
+
+def summarize(family: str, live: bool | None = None, timeout: int = 900, extra_args=("--small", "--no-compile")) -> Summary:
+    """Live (a small run of the family's benchmark in a subprocess) where a CUDA device exists and FP8LAB_LIVE
+    is not "0"; otherwise the recorded outputs/kernels/<family>.json."""
+    if live is None:
+        from ._cuda import cuda_available
+
+        live = cuda_available() and os.environ.get("FP8LAB_LIVE", "1") != "0"
+    if not live:
+        return load_and_summarize(OUTPUTS / f"{family}.json", live=False, family=family)
+    out = Path(tempfile.mkdtemp(prefix=f"fp8lab_{family}_")) / f"{family}.json"
+    subprocess.run([sys.executable, "-m", "fp8lab.kernels.bench", family, "--out", str(out), *extra_args],
+                   cwd=harness.REPO, check=True, timeout=timeout)
+    return load_and_summarize(out, live=True, family=family)
+
+
+def _fmt(v, spec: str) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return format(v, spec)
+    return str(v)
+
+
+def format_table(s: Summary, columns=COLUMNS, where=None) -> str:
+    """A plain-text table of the rows (optionally those for which where(row) is true)."""
+    rows = [r for r in s.table if where is None or where(r)]
+    specs = {"time_us": ".1f", "gbps": ".0f", "fraction_of_copy_bw": ".2f", "speedup": ".2f", "tflops": ".1f"}
+    cells = [[_fmt(r.get(c), specs.get(c, "")) for c in columns] for r in rows]
+    head = [c.replace("fraction_of_copy_bw", "x copy bw") for c in columns]
+    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(head)]
+    line = lambda vals: "  ".join(v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(vals, widths)))
+    return "\n".join([line(head), "-" * (sum(widths) + 2 * (len(widths) - 1))] + [line(c) for c in cells])
+
+
+def find(s: Summary, kernel: str) -> dict | None:
+    """The row whose kernel name equals `kernel` (None if that kernel was not measured)."""
+    return next((r for r in s.table if r.get("kernel") == kernel), None)
+
+
+def format_goals(s: Summary, goals) -> str:
+    """goals: iterable of (label, kernel name, metric key, threshold). Prints measured vs goal, met or not."""
+    out = []
+    for label, kernel, key, thr in goals:
+        r = find(s, kernel)
+        v = None if r is None else r.get(key)
+        status = "not measured" if v is None else ("met" if v >= thr else "NOT met")
+        out.append(f"{label:58s} goal >= {thr:<5g} measured {_fmt(v, '.2f'):>6s}   {status}")
+    return "\n".join(out)
+
+
+def format_checks(s: Summary) -> str:
+    """The correctness checks recorded with the timings (exhaustive conversions, validation before timing)."""
+    return "\n".join(f"{k:44s} {json.dumps(v)}" for k, v in s.checks.items()) or "(no checks recorded)"
+
+
+def format_sass(s: Summary) -> str:
+    """Instruction counts per kernel from the SASS summary recorded by the benchmark (nvcc + cuobjdump)."""
+    if not s.sass or "status" in s.sass:
+        return f"(no SASS summary: {s.sass.get('status', 'not recorded') if s.sass else 'not recorded'})"
+    lines = []
+    for k, v in s.sass.items():
+        if isinstance(v, dict):
+            top = ", ".join(f"{op} {n}" for op, n in list(v.get("top", {}).items())[:8])
+            lines.append(f"{k:34s} {v.get('instructions', '?'):5} instr  BRA {v.get('BRA', 0):3}  MUFU {v.get('MUFU', 0):3}  "
+                         f"FCHK {v.get('FCHK', 0):3}  F2FP {v.get('F2FP', 0):3} | {top}")
+        else:
+            lines.append(f"{k:34s} {v}")
+    return "\n".join(lines)
+
+
+def plot_bars(s: Summary, metric: str = "fraction_of_copy_bw", where=None, ax=None, title: str | None = None):
+    """Horizontal bars of one metric per kernel (rows without the metric are skipped). Returns the axes."""
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in s.table if r.get(metric) is not None and (where is None or where(r))]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.32 * max(3, len(rows)) + 1))
+    names = [f"{r['kernel']} {r.get('shape', '')}"[:60] for r in rows]
+    vals = [r[metric] for r in rows]
+    ax.barh(range(len(rows)), vals, color=["tab:gray" if r["kernel"].startswith(("torch", "copy")) else "tab:blue"
+                                          for r in rows])
+    ax.set_yticks(range(len(rows)), names, fontsize=8)
+    ax.invert_yaxis()
+    if metric == "fraction_of_copy_bw":
+        ax.axvline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_xlabel(metric.replace("_", " "))
+    src = "recorded" if s.source == "recorded" else "live"
+    ax.set_title(title or f"{s.family}: {metric} ({src}, {s.provenance.get('device', '?')})", fontsize=9)
+    return ax
