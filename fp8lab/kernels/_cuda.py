@@ -70,7 +70,9 @@ def load_module(filename: str, arch_specific: bool = False, defines: tuple = ())
     cp = _cupy()
     src = (KERNEL_DIR / filename).read_text()
     arch = device_arch(arch_specific)
-    # No --use_fast_math: the rounding kernels must be bit-exact against the CPU reference.
+    # No --use_fast_math: the rounding kernels must be bit-exact against the CPU reference. Note that CuPy
+    # itself appends -ftz=true to every NVRTC compile (cupy/cuda/compiler.py): C++ float arithmetic here
+    # flushes subnormals. Kernels that must keep subnormals write the critical steps in PTX without .ftz.
     opts = ("--std=c++17", f"--gpu-architecture={arch}", f"-I{KERNEL_DIR}") + tuple(f"-D{d}" for d in defines)
     return cp.RawModule(code=src, options=opts, backend="nvrtc", name_expressions=None)
 
