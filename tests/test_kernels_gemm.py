@@ -152,6 +152,65 @@ def test_e2m1_encode_every_midpoint():
     assert torch.equal(F4.encode_e2m1(v), formats.E2M1.encode(v))
 
 
+# ---- CPU: version 2's nibble -> bf16 bit trick and its configuration tables -----------------------------
+def test_e2m1_select_trick_matches_table():
+    """gemv_nvfp4 version 2 widens 8 nibbles with 2 selects + 4 masks + 5 shifts (the .cu header).
+
+    Every nibble value in every one of the 8 positions, the other 7 nibbles random: each output half must
+    be exactly sign << 15 | magnitude << 6 (bf16 bits of the E2M1 value * 2**-126, zero elsewhere)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    words, pos, val = [], [], []
+    for i in range(8):
+        for v in range(16):
+            rnd = rng.integers(0, 2**32, size=64, dtype=np.uint64).astype(np.uint32)
+            words.append((rnd & np.uint32(~(0xF << (4 * i)) & 0xFFFFFFFF)) | np.uint32(v << (4 * i)))
+    q = np.concatenate(words + [rng.integers(0, 2**32, size=4096, dtype=np.uint64).astype(np.uint32)])
+    p = F4.e2m1x8_to_bf16_bits(q)
+    for i in range(4):
+        for half, nib in ((0, i), (1, i + 4)):
+            code = (q >> np.uint32(4 * nib)) & np.uint32(0xF)
+            got = (p[i] >> np.uint32(16 * half)) & np.uint32(0xFFFF)
+            want = ((code >> np.uint32(3)) << np.uint32(15)) | ((code & np.uint32(7)) << np.uint32(6))
+            assert np.array_equal(got, want), (i, half)
+    # and those bits are the E2M1 values * 2**-126 (bf16 subnormals for 0.5, normals above)
+    codes = torch.arange(16)
+    bits = ((codes >> 3) << 15) | ((codes & 7) << 6)
+    vals = bits.to(torch.int16).view(torch.bfloat16).double() * 2.0**126
+    assert torch.equal(vals, formats.E2M1.decode(codes.to(torch.uint8)).double())
+
+
+def test_v2_tables_match_the_compiled_kernels():
+    import re
+    from pathlib import Path
+
+    src8 = (Path(F8.__file__).parent / "gemv_fp8.cu").read_text()
+    src4 = (Path(F4.__file__).parent / "gemv_nvfp4.cu").read_text()
+    built8 = {tuple(map(int, m)) for m in re.findall(r"^GEMV_FP8_V2\((\d), (\d), (\d), (\d)\)", src8, re.M)}
+    built4 = {tuple(map(int, m)) for m in re.findall(r"^GEMV_NVFP4_V2\((\d), (\d), (\d), (\d)\)", src4, re.M)}
+    assert built8 == F8.KERNELS_V2 and built4 == F4.KERNELS_V2
+    for M in (1, 4, 8, 9, 16):
+        NT = 1 if M <= 8 else 2
+        for N, K in [(400, 1024), (4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (272, 256)]:
+            R, S, C, D = F8.default_config_v2(M, N, K)
+            assert F8.valid_config_v2(R, S, NT, C, D, K), (M, N, K)
+            R, S, C, D = F4.default_config_v2(M, N, K)
+            assert F4.valid_config_v2(R, S, NT, C, D, K), (M, N, K)
+    assert F8.smem_v2(2, 4, 1, 2, 2) == 36864 and F4.smem_v2(2, 4, 1, 2, 2) == 53248
+    assert not F4.valid_config_v2(1, 4, 1, 4, 0, K=768)  # C = 4 reads 512 k per iteration
+    assert not F8.valid_config_v2(1, 4, 1, 4, 2, K=384)  # C = 4 reads 256 k per iteration
+
+
+def test_version_argument_is_checked():
+    x = torch.zeros(1, 256, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="version"):
+        F8.gemv_fp8(x, torch.zeros(128, 256, dtype=torch.uint8), torch.ones(128), version=3)
+    with pytest.raises(ValueError, match="version"):
+        F4.gemv_nvfp4(x, torch.zeros(16, 128, dtype=torch.uint8), torch.zeros(16, 16, dtype=torch.uint8), 1.0,
+                      version=0)
+
+
 # ---- CPU: the block-scaled W8A8 math itself -----------------------------------------------------------
 def test_blockwise_reference_equals_dequant_matmul():
     g = torch.Generator().manual_seed(4)
@@ -237,8 +296,50 @@ def test_gemv_fp8_matches_reference(M, mode):
     for cfg in [None, (1, 1), (2, 4), (1, 8), (4, 2), (1, 4, 1), (2, 2, 1)]:
         if cfg is not None and not F8.valid_config(*cfg[:2], NT, *cfg[2:]):
             continue  # that variant is not compiled (it spills)
-        y = F8.gemv_fp8(x, w, scale, config=cfg, out=_poison((M, N)))
+        y = F8.gemv_fp8(x, w, scale, config=cfg, out=_poison((M, N)), version=1)
         assert_close(y, ref, terms, "gemv_fp8")
+    # version 2: every compiled (R, NT, C, D) of this M, with a few split-K widths
+    v2 = [None] + [(R, S, C, D) for (R, nt, C, D) in sorted(F8.KERNELS_V2) if nt == NT for S in (1, 2, 8)
+                   if F8.valid_config_v2(R, S, NT, C, D, K)]
+    for cfg in v2:
+        y = F8.gemv_fp8(x, w, scale, config=cfg, out=_poison((M, N)), version=2)
+        assert_close(y, ref, terms, "gemv_fp8")
+    assert_close(F8.gemv_fp8(x, w, scale, out=_poison((M, N))), ref, terms, "gemv_fp8")  # the default path
+
+
+@gpu
+@pytest.mark.parametrize("mode", ["channel", "block"])
+@pytest.mark.parametrize("M", [1, 12])
+def test_gemv_fp8_versions_agree_bit_for_bit(M, mode):
+    """Same (R, S), 128 k per iteration: version 2 does the same products in the same order as version 1."""
+    torch.manual_seed(7 + M)
+    N, K = 272, 2048
+    w = F8.random_codes(N, K)
+    scale = torch.rand(N, device="cuda") + 0.01 if mode == "channel" else \
+        torch.rand(math.ceil(N / 128), K // 128, device="cuda") + 0.01
+    x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+    NT = 1 if M <= 8 else 2
+    for R, S in [(1, 4), (2, 2)]:
+        if not F8.valid_config(R, S, NT, 0):
+            continue
+        y1 = F8.gemv_fp8(x, w, scale, config=(R, S, 0), version=1)
+        for D in (2, 3):
+            if F8.valid_config_v2(R, S, NT, 2, D, K):
+                y2 = F8.gemv_fp8(x, w, scale, config=(R, S, 2, D), version=2)
+                assert torch.equal(y1.view(torch.int16), y2.view(torch.int16)), (R, S, D)
+
+
+@gpu
+def test_gemv_rejects_misaligned_views():
+    N, K = 16, 256
+    buf = torch.zeros(N * K + 1, dtype=torch.uint8, device="cuda")
+    w = buf[1:].view(N, K)  # contiguous, but starts one byte past a 16-byte boundary
+    x = torch.zeros(1, K, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        F8.gemv_fp8(x, w, torch.ones(N, device="cuda"))
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        F4.gemv_nvfp4(x, buf[1:N * K // 2 + 1].view(N, K // 2), torch.zeros(N, K // 16, dtype=torch.uint8,
+                                                                             device="cuda"), 1.0)
 
 
 @gpu
@@ -247,6 +348,9 @@ def test_gemv_nvfp4_matches_reference(M):
     torch.manual_seed(100 + M)
     N, K = 272, 1024
     wp, sc = F4.random_nvfp4(N, K)
+    # normal E4M3 scale codes only (>= 8): version 1 flushes subnormal scales (NVRTC -ftz, see
+    # test_gemv_nvfp4_v2_keeps_subnormal_scales), and the two versions are compared bit for bit below
+    sc = torch.where((sc & 0x7F) < 8, sc | 0x08, sc)
     gs = torch.tensor(0.37, device="cuda")
     x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
     wd = F4.dequant_weight(wp, sc, gs)
@@ -255,8 +359,20 @@ def test_gemv_nvfp4_matches_reference(M):
     for cfg in [None, (1, 2), (2, 4), (1, 4, 1), (2, 2, 1)]:
         if cfg is not None and not F4.valid_config(*cfg[:2], NT, *cfg[2:]):
             continue
-        y = F4.gemv_nvfp4(x, wp, sc, gs, config=cfg, out=_poison((M, N)))
+        y = F4.gemv_nvfp4(x, wp, sc, gs, config=cfg, out=_poison((M, N)), version=1)
         assert_close(y, ref, terms, "gemv_nvfp4")
+        if cfg is not None and len(cfg) == 2:
+            # version 2 on the same (R, S) with C = 2: the same products in the same order, bit for bit
+            for D in (0, 2, 3):
+                if F4.valid_config_v2(*cfg, NT, 2, D, K):
+                    y2 = F4.gemv_nvfp4(x, wp, sc, gs, config=(*cfg, 2, D), version=2)
+                    assert torch.equal(y.view(torch.int16), y2.view(torch.int16)), (cfg, D)
+    v2 = [None] + [(R, S, C, D) for (R, nt, C, D) in sorted(F4.KERNELS_V2) if nt == NT for S in (1, 2, 8)
+                   if F4.valid_config_v2(R, S, NT, C, D, K)]
+    for cfg in v2:
+        y = F4.gemv_nvfp4(x, wp, sc, gs, config=cfg, out=_poison((M, N)), version=2)
+        assert_close(y, ref, terms, "gemv_nvfp4")
+    assert_close(F4.gemv_nvfp4(x, wp, sc, gs, out=_poison((M, N))), ref, terms, "gemv_nvfp4")  # the default path
 
 
 @gpu
@@ -265,8 +381,30 @@ def test_gemv_nvfp4_nan_scale_gives_nan_block():
     wp, sc = F4.random_nvfp4(N, K)
     sc[3, 0] = 0x7F
     x = torch.randn(1, K, device="cuda").to(torch.bfloat16)
-    y = F4.gemv_nvfp4(x, wp, sc, 1.0)
-    assert torch.isnan(y[0, 3]) and bool(torch.isfinite(y[0, :3]).all())
+    for version in (1, 2):
+        y = F4.gemv_nvfp4(x, wp, sc, 1.0, version=version)
+        assert torch.isnan(y[0, 3]) and bool(torch.isfinite(y[0, :3]).all()), version
+        y = F4.gemv_nvfp4(x, wp, sc, 1.0, version=version, config=(1, 1, 2, 2) if version == 2 else None)
+        assert torch.isnan(y[0, 3]) and bool(torch.isfinite(y[0, :3]).all()), version
+
+
+@gpu
+def test_gemv_nvfp4_v2_keeps_subnormal_scales():
+    """Blocks whose E4M3 scale is subnormal (codes 1..7 and 0x81..0x87) still count in version 2.
+
+    Every scale here is subnormal, so the reference is built from them alone: a kernel that flushed
+    them would return zeros (version 1 does, under CuPy's -ftz=true; documented in gemv_nvfp4.py)."""
+    torch.manual_seed(3)
+    N, K = 64, 1024
+    wp, _ = F4.random_nvfp4(N, K)
+    sc = torch.randint(1, 8, (N, K // 16), device="cuda", dtype=torch.int32).to(torch.uint8)
+    sc[::3] |= 0x80  # negative scales too
+    x = torch.randn(4, K, device="cuda").to(torch.bfloat16)
+    wd = F4.dequant_weight(wp, sc, 1.0)
+    ref, terms = x.double() @ wd.T, x.double().abs() @ wd.abs().T
+    for cfg in [None, (1, 2, 2, 0), (2, 2, 2, 2), (1, 2, 4, 0), (1, 2, 4, 2)]:
+        assert_close(F4.gemv_nvfp4(x, wp, sc, 1.0, config=cfg, version=2, out=_poison((4, N))), ref, terms,
+                     "gemv_nvfp4")
 
 
 @gpu

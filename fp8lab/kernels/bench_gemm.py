@@ -7,10 +7,15 @@ One device call does everything, in this order:
   2. pytest tests/test_kernels_gemm.py (GPU tests included), its summary line recorded;
   3. ceilings measured in the same run: copy bandwidth, cuBLAS bf16 and torch._scaled_mm FP8 at 8192^3;
   4. decode: M in {1, 4, 16} x (N, K) in DECODE_SHAPES -- our W8A16 (channel and 128x128 scales) and
-     W4A16 NVFP4 GEMVs against cuBLAS bf16 and torch._scaled_mm (tensorwise, rowwise, blockwise);
+     W4A16 NVFP4 GEMVs, versions 1 and 2 (each tuned over its configs; version 2's names end in _v2),
+     against cuBLAS bf16 and torch._scaled_mm (tensorwise, rowwise, blockwise);
   5. prefill: M = 4096 x (N = K) in {4096, 7168, 14336} -- our four W8A8 kernels against the same anchors;
   6. the accuracy gate of seed 001 on the kernel outputs, and SASS opcode counts (nvcc + cuobjdump).
 Every kernel is checked against the float64 reference on the benchmarked shape before it is timed.
+
+A quick decode-only run (what the kernel work used):
+    python -m fp8lab.kernels.bench gemm --only decode,sass --no-smoke --no-pytest \
+        --decode-shapes 28672x8192,4096x4096 --decode-m 1,16 --out /tmp/gemm_decode.json
 
 Timing: a CUDA graph holds >= 16 calls cycling over weight copies whose total is >= 4x the L2 (the
 harness' sets_for_l2), so the numbers are HBM, not L2, and not Python launch overhead; the median of
@@ -263,7 +268,25 @@ def _check(y, ref, terms, rel=2**-8, acc=2**-13) -> float:
     return float(((y.double() - ref).abs() / (rel * ref.abs() + acc * terms)).max())
 
 
-def bench_decode(skip: set, copy_gbps: float, shapes=DECODE_SHAPES, Ms=DECODE_M) -> tuple[list, list]:
+def _v2_candidates(M: int, N: int, K: int) -> tuple[list, list]:
+    """Every compiled version-2 config of this M with S in {2, 4, 8} (and each default)."""
+    from . import gemv_fp8 as F8
+    from . import gemv_nvfp4 as F4
+
+    NT = 1 if M <= 8 else 2
+
+    def widths(R):  # split-K widths worth trying: small N needs more warps per row tile
+        return {2, 4, 8} if N >= 8192 else {4, 8}
+    c8 = {F8.default_config_v2(M, N, K)} | {(R, S, C, D) for (R, nt, C, D) in F8.KERNELS_V2 if nt == NT
+                                             for S in widths(R)}
+    c4 = {F4.default_config_v2(M, N, K)} | {(R, S, C, D) for (R, nt, C, D) in F4.KERNELS_V2 if nt == NT
+                                             for S in widths(R)}
+    c8 = sorted(c for c in c8 if F8.valid_config_v2(c[0], c[1], NT, c[2], c[3], K) and c[1] * 64 * c[2] <= K)
+    c4 = sorted(c for c in c4 if F4.valid_config_v2(c[0], c[1], NT, c[2], c[3], K) and c[1] * 128 * c[2] <= K)
+    return c8, c4
+
+
+def bench_decode(skip: set, copy_gbps: float, shapes=DECODE_SHAPES, Ms=DECODE_M, versions=(1, 2)) -> tuple[list, list]:
     import torch
 
     from . import gemv_fp8 as F8
@@ -324,29 +347,38 @@ def bench_decode(skip: set, copy_gbps: float, shapes=DECODE_SHAPES, Ms=DECODE_M)
             cands4 = [c for c in {(*F8.default_config(M, N, K, kblock=256), 0), (1, 4, 0), (1, 8, 0), (1, 16, 0),
                                   (2, 2, 0), (2, 4, 0), (2, 8, 0), (1, 4, 1), (1, 8, 1), (2, 4, 1), (2, 8, 1)}
                       if F4.valid_config(min(c[0], 2), c[1], NT, c[2]) and c[1] <= max(1, K // 256)]
+            v2c8, v2c4 = _v2_candidates(M, N, K)
             ours = []
-            for mode, scale in (("channel", sch), ("block", sbl)):
-                ours.append((f"gemv_fp8_{mode}", "gemv_fp8", N * K + scale.numel() * 4,
-                             lambda cfg, scale=scale: [F8.prepare(x, w, scale, config=cfg) for w in w8], cands8,
-                             wd[f"gemv_fp8_{mode}"]))
-            ours.append(("gemv_nvfp4", "gemv_nvfp4", N * K // 2 + N * K // 16,
-                         lambda cfg: [F4.prepare(x, wp, sc, gs, config=cfg) for wp, sc in w4], cands4, wd4))
+            for v, suffix in ((1, ""), (2, "_v2")):
+                if v not in versions:
+                    continue
+                for mode, scale in (("channel", sch), ("block", sbl)):
+                    ours.append((f"gemv_fp8_{mode}{suffix}", "gemv_fp8", N * K + scale.numel() * 4,
+                                 lambda cfg, scale=scale, v=v: [F8.prepare(x, w, scale, config=cfg, version=v) for w in w8],
+                                 cands8 if v == 1 else v2c8, wd[f"gemv_fp8_{mode}"]))
+                ours.append((f"gemv_nvfp4{suffix}", "gemv_nvfp4", N * K // 2 + N * K // 16,
+                             lambda cfg, v=v: [F4.prepare(x, wp, sc, gs, config=cfg, version=v) for wp, sc in w4],
+                             cands4 if v == 1 else v2c4, wd4))
             for name, smoke_name, wbytes, make, cands, wdeq in ours:
                 if smoke_name in skip:
                     notes.append({"kernel": name, "shape": shape, "error": "failed its smoke test: not timed"})
                     continue
                 ref = x.double() @ wdeq.T
                 terms = x.double().abs() @ wdeq.abs().T
-                y = make(None)[0]()
-                torch.cuda.synchronize()
-                err = _check(y, ref, terms)
+                err = 0.0
+                for cfg in [None] + list(cands):  # every config is validated before any is timed
+                    y = make(cfg)[0]()
+                    torch.cuda.synchronize()
+                    err = max(err, _check(y, ref, terms))
                 if not err <= 1.0:
                     notes.append({"kernel": name, "shape": shape, "error": f"validation failed: err/tol {err:.3g}"})
                     log(f"  {name} {shape}: VALIDATION FAILED err/tol {err:.3g}")
                     continue
                 best, tuned = _tune(make, cands, name)
                 t, how = graph_time_us(make(best), rep=30)
-                extra = {"timing": how, "config_RSPF": list(best), "tuned_us": {",".join(map(str, c)): v for c, v in tuned.items()},
+                extra = {"timing": how, "version": 2 if name.endswith("_v2") else 1,
+                         "config_RSCD" if name.endswith("_v2") else "config_RSPF": list(best),
+                         "tuned_us": {",".join(map(str, c)): v for c, v in tuned.items()},
                          "validated_err_over_tol": err, "M": M, "N": N, "K": K, "family": "decode",
                          "weight_bytes": wbytes}
                 for a, ta in anchors.items():
@@ -478,14 +510,40 @@ OPCODES = ("HMMA", "QGMMA", "HGMMA", "IMMA", "F2FP", "F2F", "I2F", "PRMT", "LOP3
            "FFMA", "SYNCS", "WARPGROUP")
 
 
-def sass_report(path: Path) -> dict | None:
-    """Compile the kernels with nvcc (same source as NVRTC), disassemble with cuobjdump, count opcodes per kernel."""
+def inner_loop(block: str) -> dict | None:
+    """Opcode counts of the largest loop (a backward branch) that holds a matrix instruction: the work
+    per iteration, which is what a kernel's speed follows when it is instruction bound.
+
+    Returns {"instructions": n, "HMMA": h, "per_matrix_instruction": n / h, "ops": {opcode: count}}."""
+    ins = [(int(a, 16), t.strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", block)]
+    best = None
+    for addr, text in ins:
+        m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", text)
+        if m and int(m.group(1), 16) <= addr:
+            body = [t for a, t in ins if int(m.group(1), 16) <= a <= addr]
+            if any(re.search(r"\b(HMMA|QGMMA|HGMMA)", t) for t in body) and (best is None or len(body) > len(best)):
+                best = body
+    if best is None:
+        return None
+    ops: dict = {}
+    for t in best:
+        op = re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0]
+        ops[op] = ops.get(op, 0) + 1
+    n_mma = sum(v for k, v in ops.items() if k in ("HMMA", "QGMMA", "HGMMA"))
+    return {"instructions": len(best), "HMMA": n_mma, "per_matrix_instruction": len(best) / n_mma,
+            "ops": dict(sorted(ops.items(), key=lambda kv: -kv[1]))}
+
+
+def sass_report(path: Path, sources=None) -> dict | None:
+    """Compile the kernels with nvcc (same source as NVRTC), disassemble with cuobjdump, count opcodes per
+    kernel and in its inner loop (`inner_loop`). `sources`: only these .cu files (default all four)."""
     nvcc, cuobjdump = shutil.which("nvcc"), shutil.which("cuobjdump")
     if not nvcc or not cuobjdump:
         return None
     counts, text = {}, []
     builds = [("gemv_fp8.cu", ["-arch=sm_90"]), ("gemv_nvfp4.cu", ["-arch=sm_90"]), ("gemm_w8a8.cu", ["-arch=sm_90"]),
               ("gemm_w8a8_wgmma.cu", ["-gencode", "arch=compute_90a,code=sm_90a"])]
+    builds = [b for b in builds if sources is None or b[0] in sources]
     with tempfile.TemporaryDirectory() as td:
         for src, arch in builds:
             cub = Path(td) / (src + ".cubin")
@@ -502,10 +560,14 @@ def sass_report(path: Path) -> dict | None:
                 c["total"] = len(ops)
                 mma_forms = sorted({o + suf for o, suf in ops if "MMA" in o or "GMMA" in o})
                 c["mma_forms"] = mma_forms
+                c["loop"] = inner_loop(block)
                 counts[fname] = c
+                lp = c["loop"]
                 text.append(f"== {fname} ({src}, {' '.join(arch)})\n   " +
-                            "  ".join(f"{k}={v}" for k, v in c.items() if k not in ("mma_forms",)) +
-                            f"\n   matrix instructions: {', '.join(mma_forms) or 'none'}")
+                            "  ".join(f"{k}={v}" for k, v in c.items() if k not in ("mma_forms", "loop")) +
+                            f"\n   matrix instructions: {', '.join(mma_forms) or 'none'}" +
+                            (f"\n   inner loop: {lp['instructions']} instructions, {lp['HMMA']} matrix, "
+                             + " ".join(f"{k}={v}" for k, v in list(lp["ops"].items())[:12]) if lp else ""))
                 samples = [ln.strip() for ln in block.splitlines() if re.search(r"\b(HMMA|QGMMA|HGMMA|F2FP)\b", ln)][:6]
                 text.extend("     " + s for s in samples)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -579,18 +641,19 @@ def goals(data: dict) -> list[dict]:
         rs = [r for r in (find(k, M, 28672, 8192) for k in kernels) if r and r.get(key)]
         return max(rs, key=lambda r: r[key]) if rs else None
 
-    r = best(("gemv_fp8_channel", "gemv_fp8_block"), 1, "speedup")
+    fp8_kernels = ("gemv_fp8_channel", "gemv_fp8_block", "gemv_fp8_channel_v2", "gemv_fp8_block_v2")
+    r = best(fp8_kernels, 1, "speedup")
     out.append({"goal": "W8A16 GEMV M=1 28672x8192 >= 1.9x bf16 cuBLAS", "target": 1.9,
                 "measured": r and r["speedup"], "kernel": r and r["kernel"]})
     for r in res:  # against the FASTEST torch._scaled_mm variant measured at M=16
         if r["kernel"].startswith("gemv_fp8") and r.get("M") == 16 and r.get("N") == 28672:
             r["_vs_best_scaled_mm"] = min((v for k, v in r.items() if k.startswith("speedup_vs_scaled_mm") and v), default=None)
-    r = best(("gemv_fp8_channel", "gemv_fp8_block"), 16, "_vs_best_scaled_mm")
+    r = best(fp8_kernels, 16, "_vs_best_scaled_mm")
     out.append({"goal": "W8A16 M=16 28672x8192 >= 1.5x torch._scaled_mm FP8 (its fastest scaling)", "target": 1.5,
                 "measured": r and r["_vs_best_scaled_mm"], "kernel": r and r["kernel"]})
     for r in res:
         r.pop("_vs_best_scaled_mm", None)
-    r = find("gemv_nvfp4", 1, 28672, 8192)
+    r = best(("gemv_nvfp4", "gemv_nvfp4_v2"), 1, "speedup")
     out.append({"goal": "NVFP4 GEMV M=1 28672x8192 >= 3.5x bf16 cuBLAS", "target": 3.5, "measured": r and r["speedup"],
                 "kernel": r and r["kernel"]})
     cands = [r for r in res if r["kernel"].startswith("w8a8_wgmma") and r.get("M") == 4096 and r.get("N") == 7168
@@ -740,6 +803,9 @@ def main(argv=None) -> int:
     p.add_argument("--no-pytest", action="store_true")
     p.add_argument("--only", default="decode,prefill,gate,sass")
     p.add_argument("--budget-s", type=float, default=float("inf"), help="skip remaining shapes after this many seconds")
+    p.add_argument("--decode-shapes", default=None, help="decode (N, K) shapes as NxK,NxK (default: all DECODE_SHAPES)")
+    p.add_argument("--decode-m", default=None, help="decode token counts as 1,4,16 (default: DECODE_M)")
+    p.add_argument("--versions", default="1,2", help="GEMV versions to time (default both)")
     p.add_argument("--smoke", default=None, help=argparse.SUPPRESS)
     p.add_argument("--progress", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -777,11 +843,17 @@ def main(argv=None) -> int:
 
     dump()
     if "sass" in only:  # cheap and independent of the timings: first, so a cut-short run still has it
-        payload["sass_counts"] = sass_report(Path(args.sass_out))
+        payload["sass_counts"] = sass_report(Path(args.sass_out),
+                                             sources=("gemv_fp8.cu", "gemv_nvfp4.cu") if only == {"decode", "sass"} else None)
         dump()
+    dec_kw = {"versions": tuple(int(v) for v in args.versions.split(","))}
+    if args.decode_shapes:
+        dec_kw["shapes"] = [tuple(int(d) for d in sh.split("x")) for sh in args.decode_shapes.split(",")]
+    if args.decode_m:
+        dec_kw["Ms"] = tuple(int(m) for m in args.decode_m.split(","))
     for phase, fn in (("decode", bench_decode), ("prefill", bench_prefill)):
         if phase in only:
-            r, n = fn(skip, ceilings["copy_gbps"])
+            r, n = fn(skip, ceilings["copy_gbps"], **(dec_kw if phase == "decode" else {}))
             payload["results"] += r
             payload["baseline_and_kernel_notes"] += n
             dump()
