@@ -122,6 +122,31 @@ class KVObserver:
                               f"calibrated on {self.n_tokens} tokens, per {self.granularity}")
 
 
+class OnlineKVCalibration:
+    """Seed 000's `--fp8-kv-calibration-tokens N`: observe the first N tokens the model ever sees, then freeze.
+
+    `make(layer, which)` returns the function for one layer's keys or values. Until a layer has seen N
+    positions its scale comes from what it has seen so far (within one full-window forward the first call
+    already covers positions 0..N-1); afterwards the scale is frozen for every later sequence.
+    """
+
+    def __init__(self, n_tokens: int, granularity: str = "tensor", fmt: str = "e4m3"):
+        self.observer = KVObserver(n_tokens, granularity)
+        self.fmt = fmt
+
+    def make(self, layer: int, which: str):
+        f = _f.get(self.fmt)
+
+        def apply(x: torch.Tensor) -> torch.Tensor:
+            self.observer.observe(layer, which, x)
+            store = self.observer.k_amax if which == "key" else self.observer.v_amax
+            s = store[layer] / f.max
+            s = torch.where(s > 0, s, torch.ones_like(s))
+            return static_fake_quant(x, s, self.fmt)
+
+        return apply
+
+
 @contextmanager
 def _kv_functions(model, make):
     """Install per-layer key/value functions in the attention hook of fp8lab.recipes; restore on exit."""

@@ -29,9 +29,10 @@ value, an exact midpoint (1.5 * 2**k) rounds up. Where they differ:
     (the libraries round on the bits, so the midpoint there sits at 2**-127, not at 1.5 * 2**-127).
   * negative inputs: ml_dtypes gives NaN, torch takes |x|. We give NaN (a negative scale is a bug upstream).
 
-Two implementations agree exhaustively (tests/test_formats.py): `encode` finds the code by comparing the
-input with the exact midpoints of the value table (the reference), `round` computes the value with
-frexp/ldexp arithmetic (the fast path used on model tensors).
+Independent implementations agree exhaustively (tests/test_formats.py): `encode` finds the code by comparing
+the input with the exact midpoints of the value table (the reference); `round` computes the value with
+frexp/ldexp arithmetic, or, for E4M3/E5M2 with saturation, with torch's own float8 cast after clamping to
++-max (the fast path used on model tensors).
 """
 from __future__ import annotations
 
@@ -58,6 +59,9 @@ def _as_f32(x) -> torch.Tensor:
     if arr.dtype.kind not in "fiu":
         raise TypeError(f"expected numbers, got an array of dtype {arr.dtype}")
     return torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32))
+
+
+_TORCH_FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
 
 def _scalar_out(x, y: torch.Tensor):
@@ -251,6 +255,12 @@ class FloatFormat:
         if self.special == "nan_only":
             return _scalar_out(x, self.decode(self.encode(x, saturate)))
         xf = _as_f32(x)
+        if saturate and self.name in _TORCH_FP8:
+            # torch's float8 cast is RNE with subnormals, the same rounding; it differs only on overflow,
+            # which clamping to +-max first turns into saturation. ~5x faster than the arithmetic below
+            # (it matters: the sweep rounds every Linear input on every forward). NaN stays NaN.
+            y = xf.clamp(-self.max, self.max).to(_TORCH_FP8[self.name]).to(torch.float32)
+            return _scalar_out(x, y)
         _, e = torch.frexp(xf)                         # x = m * 2**e, 0.5 <= |m| < 1
         e = torch.clamp(e - 1, min=1 - self.bias)      # binade exponent, subnormals share the lowest
         quantum = torch.ldexp(torch.ones_like(xf), e - self.man_bits)

@@ -66,7 +66,7 @@ def kv_context(model, config: str, ids: torch.Tensor):
         return static_kv(model, StaticKVScales.uncalibrated(_n_layers(model), config[:4]))
     if config == "e4m3-dyn":
         return dynamic_kv(model, "e4m3")
-    if config.startswith("e4m3-cal"):
+    if config in CONFIGS and config.startswith("e4m3-cal"):
         rest = config[len("e4m3-cal"):]
         n, gran = (int(rest.split("-")[0]), "channel") if rest.endswith("-channel") else (int(rest), "tensor")
         obs = KVObserver(n, gran)

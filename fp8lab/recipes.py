@@ -44,10 +44,23 @@ from torch import nn
 from fp8lab.formats import bf16_round
 from fp8lab.scaling import QuantSpec, fake_quant
 
-__all__ = ["Recipe", "RECIPES", "ALIASES", "RecipeError", "get_recipe", "apply_recipe", "remove_recipe",
-           "applied", "list_recipes", "kv_fake_quant", "fast_fake_quant"]
+__all__ = ["Recipe", "KVFunctions", "install_kv_functions", "RECIPES", "ALIASES", "RecipeError", "get_recipe", "apply_recipe", "remove_recipe",
+           "applied", "list_recipes", "kv_fake_quant"]
 
-Slot = Union[QuantSpec, str, None]     # a QuantSpec, "bf16", or None (leave alone)
+@dataclass(frozen=True)
+class KVFunctions:
+    """A key/value slot given as per-layer functions, for static (calibrated) KV scales.
+
+    `new()` is called once each time the recipe is applied and returns `make(layer_idx, "key"|"value")`,
+    which returns the function applied to that layer's keys or values ([batch, kv_heads, seq, head_dim]).
+    Fresh state per application: a calibrated recipe re-calibrates every time it is applied.
+    """
+
+    new: Callable
+    label: str = ""
+
+
+Slot = Union[QuantSpec, str, KVFunctions, None]   # a QuantSpec, "bf16", KVFunctions, or None (leave alone)
 
 
 class RecipeError(ValueError):
@@ -77,6 +90,20 @@ def _S(fmt, gran, **kw) -> QuantSpec:
 _E4T, _E5T = _S("e4m3", "tensor"), _S("e5m2", "tensor")
 _E4N = _S("e4m3", "none")
 
+def _online(n_tokens: int, granularity: str = "tensor", fmt: str = "e4m3") -> KVFunctions:
+    from fp8lab.calibration import OnlineKVCalibration
+    return KVFunctions(lambda: OnlineKVCalibration(n_tokens, granularity, fmt).make,
+                       f"{fmt} calibrated on {n_tokens} tokens per {granularity}")
+
+
+def _unit_scale(fmt: str = "e4m3") -> KVFunctions:
+    from fp8lab.calibration import static_fake_quant
+    one = torch.tensor(1.0)
+    return KVFunctions(lambda: (lambda layer, which: (lambda x: static_fake_quant(x, one, fmt))), f"{fmt} scale 1.0")
+
+
+_UNCAL, _CAL256 = _unit_scale("e4m3"), _online(256)
+
 RECIPES: dict[str, Recipe] = {r.name: r for r in [
     Recipe("baseline", "the model as loaded, float32 compute; every delta is against this"),
     Recipe("bf16", "weights and Linear inputs rounded to bf16 (RNE), float32 accumulate", "bf16", "bf16"),
@@ -100,6 +127,11 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
     Recipe("e5m2-kv", "E5M2 keys (after RoPE) and values only, per-tensor dynamic scale per layer",
            key=_E5T, value=_E5T),
     Recipe("int8-w", "INT8 weights, symmetric, one scale per output channel", _S("int8", "channel", axis=0)),
+    # Static KV scales (fp8lab.calibration): what a serving engine actually stores the cache with.
+    Recipe("e4m3-kv-uncal", "E4M3 keys and values with k_scale = v_scale = 1.0 (vLLM's default without "
+           "checkpoint scales)", key=_UNCAL, value=_UNCAL),
+    Recipe("e4m3-kv-cal256", "E4M3 keys and values, per-layer scales from max |K|, |V| over the first 256 "
+           "tokens the model sees, then frozen (online calibration)", key=_CAL256, value=_CAL256),
 ]}
 ALIASES = {"fp32": "baseline", "none": "baseline"}
 SEED003_RECIPES = ["baseline", "e4m3-w", "e4m3-wa", "e4m3-wakv", "e5m2-w", "e4m3-w-noscale",
@@ -119,59 +151,11 @@ def list_recipes() -> str:
 
 
 # ---- the tensor-level operations ------------------------------------------------------------------------
-_TORCH_FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
-_FAST = ("none", "tensor", "channel", "token", "group")
-
-
-def fast_fake_quant(x: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
-    """scaling.fake_quant, bit for bit, ~5x faster for FP8 with none/tensor/channel/token/group scales.
-
-    Why: a Linear input is fake-quantized on every forward, and scaling.fake_quant's arithmetic rounding
-    (frexp/ldexp, ~10 passes) costs about as much as the matmul itself on a CPU. torch's own float8 cast
-    is round-to-nearest-even with subnormals, i.e. the same rounding; it differs only on overflow (NaN for
-    E4M3, Inf for E5M2), so we clamp to +-fmt.max first, which is what `saturate=True` does. The scale rule is
-    scaling's: s = amax / fmt.max in fp32, 1.0 where that is not > 0, then round(x / s) * s.
-    tests/test_recipes.py checks equality with scaling.fake_quant on several distributions; anything else
-    (INT8, E2M1, block/nvfp4/mx scales, non-float32 input) goes to scaling.fake_quant itself.
-
-    Non-finite input raises, as scaling's default does: a NaN or Inf makes the amax non-finite, so the check
-    costs one scalar comparison.
-    """
-    g = spec.granularity
-    if spec.fmt not in _TORCH_FP8 or g not in _FAST or x.dtype != torch.float32 or x.numel() == 0:
-        return fake_quant(x, spec)
-    fmax = spec.format.max
-    dt = _TORCH_FP8[spec.fmt]
-    a = x.abs()
-    if g == "none":
-        if not torch.isfinite(a.amax()):
-            raise ValueError("fake_quant input holds NaN or Inf values")
-        return x.clamp(-fmax, fmax).to(dt).to(torch.float32)
-    if g == "tensor":
-        amax = a.amax()
-    elif g == "token":
-        amax = a.amax(dim=-1, keepdim=True)
-    elif g == "channel":   # one scale per index along `axis`
-        ax = spec.axis % x.dim()
-        dims = [d for d in range(x.dim()) if d != ax]
-        amax = a.amax(dim=dims, keepdim=True) if dims else a
-    else:  # group: 1 x G along the last dim; a partial last group uses the elements that exist
-        G, K = spec.block_len, x.shape[-1]
-        pad = (-K) % G
-        ag = torch.nn.functional.pad(a, (0, pad)) if pad else a
-        amax = ag.reshape(*ag.shape[:-1], -1, G).amax(dim=-1).repeat_interleave(G, dim=-1)[..., :K]
-    if not bool(torch.isfinite(amax).all()):
-        raise ValueError("fake_quant input holds NaN or Inf values")
-    s = amax / torch.tensor(fmax, dtype=torch.float32)
-    s = torch.where(s > 0, s, torch.ones_like(s))
-    return (x / s).clamp(-fmax, fmax).to(dt).to(torch.float32) * s
-
-
 def _quantizer(slot: Slot) -> Callable[[torch.Tensor], torch.Tensor]:
     if slot == "bf16":
         return bf16_round
     if isinstance(slot, QuantSpec):
-        return lambda x: fast_fake_quant(x, slot)
+        return lambda x: fake_quant(x, slot)
     raise RecipeError(f"bad recipe slot {slot!r}")
 
 
@@ -181,10 +165,12 @@ def kv_fake_quant(x: torch.Tensor, spec: Slot) -> torch.Tensor:
     "channel" means one scale per (kv head, dim) pair over every token and sequence: the tensor is viewed as
     [heads*dim, batch*seq] and scaled per row (axis 0).
     """
+    if callable(spec) and not isinstance(spec, (QuantSpec, str)):
+        return spec(x)          # a per-layer function installed from a KVFunctions slot
     if isinstance(spec, QuantSpec) and spec.granularity == "channel":
         b, h, s, d = x.shape
         rows = x.permute(1, 3, 0, 2).reshape(h * d, b * s)
-        q = fast_fake_quant(rows, spec)
+        q = fake_quant(rows, spec)
         return q.reshape(h, d, b, s).permute(2, 0, 3, 1).contiguous()
     return _quantizer(spec)(x)
 
@@ -303,6 +289,13 @@ def apply_recipe(model: nn.Module, recipe: Recipe | str) -> _Applied:
                 if not mods:
                     raise RecipeError(f"{type(model).__name__}: found no attention modules with k_proj/v_proj")
                 seen = set()
+                makers = {id(sl): sl.new() for sl in (recipe.key, recipe.value) if isinstance(sl, KVFunctions)}
+
+                def resolve(slot, m, which):
+                    if isinstance(slot, KVFunctions):
+                        return makers[id(slot)](int(getattr(m, "layer_idx", 0) or 0), which)
+                    return slot
+
                 for m in mods:
                     cfg = m.config
                     if id(cfg) not in seen:
@@ -312,7 +305,8 @@ def apply_recipe(model: nn.Module, recipe: Recipe | str) -> _Applied:
                             raise RecipeError("a KV wrapper is already installed on this model")
                         st.attn.append((cfg, inner))
                         cfg._attn_implementation = _ensure_kv_wrapper(inner)
-                    m._fp8lab_kv = {"key": recipe.key, "value": recipe.value, "capture": None}
+                    m._fp8lab_kv = {"key": resolve(recipe.key, m, "key"), "value": resolve(recipe.value, m, "value"),
+                                    "capture": None}
                     st.kv_modules.append(m)
                 # the top-level config decides how masks are built; keep it in step with the layers'
                 top = model.config
@@ -357,3 +351,15 @@ def applied(model: nn.Module, recipe: Recipe | str):
         yield model
     finally:
         remove_recipe(model)
+
+
+@contextmanager
+def install_kv_functions(model: nn.Module, make: Callable):
+    """Run the attention with `make(layer_idx, "key"|"value")(x)` applied to the keys (after RoPE) and values.
+
+    The hook of the KV recipes, open to any function: fp8lab.calibration uses it to observe max |K|, |V|
+    and to apply frozen scales.
+    """
+    fn = KVFunctions(lambda: make, "custom KV functions")
+    with applied(model, Recipe("kv-functions", "per-layer functions on the keys and values", key=fn, value=fn)):
+        yield model

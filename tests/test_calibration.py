@@ -67,3 +67,87 @@ def test_buckets_and_summary():
     assert by[("x", 1)]["delta_pct"] == 0 and by[("x", 64)]["ci95_high"] == 0
     r = by[("x", 256)]
     assert r["delta_pct"] == pytest.approx((np.exp(0.1) - 1) * 100) and r["ci95_low"] > 0 and r["n"] == 6
+
+
+# ---- through the real attention hook, on a tiny random Llama ------------------------------------------------
+from tests.test_recipes import tiny_llama  # noqa: E402
+from fp8lab import recipes  # noqa: E402
+
+
+def test_observe_and_static_kv_on_a_model():
+    model = tiny_llama()
+    ids = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = model(ids).logits
+    obs = cal.KVObserver(n_tokens=16)
+    with cal.observe_kv(model, obs), torch.no_grad():
+        same = model(ids).logits
+    assert torch.equal(same, ref)                                # observing changes nothing
+    assert sorted(obs.k_amax) == [0, 1] and sorted(obs.v_amax) == [0, 1]
+    assert all(v == 16 for v in obs.seen.values())
+    scales = obs.scales("e4m3")
+    with cal.static_kv(model, scales), torch.no_grad():
+        q = model(ids).logits
+    assert not torch.equal(q, ref) and torch.allclose(q, ref, atol=0.5)
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, ref)               # removed: bit-identical again
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_static_scale_is_what_the_attention_reads():
+    """Capture the keys inside the hook: they equal static_fake_quant(rope(k), frozen scale)."""
+    model = tiny_llama()
+    ids = torch.randint(0, 256, (1, 24), generator=torch.Generator().manual_seed(1))
+    obs = cal.KVObserver(n_tokens=8)
+    with cal.observe_kv(model, obs), torch.no_grad():
+        model(ids)
+    seen = {}
+    scales = obs.scales()
+    make = lambda layer, which: (lambda x: seen.setdefault((layer, which), (x.clone(), scales.quantize(x, layer, which)))[1])
+    with recipes.install_kv_functions(model, make), torch.no_grad():
+        model(ids)
+    k_raw, k_q = seen[(0, "key")]
+    assert torch.equal(k_q, cal.static_fake_quant(k_raw, scales.k[0]))
+    # tokens after the first 8 may exceed the calibrated amax: those saturate at +-448 * scale
+    assert float(k_q.abs().max()) <= 448 * float(scales.k[0]) * (1 + 1e-6)
+
+
+def test_calibrated_recipes_apply_and_remove():
+    model = tiny_llama()
+    ids = torch.randint(0, 256, (2, 300), generator=torch.Generator().manual_seed(2))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        ref = model(ids).logits
+    for name in ("e4m3-kv-uncal", "e4m3-kv-cal256"):
+        with recipes.applied(model, name), torch.no_grad():
+            out = model(ids).logits
+        assert not torch.equal(out, ref)
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, ref)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_online_calibration_freezes_after_n_tokens():
+    oc = cal.OnlineKVCalibration(n_tokens=4)
+    f = oc.make(0, "key")
+    small = torch.ones(1, 1, 4, 2)
+    big = torch.full((1, 1, 4, 2), 100.0)
+    assert torch.equal(f(small), small)          # scale from these 4 tokens: 1/448, exact
+    assert float(f(big).max()) == 1.0            # frozen: 100 saturates at 448 * (1/448)
+
+
+def test_kv_drift_runs_on_a_tiny_model():
+    model = tiny_llama()
+    windows = torch.randint(0, 256, (3, 80), generator=torch.Generator().manual_seed(3))
+    nll = kv_drift.run(model, windows, ("baseline", "e4m3-uncal", "e4m3-cal16", "e4m3-dyn",
+                                        "e5m2-uncal", "e4m3-cal256-channel"), progress=False)
+    assert all(a.shape == (3, 79) for a in nll.values())
+    rows = kv_drift.summarize(nll, 80, n_boot=100)
+    assert {r["config"] for r in rows} >= {"e4m3-cal16", "e4m3-dyn"}
+    with pytest.raises(ValueError, match="valid: baseline"):
+        kv_drift.kv_context(model, "e4m3-cal", windows[:1])
+
+
+def test_kv_drift_cli_errors(capsys):
+    assert kv_drift.main(["--configs", "fp6"]) == 2
+    assert "valid: baseline" in capsys.readouterr().err

@@ -234,3 +234,32 @@ def test_delayed_scaling_uses_history():
     ds.quantize(torch.ones(4))
     ds.quantize(torch.ones(4))                              # 10 fell out of the 2-long history
     assert torch.isclose(ds.scale, torch.tensor(1 / 448))
+
+
+_DISTS = {"normal": lambda g: torch.randn(3, 50, 256, generator=g),
+          "tiny": lambda g: torch.randn(3, 50, 256, generator=g) * 3e-4,          # under E4M3's floor
+          "outliers": lambda g: torch.randn(3, 50, 256, generator=g) * torch.where(
+              torch.rand(3, 50, 256, generator=g) < 0.01, 300.0, 1.0),
+          "zeros_rows": lambda g: torch.randn(3, 50, 256, generator=g) * (torch.arange(50) % 7 != 0)[None, :, None]}
+
+
+@pytest.mark.parametrize("dist", list(_DISTS))
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("gran,kw", [("none", {}), ("tensor", {}), ("token", {}), ("group", {}),
+                                     ("group", {"group_size": 100}), ("channel", {"axis": 0}),
+                                     ("channel", {"axis": -1})])
+def test_fake_quant_fast_path_equals_quantize_dequantize(dist, fmt, gran, kw):
+    """The fast path (torch float8 cast after clamping) against the table-based encode/decode path."""
+    x = _DISTS[dist](torch.Generator().manual_seed(3))
+    spec = QuantSpec(fmt, gran, **kw)
+    fast, ref = fake_quant(x, spec), dequantize(quantize(x, spec))
+    assert torch.equal(fast, ref)
+    assert torch.equal(torch.signbit(fast), torch.signbit(ref))
+
+
+@pytest.mark.parametrize("gran", ["none", "tensor", "token", "group", "channel"])
+def test_fake_quant_fast_path_refuses_nonfinite(gran):
+    x = torch.ones(4, 8)
+    x[1, 2] = float("nan")
+    with pytest.raises(ValueError, match="1 NaN and 0 Inf"):
+        fake_quant(x, QuantSpec("e4m3", gran))
