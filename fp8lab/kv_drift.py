@@ -131,6 +131,22 @@ def read_csv(path) -> list[dict]:
     return rows
 
 
+def format_table(rows: list[dict]) -> str:
+    """Plain-text table: one line per configuration, one column per position bucket (delta % [95 % CI])."""
+    buckets = list(dict.fromkeys((r["pos_lo"], r["pos_hi"]) for r in rows))
+    head = f"{'config':22s}" + "".join(f"{f'pos {lo}-{hi}':>24s}" for lo, hi in buckets)
+    lines = [head]
+    for c in dict.fromkeys(r["config"] for r in rows):
+        cells = {(r["pos_lo"], r["pos_hi"]): r for r in rows if r["config"] == c}
+        if c == "baseline":
+            lines.append(f"{'baseline (ppl)':22s}" + "".join(f"{cells[b]['ppl']:>24.3f}" for b in buckets))
+            continue
+        lines.append(f"{c:22s}" + "".join(
+            f"{cells[b]['delta_pct']:+7.2f} [{cells[b]['ci95_low']:+.2f},{cells[b]['ci95_high']:+.2f}]".rjust(24)
+            for b in buckets))
+    return "\n".join(lines)
+
+
 def plot(rows: list[dict], path=None, note: str = ""):
     """Perplexity change vs position bucket, one line per KV configuration, with 95 % interval bars."""
     import matplotlib

@@ -344,12 +344,15 @@ def fake_quant(x: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
         amax = a.amax(dim=dims, keepdim=True) if dims else a
     else:  # group: 1 x G along the last dim; a partial last group uses the elements that exist
         G, K = spec.block_len, xf.shape[-1]
-        amax = _grouped(a, G).amax(dim=-1).repeat_interleave(G, dim=-1)[..., :K]
+        amax = _grouped(a, G).amax(dim=-1, keepdim=True)           # [..., ceil(K/G), 1]
     if not bool(torch.isfinite(amax).all()):
         _check_input(x, spec)  # raises with the NaN / Inf counts
     if g == "none":
         return fmt.round(xf).to(x.dtype)
     s = _fp_scale(amax, fmt.max)
+    if g == "group":  # scale each group in place (a view when K % G == 0): no K-wide scale tensor
+        xg = _grouped(xf, G)
+        return (fmt.round(xg / s) * s).reshape(*xg.shape[:-2], -1)[..., :K].to(x.dtype)
     return (fmt.round(xf / s) * s).to(x.dtype)
 
 

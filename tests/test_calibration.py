@@ -67,6 +67,8 @@ def test_buckets_and_summary():
     assert by[("x", 1)]["delta_pct"] == 0 and by[("x", 64)]["ci95_high"] == 0
     r = by[("x", 256)]
     assert r["delta_pct"] == pytest.approx((np.exp(0.1) - 1) * 100) and r["ci95_low"] > 0 and r["n"] == 6
+    table = kv_drift.format_table(rows)
+    assert "pos 256-300" in table and "baseline (ppl)" in table and table.count("\n") == 2
 
 
 # ---- through the real attention hook, on a tiny random Llama ------------------------------------------------
