@@ -148,33 +148,45 @@ def format_table(rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], path=None, note: str = ""):
-    """Perplexity change vs position bucket, one line per KV configuration, with 95 % interval bars."""
+    """Perplexity change vs position bucket, one line per KV configuration, with 95 % interval bars.
+
+    Two panels: every configuration, and a zoom on those within +-10 % (a collapsing configuration would
+    otherwise flatten the differences that matter).
+    """
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
     cfgs = [c for c in dict.fromkeys(r["config"] for r in rows) if c != "baseline"]
-    fig, ax = plt.subplots(figsize=(11, 5.5))
-    for j, c in enumerate(cfgs):
-        rr = [r for r in rows if r["config"] == c]
-        x = np.array([math.sqrt(r["pos_lo"] * r["pos_hi"]) for r in rr]) * (1 + 0.03 * (j - len(cfgs) / 2))
-        y = np.array([r["delta_pct"] for r in rr])
-        err = np.array([[r["delta_pct"] - r["ci95_low"] for r in rr], [r["ci95_high"] - r["delta_pct"] for r in rr]])
-        ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=c)
-    ax.axhline(0, color="black", lw=1)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("position in the context (bucket centre)", fontsize=13)
-    ax.set_ylabel("perplexity change vs baseline KV (%)", fontsize=13)
+    fig, axes = plt.subplots(1, 2, figsize=(15, 5.8))
+    small = [c for c in cfgs if max(abs(r["ci95_high"]) for r in rows if r["config"] == c) < 10]
+    for ax, show in zip(axes, (cfgs, small)):
+        for j, c in enumerate(cfgs):
+            if c not in show:
+                continue
+            rr = [r for r in rows if r["config"] == c]
+            x = np.array([math.sqrt(r["pos_lo"] * r["pos_hi"]) for r in rr]) * (1 + 0.04 * (j - len(cfgs) / 2))
+            y = np.array([r["delta_pct"] for r in rr])
+            err = np.array([[r["delta_pct"] - r["ci95_low"] for r in rr], [r["ci95_high"] - r["delta_pct"] for r in rr]])
+            ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=c, color=f"C{j}")
+        ax.axhline(0, color="black", lw=1)
+        ax.set_xscale("log", base=2)
+        buckets = list(dict.fromkeys((r["pos_lo"], r["pos_hi"]) for r in rows))
+        ax.set_xticks([math.sqrt(lo * hi) for lo, hi in buckets], [f"{lo}-{hi}" for lo, hi in buckets], fontsize=10)
+        ax.set_xlabel("token positions (bucket)", fontsize=13)
+        ax.set_ylabel("perplexity change vs baseline KV (%)", fontsize=12)
+        ax.legend(fontsize=9, ncol=2)
     n = rows[0]["n"]
-    ax.set_title(f"FP8 KV cache: perplexity change by position (95 % paired CI, n = {n} windows)", fontsize=13)
-    ax.legend(fontsize=10, ncol=2)
+    axes[0].set_title(f"every configuration (95 % paired CI, n = {n} windows)", fontsize=12)
+    axes[1].set_title("zoom: configurations within +-10 %", fontsize=12)
+    fig.suptitle("FP8 KV cache: perplexity change by position in the context", fontsize=14)
     if note:
-        fig.text(0.01, 0.01, note, fontsize=8, color="dimgray")
+        fig.text(0.01, 0.01, note, fontsize=9, color="dimgray")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
+        fig.savefig(path, dpi=110)
     return fig
 
 
