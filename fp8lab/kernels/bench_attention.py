@@ -42,31 +42,7 @@ def log(*a):
     print(*a, flush=True)
 
 
-def graph_time_us(calls, min_calls: int = 16, rep: int = 20) -> tuple[float, str]:
-    """Per-call time of `calls` (zero-arg callables, one per rotation set) replayed in a CUDA graph."""
-    import torch
-
-    per = max(1, math.ceil(min_calls / len(calls)))
-    for c in calls:  # warm-up outside the capture (module loads, workspaces)
-        c()
-    torch.cuda.synchronize()
-    try:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, capture_error_mode="thread_local"):
-            for _ in range(per):
-                for c in calls:
-                    c()
-        t = harness.time_us(lambda i: g.replay(), warmup=3, rep=rep)
-        del g
-        return t / (per * len(calls)), "cuda_graph"
-    except Exception as e:  # pragma: no cover - depends on the device
-        torch.cuda.synchronize()
-
-        def run(i):
-            for _ in range(per):
-                for c in calls:
-                    c()
-        return harness.time_us(run, warmup=2, rep=rep) / (per * len(calls)), f"eager ({type(e).__name__})"
+graph_time_us = harness.graph_time_us
 
 
 # ---- inputs ------------------------------------------------------------------------------------------------

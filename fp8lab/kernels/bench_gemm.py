@@ -74,38 +74,7 @@ def source_digest() -> dict:
 
 
 # ---- timing ------------------------------------------------------------------------------------------------
-def graph_time_us(calls, min_calls: int = 16, rep: int = 20) -> tuple[float, str]:
-    """Per-call time of `calls` (zero-arg callables, one per rotation set) replayed in a CUDA graph.
-
-    Falls back to eager launches (noted in the second value) if the capture fails."""
-    import torch
-
-    per = max(1, math.ceil(min_calls / len(calls)))
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up outside the capture: cuBLAS handles, workspaces, module loads
-        for c in calls:
-            c()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    try:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, capture_error_mode="thread_local"):
-            for _ in range(per):
-                for c in calls:
-                    c()
-        t = harness.time_us(lambda i: g.replay(), warmup=3, rep=rep)
-        del g
-        return t / (per * len(calls)), "cuda_graph"
-    except Exception as e:  # pragma: no cover - depends on the device
-        torch.cuda.synchronize()
-        n = per * len(calls)
-
-        def run(i):
-            for _ in range(per):
-                for c in calls:
-                    c()
-        return harness.time_us(run, warmup=2, rep=rep) / n, f"eager ({type(e).__name__})"
+graph_time_us = harness.graph_time_us
 
 
 def n_sets(bytes_per_set: int) -> int:
