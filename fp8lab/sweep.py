@@ -226,6 +226,25 @@ def _rows_for(task, recipe, items, base, lm, plan, size, seconds, n_boot) -> lis
     return rows
 
 
+def delta_table(df, task: str, metric: str, order=None):
+    """One task x metric of a results CSV (as a pandas DataFrame) as a readable table, indexed by recipe.
+
+    delta_table(pd.read_csv("outputs/results.csv"), "ppl", "ppl") ->
+        recipe   ppl ppl   delta (%)   95% CI            n
+        e4m3-w   19.999    +1.07       [+0.69, +1.47]    16
+    """
+    import pandas as pd
+    t = df[(df.task == task) & (df.metric == metric)].set_index("recipe")
+    if t.empty:
+        raise UsageError(f"no rows for task {task!r}, metric {metric!r}")
+    unit = t.delta_unit.iloc[0]
+    out = pd.DataFrame({f"{task} {metric}": t.value.round(4),
+                        f"delta ({unit})": t.delta_pct.map("{:+.2f}".format),
+                        "95% CI": [f"[{lo:+.2f}, {hi:+.2f}]" for lo, hi in zip(t.ci95_low, t.ci95_high)],
+                        "n": t.n})
+    return out.reindex([r for r in order if r in out.index]) if order is not None else out
+
+
 def compare(out: str | Path, task: str, recipe: str, against: str, metric: str | None = None,
             n_boot: int = 2000, seed: int = 0) -> dict:
     """Paired delta of one recipe against ANY other (not only the baseline), from <out>/per_item files.

@@ -119,3 +119,16 @@ def test_tiny_end_to_end_sweep_then_rerun_skips(tmp_path, capsys):
 def test_mc_task_without_lm_eval_backend_is_a_clear_error(tmp_path):
     r = cli("--tasks", "arc_easy", "--out", str(tmp_path))
     assert r.returncode == 2 and "pip install accelerate" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_delta_table_formats_and_orders():
+    import pandas as pd
+    from fp8lab.sweep import UsageError, delta_table
+    df = pd.DataFrame({"recipe": ["baseline", "a", "b"], "task": "ppl", "metric": "ppl", "value": [10.0, 10.1, 10.3],
+                       "delta_pct": [0.0, 1.0, 3.0], "ci95_low": [0.0, 0.5, 2.0], "ci95_high": [0.0, 1.5, 4.0],
+                       "delta_unit": "%", "n": 16})
+    t = delta_table(df, "ppl", "ppl", ["b", "baseline", "missing"])
+    assert list(t.index) == ["b", "baseline"]
+    assert t.loc["b", "delta (%)"] == "+3.00" and t.loc["b", "95% CI"] == "[+2.00, +4.00]"
+    with pytest.raises(UsageError, match="no rows"):
+        delta_table(df, "arc_easy", "acc")
