@@ -466,12 +466,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.bench_overhead:
             from fp8lab import overhead
             return overhead.main(args, argv)
-        if args.plot and not compute_asked:
+        if args.plot and not compute_asked and (Path(args.out) / "results.csv").is_file():
+            # --plot alone redraws from the CSV without recomputing; with no CSV yet it runs the default sweep
+            # first (so the README's main command works in an empty --out folder too)
             from fp8lab import plots
-            csv_path = Path(args.out) / "results.csv"
-            if not csv_path.is_file():
-                raise UsageError(f"--plot alone redraws from {csv_path}, which does not exist; run a sweep first")
-            for p in plots.plot_sweep(csv_path, Path(args.out)):
+            for p in plots.plot_sweep(Path(args.out) / "results.csv", Path(args.out)):
                 print(p)
             return 0
         plan = _resolve(args)

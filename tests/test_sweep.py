@@ -132,3 +132,17 @@ def test_delta_table_formats_and_orders():
     assert t.loc["b", "delta (%)"] == "+3.00" and t.loc["b", "95% CI"] == "[+2.00, +4.00]"
     with pytest.raises(UsageError, match="no rows"):
         delta_table(df, "arc_easy", "acc")
+
+
+def test_plot_alone_redraws_or_computes_the_default(tmp_path, monkeypatch):
+    """--plot alone: redraw when <out>/results.csv exists, else run the default sweep first (never an error)."""
+    from fp8lab import plots, sweep as S
+    calls = []
+    monkeypatch.setattr(S, "run_sweep", lambda plan, args, argv: calls.append(plan) or (tmp_path / "results.csv"))
+    monkeypatch.setattr(plots, "plot_sweep", lambda csv, out: calls.append(("plot", csv)) or [])
+    assert S.main(["--plot", "--out", str(tmp_path), "--quiet"]) == 0
+    assert isinstance(calls[0], dict) and calls[1][0] == "plot"          # computed the default, then plotted
+    calls.clear()
+    (tmp_path / "results.csv").write_text("model\n")
+    assert S.main(["--plot", "--out", str(tmp_path)]) == 0
+    assert calls == [("plot", tmp_path / "results.csv")]               # redrew only
