@@ -101,3 +101,20 @@ def as_torch(a):
     import torch
 
     return torch.from_dlpack(a)
+
+
+def byte_codes(t, name: str, what: str = "E4M3 codes"):
+    """A tensor of 8-bit codes as uint8, viewing torch.float8_e4m3fn in place; a clear TypeError otherwise.
+
+    Every kernel wrapper that takes stored bytes (E4M3 weights, E4M3 scales, packed E2M1 nibbles) checks them
+    here, on the CPU, before any CUDA call.
+    """
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype == torch.float8_e4m3fn:
+        return t.view(torch.uint8)
+    if t.dtype != torch.uint8:
+        raise TypeError(f"{name} must hold {what} as uint8 or torch.float8_e4m3fn, got {t.dtype}")
+    return t

@@ -43,14 +43,7 @@ DEFAULT_VERSION = None  # None: per shape, see default_version
 _SMEM_OPTIN = 227 * 1024  # sm_90's per-block shared-memory ceiling (opt-in above 48 KiB)
 
 
-def _fp8_codes(w: torch.Tensor, name: str) -> torch.Tensor:
-    if not isinstance(w, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(w).__name__}")
-    if w.dtype == torch.float8_e4m3fn:
-        return w.view(torch.uint8)
-    if w.dtype != torch.uint8:
-        raise TypeError(f"{name} must hold E4M3 codes as uint8 or torch.float8_e4m3fn, got {w.dtype}")
-    return w
+_fp8_codes = _cuda.byte_codes  # E4M3 weights / activations: uint8 codes or a float8_e4m3fn view
 
 
 def check_activations(x, K: int | None = None) -> tuple[int, int]:

@@ -42,20 +42,10 @@ KERNELS_V2 = {(1, 1, 2, 0), (2, 1, 2, 0), (1, 1, 2, 2), (2, 1, 2, 2), (1, 1, 4, 
 DEFAULT_VERSION = 2
 
 
-def _u8(t, name):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype == torch.float8_e4m3fn:
-        return t.view(torch.uint8)
-    if t.dtype != torch.uint8:
-        raise TypeError(f"{name} must be uint8, got {t.dtype}")
-    return t
-
-
 def check_args(x, w_packed, scale_codes, global_scale) -> tuple[int, int, int]:
     """Validate before any CUDA call; returns (M, N, K)."""
-    w_packed = _u8(w_packed, "w_packed")
-    scale_codes = _u8(scale_codes, "scale_codes")
+    w_packed = _cuda.byte_codes(w_packed, "w_packed", "packed E2M1 nibbles")
+    scale_codes = _cuda.byte_codes(scale_codes, "scale_codes", "E4M3 scale codes")
     if w_packed.dim() != 2:
         raise ValueError(f"w_packed must be 2-D [N, K/2], got shape {tuple(w_packed.shape)}")
     N, KH = w_packed.shape
@@ -122,7 +112,8 @@ def prepare(x, w_packed, scale_codes, global_scale, *, config=None, out=None, ve
     if version not in (1, 2):
         raise ValueError(f"version must be 1 or 2, got {version!r}")
     M, N, K = check_args(x, w_packed, scale_codes, global_scale)
-    w_packed, scale_codes = _u8(w_packed, "w_packed"), _u8(scale_codes, "scale_codes")
+    w_packed = _cuda.byte_codes(w_packed, "w_packed", "packed E2M1 nibbles")
+    scale_codes = _cuda.byte_codes(scale_codes, "scale_codes", "E4M3 scale codes")
     NT = 1 if M <= 8 else 2
     if version == 2:
         R, S, C, D = config if config is not None else default_config_v2(M, N, K)
@@ -193,8 +184,8 @@ def unpack(w_packed: torch.Tensor) -> torch.Tensor:
 
 def dequant_weight(w_packed, scale_codes, global_scale) -> torch.Tensor:
     """float64 [N, K]: e2m1 * e4m3(scale) * global, as fp8lab.scaling.dequantize."""
-    v = decode_e2m1(unpack(_u8(w_packed, "w_packed")))
-    s = decode_e4m3(_u8(scale_codes, "scale_codes")).repeat_interleave(16, dim=1)
+    v = decode_e2m1(unpack(_cuda.byte_codes(w_packed, "w_packed", "packed E2M1 nibbles")))
+    s = decode_e4m3(_cuda.byte_codes(scale_codes, "scale_codes", "E4M3 scale codes")).repeat_interleave(16, dim=1)
     g = global_scale.double().reshape(()) if isinstance(global_scale, torch.Tensor) else float(global_scale)
     return v * s * g
 
