@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import json
 import math
 import sys
@@ -30,6 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .csvrows import read_rows, write_rows
 from .calibration import KVObserver, StaticKVScales, dynamic_kv, observe_kv, static_kv
 from .stats import paired_bootstrap_ci
 
@@ -111,18 +111,8 @@ def summarize(nll: dict[str, np.ndarray], seq_len: int, n_boot: int = 2000) -> l
     return rows
 
 
-def write_csv(rows: list[dict], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    return path
-
-
 def read_csv(path) -> list[dict]:
-    with Path(path).open() as fh:
-        rows = list(csv.DictReader(fh))
+    rows = read_rows(path)
     for r in rows:
         for k in ("pos_lo", "pos_hi", "n"):
             r[k] = int(r[k])
@@ -223,7 +213,7 @@ def main(argv=None) -> int:
     windows, _ = data.token_windows(lm.tokenizer, corpus.text, a.seq_len, a.windows)
     nll = run(lm.model, windows, configs)
     rows = summarize(nll, a.seq_len)
-    write_csv(rows, out / "kv_drift.csv")
+    write_rows(rows, out / "kv_drift.csv")
     note = lm.model_note
     prov = {"command": "python -m fp8lab.kv_drift " + " ".join(argv if argv is not None else sys.argv[1:]),
             "git_commit": git_commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -17,12 +17,12 @@ plain rounding in the element format (E2M1's grid is {0, .5, 1, 1.5, 2, 3, 4, 6}
 """
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import torch
 
 from . import metrics
+from .csvrows import write_rows
 from .scaling import QuantSpec, fake_quant
 
 # name -> (spec without scale, spec with the format's production scaling)
@@ -66,13 +66,7 @@ def underflow_probe(formats=tuple(PROBE_FORMATS), n: int = 4096, seed: int = 0) 
 
 def write_csv(rows: list[dict], path) -> Path:
     """Write probe rows to CSV (outputs/probe.csv)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    return path
+    return write_rows(rows, path)
 
 
 def format_table(rows: list[dict]) -> str:

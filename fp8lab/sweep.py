@@ -21,7 +21,7 @@ percentage points. `delta_unit` says which; ci95_low/high are in the same unit.
 from __future__ import annotations
 
 import argparse
-import csv
+from fp8lab.csvrows import read_rows, write_rows
 import datetime as _dt
 import json
 import logging
@@ -52,21 +52,11 @@ class UsageError(Exception):
 
 
 # ---- CSV ------------------------------------------------------------------------------------------------
-def read_csv(path: str | Path) -> list[dict]:
-    p = Path(path)
-    if not p.is_file():
-        return []
-    with open(p, newline="") as f:
-        return list(csv.DictReader(f))
+read_csv = read_rows
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_suffix(".csv.partial")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    tmp.replace(path)
+    write_rows(rows, path, CSV_FIELDS)
 
 
 def _key(row: dict) -> tuple:
