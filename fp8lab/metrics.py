@@ -82,17 +82,3 @@ def cosine(x, x_hat) -> float:
     if den == 0:
         return 1.0 if bool(torch.equal(x, y)) else 0.0
     return (x @ y).item() / den
-
-
-def summary(x, x_hat, fmt_max: float | None = None) -> dict:
-    """All metrics at once, as a dict (one table row)."""
-    out = {
-        "rel_err": relative_error(x, x_hat),
-        "mean_rel_err": mean_relative_error(x, x_hat),
-        "sqnr_db": sqnr_db(x, x_hat),
-        "flushed_pct": flushed_pct(x, x_hat),
-        "cosine": cosine(x, x_hat),
-    }
-    if fmt_max is not None:
-        out["saturated_pct"] = saturated_pct(x_hat, fmt_max)
-    return out

@@ -96,13 +96,6 @@ def as_cupy(t):
     raise TypeError(f"expected a torch CUDA tensor or a CuPy array, got {type(t).__name__}")
 
 
-def as_torch(a):
-    """Zero-copy view of a CuPy array as a torch tensor (DLPack)."""
-    import torch
-
-    return torch.from_dlpack(a)
-
-
 def byte_codes(t, name: str, what: str = "E4M3 codes"):
     """A tensor of 8-bit codes as uint8, viewing torch.float8_e4m3fn in place; a clear TypeError otherwise.
 
