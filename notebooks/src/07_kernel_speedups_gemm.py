@@ -50,7 +50,7 @@ print("pytest on the H200:", data["pytest"])
 
 The issue set four targets. They were written against the reference file's cuBLAS numbers (bf16 GEMV at 3.47 TB/s,
 cuBLASLt FP8 at M = 16 only 1.05–1.45× faster than bf16 M = 1). In this run, timed with CUDA graphs, cuBLAS' bf16 GEMV
-reads at ~4.4 TB/s and `_scaled_mm` tensorwise at M = 16 runs at ~4.2 TB/s, which moves two of the targets beyond what
+reads at ~4.3 TB/s and `_scaled_mm` tensorwise at M = 16 runs at ~4.1 TB/s (final run), which moves two of the targets beyond what
 memory bandwidth allows (a 1.5× win over a kernel already at the read roof would need ~6 TB/s).
 """),
 ("code", r"""
@@ -113,11 +113,12 @@ version of the same kernel (~205 TFLOP/s: its conversion is one instruction per 
 multiply), and both are 2.5–3.5× slower than the `wgmma` kernels, whose SASS shows `QGMMA.64x128x32.F32.E4M3.E4M3`.
 A kernel "uses FP8 tensor cores" only if the disassembly says so.
 
-Why the `wgmma` kernels stop near 700 TFLOP/s while `torch._scaled_mm` blockwise reaches ~1090: a 128×128 FP8 tile
+Why the `wgmma` kernels stop near 700 TFLOP/s while `torch._scaled_mm` blockwise reaches ~1075: a 128×128 FP8 tile
 does 2·128·128 FLOP for every 256 bytes it pulls from L2 per k, i.e. 128 FLOP/byte, so 700 TFLOP/s already needs
-~5.5 TB/s of L2→shared-memory traffic. The 256×128 tile (`wgmma_256`, 171 FLOP/B) wins only at the largest shape,
-because its barrier-synchronised loop serialises more; the warp-specialised `wgmma_ws` (no block barrier, one math
-warpgroup promotes while the other multiplies) is the fastest at 4096 and 7168. What the library has and these kernels
+~5.5 TB/s of L2→shared-memory traffic. The 256×128 tile (`wgmma_256`, 171 FLOP/B) beat the others only at the largest shape in an earlier run
+and not in the final one, because its barrier-synchronised loop serialises more; the warp-specialised `wgmma_ws` (no
+block barrier, one math warpgroup promotes while the other multiplies) is the fastest at every prefill shape of the
+final run. What the library has and these kernels
 do not: TMA with cluster multicast (one L2 read feeding two SMs) and a persistent, L2-aware tile schedule.
 """),
 ("md", r"""
