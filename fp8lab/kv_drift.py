@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .csvrows import read_rows, write_rows
+from .store import read_rows, write_rows
 from .calibration import KVObserver, StaticKVScales, dynamic_kv, observe_kv, static_kv
 from .stats import paired_bootstrap_ci
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from . import metrics
-from .csvrows import write_rows
+from .store import write_rows
 from .scaling import QuantSpec, fake_quant
 
 # name -> (spec without scale, spec with the format's production scaling)

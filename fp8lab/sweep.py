@@ -21,7 +21,7 @@ percentage points. `delta_unit` says which; ci95_low/high are in the same unit.
 from __future__ import annotations
 
 import argparse
-from fp8lab.csvrows import read_rows, write_rows
+from fp8lab.store import read_rows, write_rows
 import datetime as _dt
 import json
 import logging

@@ -1,0 +1,161 @@
+"""The result store: atomic writes, validated reads, one writer per folder; and the provenance record."""
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fp8lab import provenance as P
+from fp8lab.store import (DamagedFile, FolderBusy, FolderLock, atomic_write_json, atomic_write_text, read_json,
+                          read_rows, write_rows)
+
+
+def test_rows_round_trip_header_and_no_temp_left(tmp_path):
+    p = write_rows([{"a": 1, "b": 2.5}, {"a": 3, "b": -1}], tmp_path / "sub" / "x.csv")
+    assert read_rows(p) == [{"a": "1", "b": "2.5"}, {"a": "3", "b": "-1"}]
+    assert sorted(os.listdir(p.parent)) == ["x.csv"]                      # no temp file left behind
+    write_rows([{"a": 1, "z": 9}], p, fieldnames=["a"])                    # extra keys ignored, given header kept
+    assert p.read_text().splitlines() == ["a", "1"]
+
+
+def test_rows_missing_and_empty(tmp_path):
+    assert read_rows(tmp_path / "none.csv") == []
+    with pytest.raises(ValueError, match="no rows"):
+        write_rows([], tmp_path / "e.csv")
+    assert read_rows(write_rows([], tmp_path / "e.csv", fieldnames=["a"])) == []
+
+
+@pytest.mark.parametrize("text, why", [
+    ("a,b\n1,2\n3", "incomplete"),          # cut mid-row by a crash: no final newline
+    ("a,b\n1,2\n3,4,5\n", "3 fields"),      # a garbage line
+    ("", "no header"),                      # truncated to nothing
+])
+def test_damaged_csv_is_refused(tmp_path, text, why):
+    p = tmp_path / "r.csv"
+    p.write_text(text)
+    with pytest.raises(DamagedFile, match=why):
+        read_rows(p)
+
+
+def test_csv_header_checked_when_given(tmp_path):
+    p = write_rows([{"a": 1}], tmp_path / "r.csv")
+    with pytest.raises(DamagedFile, match="header"):
+        read_rows(p, fieldnames=["a", "b"])
+
+
+def test_json_atomic_and_validated(tmp_path):
+    p = atomic_write_json(tmp_path / "x.json", {"a": 1})
+    assert read_json(p, required=("a",)) == {"a": 1}
+    with pytest.raises(DamagedFile, match="missing"):
+        read_json(p, required=("b",))
+    p.write_text('{"a": ')                                                 # truncated
+    with pytest.raises(DamagedFile, match="not valid JSON"):
+        read_json(p)
+    p.write_text("[1, 2]")
+    with pytest.raises(DamagedFile, match="JSON object"):
+        read_json(p)
+    with pytest.raises(ValueError):                                        # NaN is not JSON: refused, file untouched
+        atomic_write_json(p, {"x": float("nan")})
+    assert p.read_text() == "[1, 2]"
+
+
+def test_atomic_write_refuses_a_directory(tmp_path):
+    (tmp_path / "d").mkdir()
+    with pytest.raises(IsADirectoryError):
+        atomic_write_text(tmp_path / "d", "x")
+
+
+def _hold(folder, ready, release):
+    with FolderLock(folder, command="holder-cmd"):
+        ready.set()
+        release.wait(20)
+
+
+def test_folder_lock_refuses_a_second_writer_and_names_the_holder(tmp_path):
+    ctx = mp.get_context("fork")
+    ready, release = ctx.Event(), ctx.Event()
+    p = ctx.Process(target=_hold, args=(tmp_path, ready, release))
+    p.start()
+    try:
+        assert ready.wait(20)
+        with pytest.raises(FolderBusy, match="holder-cmd"):
+            with FolderLock(tmp_path, command="second"):
+                pass
+    finally:
+        release.set()
+        p.join(20)
+    with FolderLock(tmp_path, command="third"):                            # free again once the holder is gone
+        pass
+
+
+def test_folder_lock_released_when_the_holder_is_killed(tmp_path):
+    code = ("import sys, time; from fp8lab.store import FolderLock\n"
+            f"l = FolderLock({str(tmp_path)!r}, 'victim').__enter__(); print('held', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        with pytest.raises(FolderBusy):
+            with FolderLock(tmp_path):
+                pass
+    finally:
+        proc.kill()
+        proc.wait()
+    with FolderLock(tmp_path, wait=5):                                     # no stale lock after SIGKILL
+        pass
+
+
+def test_folder_lock_waits_when_asked(tmp_path):
+    ctx = mp.get_context("fork")
+    ready, release = ctx.Event(), ctx.Event()
+    p = ctx.Process(target=_hold, args=(tmp_path, ready, release))
+    p.start()
+    assert ready.wait(20)
+    t0 = time.monotonic()
+    ctx.Process(target=lambda: (time.sleep(0.5), release.set())).start()
+    with FolderLock(tmp_path, wait=15):
+        assert time.monotonic() - t0 >= 0.4
+    p.join(20)
+
+
+# ---- provenance -------------------------------------------------------------------------------------
+def test_provenance_has_commit_state_device_date_command():
+    rec = P.provenance("python -m fp8lab.x --y")
+    assert rec["command"] == "python -m fp8lab.x --y"
+    assert rec["dirty"] in (True, False, None)
+    assert rec["device"] and rec["date"][:2] == "20"
+    assert rec["packages"]["python"]
+    json.dumps(rec)                                                        # storable as it is
+
+
+def test_env_commit_wins_and_dirty_mark_survives(monkeypatch):
+    monkeypatch.setenv("FP8LAB_GIT_COMMIT", "a" * 40 + "+dirty")
+    rec = P.provenance("x")
+    assert rec["git_commit"] == "a" * 40 and rec["dirty"] is True and not P.is_clean(rec)
+    monkeypatch.setenv("FP8LAB_GIT_COMMIT", "b" * 40)
+    assert P.is_clean(P.provenance("x"))
+
+
+def test_git_state_of_a_scratch_repo(tmp_path):
+    run = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)
+    run("init", "-q")
+    run("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "x")
+    clean = P.git_state(tmp_path)
+    assert clean["dirty"] is False and len(clean["git_commit"]) == 40 and clean["diff_sha256"] is None
+    (tmp_path / "new.txt").write_text("1")                                 # an untracked file makes the tree dirty
+    d1 = P.git_state(tmp_path)
+    (tmp_path / "new.txt").write_text("2")
+    d2 = P.git_state(tmp_path)
+    assert d1["dirty"] and d2["dirty"] and d1["diff_sha256"] != d2["diff_sha256"]
+
+
+@pytest.mark.parametrize("prov, want", [
+    ({"git_commit": "c" * 40, "dirty": False, "device": "NVIDIA H200", "date": "2026-12-01T00:00", "command": "x"},
+     "(clean)"),
+    ({"git_commit": "c" * 40 + "+dirty", "device": "cpu", "date": "2026-12-01", "command": "x"}, "DIRTY"),
+    ({"git": {"commit": "c" * 40, "dirty": True}, "date": "2026", "command": "x"}, "DIRTY"),  # the sweep's old schema
+])
+def test_describe_never_hides_a_dirty_tree(prov, want):
+    assert want in P.describe(prov)
