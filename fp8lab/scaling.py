@@ -192,6 +192,11 @@ def _const(v: float, like: torch.Tensor) -> torch.Tensor:
     return torch.tensor(v, dtype=torch.float32, device=like.device)
 
 
+def _tensor(v) -> torch.Tensor:
+    """float32 view of a tensor (kept on its device), or a new tensor from a Python number / list."""
+    return v.float() if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=torch.float32)
+
+
 def _check_shape(x: torch.Tensor, spec: QuantSpec) -> None:
     """Type, dtype and dimensions (no pass over the values)."""
     if not isinstance(x, torch.Tensor):
@@ -236,7 +241,7 @@ def scale_from_amax(amax: torch.Tensor, fmt) -> torch.Tensor:
     scale_from_amax(torch.tensor(2.0), "e4m3")                 -> 0.004464286 (2 / 448)
     """
     fmt = _f.get(fmt) if isinstance(fmt, str) else fmt
-    a = torch.as_tensor(amax).float()
+    a = _tensor(amax)
     s = a / _const(fmt.max, a)
     return torch.where(s > 0, s, torch.ones_like(s))
 
@@ -359,7 +364,7 @@ def nvfp4_global_scale(amax: torch.Tensor) -> torch.Tensor:
 
     nvfp4_global_scale(torch.tensor(2688.0)) -> 1.0
     """
-    a = torch.as_tensor(amax).float()
+    a = _tensor(amax)
     gs = a / _const(_f.NVFP4_GLOBAL_DIV, a)
     return torch.where(gs > 0, gs, torch.ones_like(gs))
 
@@ -368,7 +373,7 @@ def _quantize_nvfp4(xf, a, spec, gamax: torch.Tensor | None = None) -> Quantized
     K = xf.shape[-1]
     rule = spec.rule
     B = _f.NVFP4_BLOCK
-    gs = nvfp4_global_scale(a.max() if gamax is None else torch.as_tensor(gamax, device=xf.device))
+    gs = nvfp4_global_scale(a.max() if gamax is None else gamax)
     bamax = _grouped(a, B).amax(dim=-1)
     six = _const(_f.E2M1.max, xf)
     if rule == "modelopt":
@@ -405,7 +410,7 @@ def mx_scale_exponent(amax: torch.Tensor, fmt, rule: str = "floor") -> torch.Ten
     fmt = _f.get(fmt) if isinstance(fmt, str) else fmt
     if rule not in MX_RULES:
         raise ValueError(f"unknown MX scale rule {rule!r}; valid: {', '.join(MX_RULES)}")
-    a = torch.as_tensor(amax).float().contiguous()
+    a = _tensor(amax).contiguous()
     bits = a.view(torch.int32)
     if rule == "floor":
         e = _f.floor_log2_f32(a) - fmt.emax
@@ -545,7 +550,8 @@ def quantize_nvfp4(w: torch.Tensor, global_amax: torch.Tensor | float | None = N
     else:
         ga = None
         if global_amax is not None:
-            ga = torch.as_tensor(global_amax, dtype=torch.float32, device=xf.device)
+            ga = (global_amax.to(xf.device) if isinstance(global_amax, torch.Tensor)
+                  else torch.tensor(global_amax, device=xf.device)).float()
             if ga.numel() != 1 or not bool(torch.isfinite(ga).all()) or float(ga) < 0:
                 raise ValueError(f"global_amax must be one finite value >= 0, got {global_amax!r}")
             ga = ga.reshape(())
@@ -631,12 +637,14 @@ class DelayedScaling:
 
     def _scale_of(self, amax: float) -> torch.Tensor:
         """amax * 2**margin / fmt.max in float32 (CPU); 1.0 for amax == 0; ValueError if it leaves float32."""
+        cpu = torch.device("cpu")
         if amax == 0:
-            return torch.tensor(1.0)
+            return torch.tensor(1.0, device=cpu)
         top = math.ldexp(amax, self.margin)                    # exact in float64 for |margin| <= 127
         if top > _F32_MAX:
             raise ValueError(f"DelayedScaling: amax {amax:.4g} * 2**{self.margin} overflows float32; lower margin")
-        s = torch.tensor(top, dtype=torch.float32) / torch.tensor(self.spec.format.max, dtype=torch.float32)
+        s = (torch.tensor(top, dtype=torch.float32, device=cpu)
+             / torch.tensor(self.spec.format.max, dtype=torch.float32, device=cpu))
         if not float(s) > 0:
             raise ValueError(f"DelayedScaling: amax {amax:.4g} * 2**{self.margin} / {self.spec.format.max:g} "
                              "underflows float32 to 0; raise margin")
