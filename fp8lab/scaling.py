@@ -238,7 +238,7 @@ def scale_from_amax(amax: torch.Tensor, fmt) -> torch.Tensor:
     """THE FP8/INT8 scale rule: amax / fmt.max in float32, on amax's device (IEEE division); 1.0 where not > 0.
 
     scale_from_amax(torch.tensor([448.0, 0.0, 1e-45]), "e4m3") -> [1.0, 1.0, 1.0]   # zero and underflow -> 1
-    scale_from_amax(torch.tensor(2.0), "e4m3")                 -> 0.004464286 (2 / 448)
+    scale_from_amax(torch.tensor(2.0), "e4m3")                 -> 0.0044642859 (2 / 448 in float32)
     """
     fmt = _f.get(fmt) if isinstance(fmt, str) else fmt
     a = _tensor(amax)
@@ -518,7 +518,7 @@ def fake_quant(x: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
 def quantize_weight_channel(w: torch.Tensor, fmt: str = "e4m3", nonfinite: str = "raise"):
     """Per-output-channel weights [N, K] -> (codes uint8 [N, K], scale fp32 [N]): scale = amax_row / fmt.max.
 
-    quantize_weight_channel(torch.tensor([[1.0, -2.0], [0.0, 0.0]])) -> codes [[0x66, 0xFE], [0, 0]], scale [2/448, 1.0]
+    quantize_weight_channel(torch.tensor([[1.0, -2.0], [0.0, 0.0]])) -> codes [[0x76, 0xFE], [0, 0]], scale [2/448, 1.0]
     """
     q = quantize(w, QuantSpec(fmt, "channel", axis=0, nonfinite=nonfinite))
     return q.codes, q.scale
