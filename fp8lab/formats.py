@@ -358,7 +358,7 @@ class FloatFormat:
         if self.name in _TORCH_FP8:
             c = xf.clamp(-self.max, self.max).to(_TORCH_FP8[self.name]).view(torch.uint8)
             return c.masked_fill(torch.isnan(xf), self.nan_code)
-        if self is E2M1 or (self.special == "none" and self.exp_bits == 2 and self.man_bits == 1):
+        if self is E2M1:
             mag = xf.abs()
             idx = torch.zeros(xf.shape, dtype=torch.uint8, device=xf.device)
             for t, strict in e2m1_midpoints():

@@ -85,7 +85,8 @@ MX_RULES = ("floor", "rceil", "ceil", "even")
 NVFP4_RULES = ("lab", "torchao", "modelopt")
 _DEFAULT_RULE = {"mx": "floor", "nvfp4": "lab"}
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-_F32_MAX = 3.4028234663852886e38
+_F32_MAX = 3.4028234663852886e38   # float32's largest finite value, (2 - 2**-23) * 2**127
+_F32_EMAX = 127
 
 
 def _as_int(value, what: str, minimum: int = 1) -> int:
@@ -417,14 +418,15 @@ def mx_scale_exponent(amax: torch.Tensor, fmt, rule: str = "floor") -> torch.Ten
     elif rule == "ceil":
         e = _f.floor_log2_f32(a) + ((bits & 0x7FFFFF) != 0).to(torch.int32) - fmt.emax
     elif rule == "even":  # round amax to fmt's mantissa width on the bits (carry may bump the exponent)
-        r = (bits + (1 << (22 - fmt.man_bits))) & (0x1FF << 23)
-        e = ((r >> 23) & 0xFF) - 127 - fmt.emax
-    else:  # rceil: descale = amax / max (IEEE, fp32), rounded UP to a power of two on its bits
-        d = (a / _const(fmt.max, a)).contiguous().view(torch.int32)
+        r = (bits + (1 << (22 - fmt.man_bits))) & 0x7F800000       # amax >= 0: keep the exponent only
+        e = _f.floor_log2_f32(r.view(torch.float32)) - fmt.emax
+    else:  # rceil: descale = amax / max (IEEE, fp32), rounded UP to a power of two on its bits (E8M0 is
+        d = (a / _const(fmt.max, a)).contiguous().view(torch.int32)     # float32's exponent field, same bias)
         E, m = (d >> 23) & 0xFF, d & 0x7FFFFF
         code = torch.where(E == 0, (m > 0x400000).to(torch.int32), E + (m != 0).to(torch.int32))
-        e = code - 127
-    return e.clamp(-127, 127 - fmt.emax).to(torch.int32)
+        e = code - _f.E8M0.bias
+    # E8M0 holds 2**-127 .. 2**127; the cap keeps fmt.max * 2**e below float32's 2**128
+    return e.clamp(-_f.E8M0.bias, _F32_EMAX - fmt.emax).to(torch.int32)
 
 
 def _quantize_mx(xf, a, spec) -> Quantized:
@@ -435,7 +437,7 @@ def _quantize_mx(xf, a, spec) -> Quantized:
     e = mx_scale_exponent(bamax, fmt, spec.rule)
     if spec.nonfinite == "propagate":                     # Inf-only block: scale 2**0, so Inf -> +-fmt.max
         e = e.masked_fill(_inf_only_blocks(xf, bamax, B), 0)
-    sc = (e + 127).to(torch.uint8)
+    sc = (e + _f.E8M0.bias).to(torch.uint8)
     if spec.nonfinite == "propagate":
         sc = sc.masked_fill(_has_nan_blocks(xf, B), _f.E8M0.nan_code)
     s = _f.E8M0.decode(sc)
