@@ -56,7 +56,7 @@ import torch
 __all__ = [
     "FloatFormat", "IntFormat", "E4M3", "E5M2", "E2M1", "E8M0", "E4M3FNUZ", "E5M2FNUZ", "INT8", "FORMATS", "get",
     "bf16_round", "e2m1_branchless_seed", "e2m1_branchless", "e2m1_midpoints", "cuda_defines",
-    "cuda_define_options", "cuda_header", "NVFP4_BLOCK", "MX_BLOCK", "NVFP4_GLOBAL_DIV",
+    "cuda_define_options", "cuda_header", "NVFP4_BLOCK", "MX_BLOCK", "NVFP4_GLOBAL_DIV", "pow2_f32", "floor_log2_f32",
 ]
 
 _SPECIALS = ("ieee", "fn", "fnuz", "none", "nan_only")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fp8lab import formats
-from fp8lab.formats import E2M1, E4M3, E8M0
+from fp8lab.formats import E2M1, E4M3
 from fp8lab.metrics import sqnr_db
 from fp8lab.scaling import (MX_RULES, NVFP4_RULES, DelayedScaling, QuantSpec, dequantize, fake_quant,
                             mx_scale_exponent, pack_nibbles, quantize, unpack_nibbles)

@@ -14,7 +14,6 @@ Parametrized over devices:
          multiply by the reciprocal). Results must equal the unguarded CPU run.
 Run on the GPU machine:  python -m pytest -q -s -m gpu tests/test_scaling_cuda.py   (prints a summary line last)
 """
-import math
 
 import pytest
 import torch
