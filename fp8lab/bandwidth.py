@@ -78,6 +78,8 @@ class WeightFormat:
     global_scale_bytes: int = 0
     compute: tuple = ("bf16",)  # tensor-core dtypes that can run it natively, preferred first
     description: str = ""
+    element: str | None = None       # the fp8lab.formats name of the element type ("e4m3", "e2m1", "int8")
+    scale_format: str | None = None  # the scale's storage: "f32" or an fp8lab.formats name ("e4m3", "e8m0")
 
     def n_scales(self, rows: int, cols: int) -> int:
         if self.scale == "none":
@@ -103,20 +105,27 @@ class WeightFormat:
         return per
 
 
+# Storage layouts: bits per element, bits per scale and the block each scale covers. Why a small table here
+# and not fp8lab.formats itself: formats imports torch (about a second), and this module (and its CLI) must
+# stay instant and torch-free for pure arithmetic. The table names the fp8lab.formats element and scale type
+# of every row, and tests/test_bandwidth.py checks bits and block sizes against fp8lab.formats and
+# fp8lab.scaling, so the two cannot drift apart.
 FORMATS: dict[str, WeightFormat] = {f.name: f for f in [
     WeightFormat("bf16", 16, description="BF16, no scales"),
     WeightFormat("fp8_tensor", 8, "tensor", 32, compute=("fp8",),
-                 description="FP8 E4M3 + one F32 weight_scale per tensor"),
+                 description="FP8 E4M3 + one F32 weight_scale per tensor", element="e4m3", scale_format="f32"),
     WeightFormat("fp8_block128", 8, "block", 32, (128, 128), compute=("fp8_block", "fp8"),
-                 description="FP8 E4M3 + F32 weight_scale_inv per 128x128 block (DeepSeek-V3)"),
+                 description="FP8 E4M3 + F32 weight_scale_inv per 128x128 block (DeepSeek-V3)",
+                 element="e4m3", scale_format="f32"),
     WeightFormat("int8_channel", 8, "channel", 32, compute=("int8",),
-                 description="INT8 + one scale per output channel (assumed F32)"),
+                 description="INT8 + one scale per output channel (assumed F32)", element="int8", scale_format="f32"),
     WeightFormat("mxfp8", 8, "block", 8, (1, 32), compute=("fp8",),
-                 description="MXFP8: E4M3 + E8M0 scale per 32 along K"),
+                 description="MXFP8: E4M3 + E8M0 scale per 32 along K", element="e4m3", scale_format="e8m0"),
     WeightFormat("nvfp4", 4, "block", 8, (1, 16), global_scale_bytes=4, compute=("fp4",),
-                 description="NVFP4: E2M1 packed 2/byte + E4M3 scale per 16 + F32 global scale"),
+                 description="NVFP4: E2M1 packed 2/byte + E4M3 scale per 16 + F32 global scale",
+                 element="e2m1", scale_format="e4m3"),
     WeightFormat("mxfp4", 4, "block", 8, (1, 32), compute=("fp4",),
-                 description="MXFP4: E2M1 packed 2/byte + E8M0 scale per 32"),
+                 description="MXFP4: E2M1 packed 2/byte + E8M0 scale per 32", element="e2m1", scale_format="e8m0"),
 ]}
 
 # KV-cache element bytes. fp8: per-layer k/v scales are a constant 8 B/layer (not per token) and are
