@@ -207,7 +207,9 @@ def _read_config_file(p: Path) -> dict:
         if st.st_size > MAX_CONFIG_BYTES:
             raise ConfigError(f"{p}: {st.st_size:,} bytes is not a model config (limit {MAX_CONFIG_BYTES:,})")
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            raw = fh.read(MAX_CONFIG_BYTES + 1)
+            raw = fh.read(st.st_size + 1)  # read(n) allocates n bytes up front: ask for what is there
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{p}: grew past {MAX_CONFIG_BYTES:,} bytes while being read")
     except OSError as e:
         raise ConfigError(f"{p}: cannot read ({e.strerror or e})") from None
     finally:
