@@ -429,12 +429,18 @@ def test_regression_empty_weight_map_beside_a_real_file(tmp_path):
         au.audit(d)
 
 
-_PEAK = ("import resource, sys; from fp8lab import audit as au; "
-         "b = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss; r = au.audit(sys.argv[1]); "
-         "print(r['n_tensors'], (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - b) / 1024)")
+# Peak resident memory of an audit, in a fresh child. Not ru_maxrss: Linux carries it across execve, so a
+# child of a big pytest process would start with the parent's peak. /proc/self/clear_refs "5" resets the
+# high-water mark (VmHWM) instead.
+_PEAK = ("import re, sys; from fp8lab import audit as au\n"
+         "hwm = lambda: int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
+         "open('/proc/self/clear_refs', 'w').write('5'); b = hwm(); r = au.audit(sys.argv[1])\n"
+         "print(r['n_tensors'], (hwm() - b) / 1024)")
 
 
 def _peak_mb(path):
+    if not os.path.exists("/proc/self/clear_refs"):
+        pytest.skip("needs Linux /proc to measure peak memory")
     r = subprocess.run([sys.executable, "-c", _PEAK, str(path)], capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr[-800:]
