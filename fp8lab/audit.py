@@ -1011,6 +1011,7 @@ def _verdict(rep: dict, fused_bf16_experts: int):
     for r in _BLOCK_ROLES:
         for k, v in rf.get(r, {}).items():
             block[k] = block.get(k, 0) + v
+    block = {k: v for k, v in block.items() if v}  # empty tensors (shape with a 0) weigh nothing
     if not block and fam is not None:
         # e.g. the first shard of a real checkpoint, audited alone: embeddings and norms only
         split = ", ".join(f"{_short(k)} {_pct(v / total)}" for k, v in fmt.items())
@@ -1019,7 +1020,7 @@ def _verdict(rep: dict, fused_bf16_experts: int):
                 f"all parameter bytes: {split}): nothing here for the label to describe -- audit the whole "
                 "checkpoint (its folder or index) to judge it."), None
     if not block:
-        block = dict(fmt)
+        block = {k: v for k, v in fmt.items() if v}
     btotal = sum(block.values())
     dom = max(block, key=block.get)
     share_b, share_all = block[dom] / btotal, fmt.get(dom, 0) / total

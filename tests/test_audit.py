@@ -516,3 +516,14 @@ def test_cli_bad_arguments_one_line(argv, tmp_path, capsys):
     assert au.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_empty_block_tensors_do_not_divide_by_zero(tmp_path):
+    # found by the fuzz suite: an expert tensor of shape [0] weighs 0 bytes; the verdict must still come
+    d = tmp_path / "e"
+    d.mkdir()
+    af.write_safetensors(d / "m.safetensors", [("model.embed_tokens.weight", "BOOL", []),
+                                               ("m.experts.down_proj_blocks", "BOOL", [0])])
+    r = au.audit(d)
+    assert r["verdict"] and r["consistent"] in (True, False, None)
+    au.format_table(r).encode("utf-8")
