@@ -4,6 +4,9 @@ Decode reads every weight once per step and the whole KV cache of every sequence
 does ~2 FLOPs per weight per sequence. So a decode step is memory-bound until the batch is large,
 and its ceiling is ``tokens/s per sequence = bandwidth / bytes read per step``.
 
+Every config field is read strictly (integers in range, JSON booleans, lists that hold what they claim);
+anything else is a ConfigError naming the field, and the CLI turns it into one line and exit status 2.
+
 Llama-3-8B (tests/data/llama3_8b_config.json), batch 32, 8k context, GB = 1e9 bytes, under seed 003's
 conventions (every parameter counted as read, ``policy="all", embedding_read="table"``)::
 
@@ -30,7 +33,11 @@ Conventions (and why):
 Counted: embeddings, lm_head (unless tied), q/k/v/o (and MLA's low-rank q/kv projections), MLP or
 experts + shared experts + router, RMSNorm weights (incl. Gemma-2/3 pre/post norms and Qwen3/Gemma-3
 q/k norms), q/k/v(/o) biases (Qwen2, ``attention_bias``) and gpt-oss expert/router biases.
-gpt-oss attention sinks. Not counted: MTP / next-n layers, vision towers, rotary buffers; sliding-window
+gpt-oss attention sinks; hybrid models (Qwen3-Next, Qwen3.5: Gated DeltaNet linear-attention layers beside
+gated full attention) with their fixed-size recurrent state read once per step instead of a KV cache.
+Counts agree with transformers' own models parameter for parameter (tests/test_bandwidth.py, and for the
+full-size published configs tests/test_serving_claims.py). Not counted: MTP / next-n layers, vision towers,
+rotary buffers; sliding-window
 attention is *not* modelled (KV counted for every token in every layer: an upper bound for
 Mistral-v0.1 / Gemma-2/3 / gpt-oss); activations and their quantization scales.
 """
@@ -46,7 +53,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from fp8lab.gpus import GPU, GPUS, get_gpu
+from fp8lab.gpus import GPU, NAMES, get_gpu
 
 GB = 1e9  # seed 003's "GB" matches 1e9 bytes (16.06e9 -> "16.1 GB"); GiB would give 14.96
 
@@ -1126,7 +1133,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=1, help="sequences decoded together (default 1)")
     ap.add_argument("--context", type=int, default=8192,
                     help="tokens in each sequence's KV cache (default 8192)")
-    ap.add_argument("--gpu", default="H200", help="one of H100, H200, B200, GB10, H200-measured (default H200)")
+    ap.add_argument("--gpu", default="H200", help=f"one of {', '.join(NAMES)} (default H200)")
     ap.add_argument("--kv-dtype", default="bf16", help=f"KV cache dtype for the step: {', '.join(KV_DTYPES)}")
     ap.add_argument("--policy", default="linear", help=f"which tensors a format converts: {', '.join(POLICIES)}")
     ap.add_argument("--embedding-read", default="rows", choices=("rows", "table"),
