@@ -1167,4 +1167,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from fp8lab.cli import run
+    run(main)

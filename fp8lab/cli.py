@@ -54,3 +54,20 @@ def parse(parser: argparse.ArgumentParser, argv):
         return None, fail(str(e))
     except SystemExit as e:  # --help / --version: argparse already printed
         return None, e.code if isinstance(e.code, int) else 0
+
+
+def run(main) -> None:
+    """The `if __name__ == "__main__"` of a lab CLI: exit with main()'s status. A reader that closes the pipe
+    early (`| head`) ends the output quietly; Ctrl-C ends it with one line."""
+    import os
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python flushes stdout again at exit: let that go nowhere
+        status = 1
+    except KeyboardInterrupt:
+        emit("interrupted", sys.stderr)
+        status = 130
+    sys.exit(status)
