@@ -75,7 +75,9 @@ def test_fuzz_bench_command_lines():
     flags = st.lists(st.sampled_from(["--small", "--no-compile", "--out", "/nonexistent/x.json", "--bogus", "1",
                                       "--out=runs/x.json", "-x", ""]), max_size=3)
 
-    @hypothesis.settings(max_examples=6, deadline=None, derandomize=True, database=None)
+    # each case is a process that imports torch: few cases, and no shrinking (it would run dozens more)
+    @hypothesis.settings(max_examples=4, deadline=None, derandomize=True, database=None,
+                         phases=(hypothesis.Phase.generate,), report_multiple_bugs=False)
     @hypothesis.given(family=st.sampled_from(["gemm", "attention", "quant"]), rest=flags)
     def case(family, rest):
         r = bench(family, *rest)
