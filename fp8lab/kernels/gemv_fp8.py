@@ -40,6 +40,14 @@ KERNELS_RNP = {(1, 1, 0), (2, 1, 0), (4, 1, 0), (1, 2, 0), (2, 2, 0), (1, 1, 1),
 KERNELS_V2 = {(1, 1, 2, 2), (2, 1, 2, 2), (1, 1, 4, 0), (1, 1, 4, 2), (1, 1, 4, 3), (2, 1, 4, 0), (1, 1, 8, 0),
               (1, 1, 8, 2), (1, 2, 2, 2), (2, 2, 2, 2), (1, 2, 2, 3), (1, 2, 4, 0), (1, 2, 4, 2)}
 DEFAULT_VERSION = None  # None: per shape, see default_version
+
+def cuda_defines() -> tuple[str, ...]:
+    """The compiled configurations as -D instantiation lists for gemv_fp8.cu (sources.py passes them):
+    these sets are the only list, so a config cannot be in one and missing from the other."""
+    from .sources import instances
+
+    return (instances("FP8LAB_GEMV_FP8_V1", "GEMV_FP8", KERNELS_RNP), instances("FP8LAB_GEMV_FP8_V2", "GEMV_FP8_V2", KERNELS_V2))
+
 _SMEM_OPTIN = 227 * 1024  # sm_90's per-block shared-memory ceiling (opt-in above 48 KiB)
 
 

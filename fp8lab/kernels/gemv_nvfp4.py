@@ -41,6 +41,14 @@ KERNELS_V2 = {(1, 1, 2, 0), (2, 1, 2, 0), (1, 1, 2, 2), (2, 1, 2, 2), (1, 1, 4, 
               (1, 2, 2, 0), (2, 2, 2, 0), (1, 2, 2, 2), (2, 2, 2, 2), (2, 2, 4, 0)}
 DEFAULT_VERSION = 2
 
+def cuda_defines() -> tuple[str, ...]:
+    """The compiled configurations as -D instantiation lists for gemv_nvfp4.cu (sources.py passes them):
+    these sets are the only list, so a config cannot be in one and missing from the other."""
+    from .sources import instances
+
+    return (instances("FP8LAB_GEMV_NVFP4_V1", "GEMV_NVFP4", KERNELS_RNP), instances("FP8LAB_GEMV_NVFP4_V2", "GEMV_NVFP4_V2", KERNELS_V2))
+
+
 
 def check_args(x, w_packed, scale_codes, global_scale) -> tuple[int, int, int]:
     """Validate before any CUDA call; returns (M, N, K)."""
