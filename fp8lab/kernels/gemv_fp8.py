@@ -31,6 +31,7 @@ import math
 import torch
 
 from . import _cuda
+from . import reference as reference_values
 
 MAX_M = 16
 _SMEM_LIMIT = 48 * 1024
@@ -252,10 +253,8 @@ def gemv_fp8(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: t
 
 # ---- references and test inputs (CPU or GPU, float64) -------------------------------------------------
 def decode_e4m3(codes: torch.Tensor) -> torch.Tensor:
-    """uint8 E4M3 codes -> float64 values through fp8lab.formats' table (the single source of truth)."""
-    from fp8lab import formats
-
-    return formats.E4M3.table().double().to(codes.device)[codes.long()]
+    """uint8 E4M3 codes -> float64 values through fp8lab.formats' table (reference.decode)."""
+    return reference_values.decode("e4m3", codes)
 
 
 def dequant_weight(w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -272,15 +271,6 @@ def dequant_weight(w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 def reference(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """float64 y = x @ dequant(w)^T: the exact answer the kernel rounds to bf16."""
     return x.double() @ dequant_weight(w, scale).T
-
-
-def quantize_weight_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-output-channel E4M3 (fp8lab.scaling's contract, any device): scale = amax/448 (1.0 if not > 0)."""
-    wf = w.float()
-    s = wf.abs().amax(dim=1) / torch.tensor(448.0, device=w.device)
-    s = torch.where(s > 0, s, torch.ones_like(s))
-    codes = (wf / s[:, None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
-    return codes, s
 
 
 def random_codes(N: int, K: int, device="cuda", generator=None) -> torch.Tensor:
