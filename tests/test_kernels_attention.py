@@ -17,7 +17,9 @@ from fp8lab.kernels import attention_fp8kv as att
 from fp8lab.kernels import reference as REF
 from fp8lab.kernels import tolerances
 
-GPU = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device (run on the GPU machine)")
+def GPU(test):
+    """A GPU test: marked `gpu` (pytest -m gpu selects it) and skipped where there is no CUDA device."""
+    return pytest.mark.gpu(pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device (run on the GPU machine)")(test))
 
 # Tolerances: fp8lab.kernels.tolerances.attention (one table, the bench uses it too); every context here is
 # <= L_MAX tokens, and the bound grows with L, so the table at L_MAX covers them all.

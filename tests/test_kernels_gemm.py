@@ -21,7 +21,9 @@ from fp8lab.kernels import reference as REF
 from fp8lab.kernels import tolerances
 from fp8lab.scaling import QuantSpec, quantize
 
-gpu = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device (run on the GPU machine)")
+def gpu(test):
+    """A GPU test: marked `gpu` (pytest -m gpu selects it) and skipped where there is no CUDA device."""
+    return pytest.mark.gpu(pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device (run on the GPU machine)")(test))
 
 # ---- tolerances: fp8lab.kernels.tolerances (one table, the benches use it too) -------------------------
 def assert_close(y, ref, abs_terms, name, K):
