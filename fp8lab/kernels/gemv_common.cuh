@@ -27,6 +27,45 @@ struct GemvLane {
     __device__ int row(int r, int h, int N) const { return min(n0 + 16 * r + g + 8 * h, N - 1); }
 };
 
+// Activation rows of this lane: token g of each 8-token tile, at element `offset` of its row. A token past M reads
+// token 0 (an MMA output column depends on its own B column only, so it feeds only outputs m >= M, never stored);
+// ok[nt] says whether the token exists (version 1 loads zeros for the others).
+template <int NT>
+__device__ __forceinline__ void activation_rows(const u16* X, int M, int K, int g, size_t offset, const u16* (&xp)[NT],
+                                                bool (&ok)[NT]) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        const int m = nt * 8 + g;
+        ok[nt] = m < M;
+        xp[nt] = X + (size_t)(ok[nt] ? m : 0) * K + offset;
+    }
+}
+
+// f(r, h, c) for every 16-byte weight chunk c < C of the rows g (h = 0) and g + 8 (h = 1) of each row tile r.
+template <int R, int C, class F>
+__device__ __forceinline__ void each_weight_chunk(F f) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int c = 0; c < C; ++c) f(r, h, c);
+}
+
+template <int R>
+__device__ __forceinline__ void advance_rows(const u8* (&p)[R][2], size_t step) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) { p[r][0] += step; p[r][1] += step; }
+}
+
+// Version 2: copy this lane's C weight chunks of each row (r, h) at wp into ring stage dst (16-byte line
+// (r*2 + h)*C + c of the lane), then advance every row pointer by `step` bytes.
+template <int R, int C>
+__device__ __forceinline__ void issue_weights(uint4* dst, const u8* (&wp)[R][2], size_t step) {
+    each_weight_chunk<R, C>([&](int r, int h, int c) { cp_async16_l2(dst + ((r * 2 + h) * C + c) * 32, wp[r][h] + c * 64); });
+    advance_rows(wp, step);
+}
+
 template <int R, int NT>
 __device__ __forceinline__ void zero_tiles(float (&a)[R][NT][4]) {
 #pragma unroll

@@ -93,23 +93,13 @@ __device__ __forceinline__ void gemv_fp8_body(const u8* __restrict__ W, const fl
         for (int h = 0; h < 2; ++h) wrow[r][h] = W + (size_t)L.row(r, h, N) * K + L.t * 16;
     const u16* xrow[NT];
     bool xok[NT];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-        const int m = nt * 8 + L.g;
-        xok[nt] = m < M;
-        xrow[nt] = X + (size_t)(xok[nt] ? m : 0) * K + L.t * 16;
-    }
+    activation_rows(X, M, K, L.g, L.t * 16, xrow, xok);
     float acc[R][NT][4];
     zero_tiles(acc);
 
     auto load = [&](int kb, Fp8V1Frag<R, NT>& f) {
         const int k0 = kb << 7;
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int c = 0; c < 2; ++c) f.w[r][h][c] = ld_stream16(wrow[r][h] + k0 + c * 64);
+        each_weight_chunk<R, 2>([&](int r, int h, int c) { f.w[r][h][c] = ld_stream16(wrow[r][h] + k0 + c * 64); });
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -184,14 +174,10 @@ __device__ __forceinline__ void gemv_fp8_v2_body(const u8* __restrict__ W, const
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int h = 0; h < 2; ++h) wp[r][h] = W + (size_t)L.row(r, h, N) * K + L.t * 16 + (size_t)L.warp * KW;
-    // Tokens past M read token 0's activations: an MMA output column depends on its own B column
-    // only, so they touch only output columns m >= M, which are never stored. No masking needed.
+    // Tokens past M read token 0's activations, unmasked (activation_rows says why that is safe).
     const u16* xp[NT];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-        const int m = nt * 8 + L.g;
-        xp[nt] = X + (size_t)(m < M ? m : 0) * K + L.t * 16 + (size_t)L.warp * KW;
-    }
+    bool xok[NT];
+    activation_rows(X, M, K, L.g, L.t * 16 + (size_t)L.warp * KW, xp, xok);
     const size_t step = (size_t)L.S * KW;  // bytes of W (and elements of X) per iteration of a warp
     const float* sp[R];                    // block mode: this warp's first scale of each row tile
 #pragma unroll
@@ -200,16 +186,7 @@ __device__ __forceinline__ void gemv_fp8_v2_body(const u8* __restrict__ W, const
     zero_tiles(acc);
 
     GemvRing<D, NW> ring(smem_v2, L.warp, L.lane);
-    auto issue = [&](uint4* dst) {  // copy this lane's chunks of the k-block at wp, then advance wp
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#pragma unroll
-                for (int c = 0; c < C; ++c) cp_async16_l2(dst + ((r * 2 + h) * C + c) * 32, wp[r][h] + c * 64);
-                wp[r][h] += step;
-            }
-    };
+    auto issue = [&](uint4* dst) { issue_weights<R, C>(dst, wp, step); };  // the k-block at wp, then advance wp
     if (D > 0) ring.prologue(issue, L.warp, L.S, KB);
     for (int kb = L.warp; kb < KB; kb += L.S) {
         const uint4* cur = ring.base;
@@ -226,14 +203,8 @@ __device__ __forceinline__ void gemv_fp8_v2_body(const u8* __restrict__ W, const
         if (D > 0) {
             cur = ring.wait_current();
         } else {
-#pragma unroll
-            for (int r = 0; r < R; ++r)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-#pragma unroll
-                    for (int c = 0; c < C; ++c) wv[(r * 2 + h) * C + c] = ld_stream16(wp[r][h] + c * 64);
-                    wp[r][h] += step;
-                }
+            each_weight_chunk<R, C>([&](int r, int h, int c) { wv[(r * 2 + h) * C + c] = ld_stream16(wp[r][h] + c * 64); });
+            advance_rows(wp, step);
         }
         float part[R][NT][4];
 #pragma unroll

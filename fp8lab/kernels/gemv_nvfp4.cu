@@ -102,26 +102,16 @@ __device__ __forceinline__ void gemv_nvfp4_body(const u8* __restrict__ W, const 
         }
     const u16* xrow[NT];
     bool xok[NT];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-        const int m = nt * 8 + L.g;
-        xok[nt] = m < M;
-        xrow[nt] = X + (size_t)(xok[nt] ? m : 0) * K + L.t * 32;
-    }
+    activation_rows(X, M, K, L.g, L.t * 32, xrow, xok);
     float acc[R][NT][4];
     zero_tiles(acc);
 
     auto load = [&](int kb, Nvfp4V1Frag<R>& f) {
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    f.w[r][h][c] = ld_stream16(wrow[r][h] + kb * 128 + c * 64);
-                    // scale blocks of this lane's 32 elements: (kb*256 + c*128 + t*32) / 16 = kb*16 + c*8 + 2t, +1
-                    f.s[r][h][c] = ld_stream_u16(srow[r][h] + kb * 16 + c * 8);
-                }
+        each_weight_chunk<R, 2>([&](int r, int h, int c) {
+            f.w[r][h][c] = ld_stream16(wrow[r][h] + kb * 128 + c * 64);
+            // scale blocks of this lane's 32 elements: (kb*256 + c*128 + t*32) / 16 = kb*16 + c*8 + 2t, +1
+            f.s[r][h][c] = ld_stream_u16(srow[r][h] + kb * 16 + c * 8);
+        });
     };
     auto body = [&](int kb, const Nvfp4V1Frag<R>& f) {
 #pragma unroll
@@ -213,30 +203,23 @@ __device__ __forceinline__ void gemv_nvfp4_v2_body(const u8* __restrict__ W, con
             wp[r][h] = W + (size_t)row * KH + L.t * 16 + (size_t)L.warp * KW;
             sp[r][h] = SC + (size_t)row * KS + (D > 0 ? 0 : 2 * L.t) + (size_t)L.warp * (8 * C);
         }
-    // Tokens past M load token 0's activations: they only feed output columns m >= M (an MMA output
-    // column depends on its own B column alone), which are never stored. No masking needed.
+    // Tokens past M read token 0's activations, unmasked (activation_rows says why that is safe).
     const u16* xp[NT];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-        const int m = nt * 8 + L.g;
-        xp[nt] = X + (size_t)(m < M ? m : 0) * K + L.t * 32 + (size_t)L.warp * (128 * C);
-    }
+    bool xok[NT];
+    activation_rows(X, M, K, L.g, L.t * 32 + (size_t)L.warp * (128 * C), xp, xok);
     const size_t wstep = (size_t)L.S * KW, sstep = (size_t)L.S * 8 * C, xstep = (size_t)L.S * 128 * C;
     float acc[R][NT][4];
     zero_tiles(acc);
 
     GemvRing<D, NW + NS> ring(smem_v2, L.warp, L.lane);
     auto issue = [&](uint4* dst) {  // copy this lane's chunks of the k-block at wp/sp, then advance them
+        issue_weights<R, C>(dst, wp, wstep);
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#pragma unroll
-                for (int c = 0; c < C; ++c) cp_async16_l2(dst + ((r * 2 + h) * C + c) * 32, wp[r][h] + c * 64);
-                // the row's 8 C scale bytes of this k-block (the 4 lanes of a row copy the same lines)
+            for (int h = 0; h < 2; ++h) {  // the row's 8 C scale bytes of this k-block (the 4 lanes of a row copy the same lines)
 #pragma unroll
                 for (int l = 0; l < C / 2; ++l) cp_async16_l2(dst + (NW + (r * 2 + h) * (C / 2) + l) * 32, sp[r][h] + 16 * l);
-                wp[r][h] += wstep;
                 sp[r][h] += sstep;
             }
     };
@@ -248,26 +231,16 @@ __device__ __forceinline__ void gemv_nvfp4_v2_body(const u8* __restrict__ W, con
         if (D > 0) {
             ring.refill(issue, kb, L.S, KB);
             cur = ring.wait_current();
-#pragma unroll
-            for (int r = 0; r < R; ++r)
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-#pragma unroll
-                    for (int c = 0; c < C; ++c)  // line c/2 of the row, bytes (c&1)*8 + 2t, +1
-                        sv[r][h][c] = reinterpret_cast<const u16*>(cur + (NW + (r * 2 + h) * (C / 2) + (c >> 1)) * 32)[(c & 1) * 4 + L.t];
+            each_weight_chunk<R, C>([&](int r, int h, int c) {  // line c/2 of the row, bytes (c&1)*8 + 2t, +1
+                sv[r][h][c] = reinterpret_cast<const u16*>(cur + (NW + (r * 2 + h) * (C / 2) + (c >> 1)) * 32)[(c & 1) * 4 + L.t];
+            });
         } else {
-#pragma unroll
-            for (int r = 0; r < R; ++r)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-#pragma unroll
-                    for (int c = 0; c < C; ++c) {
-                        wv[(r * 2 + h) * C + c] = ld_stream16(wp[r][h] + c * 64);
-                        sv[r][h][c] = ld_stream_u16(sp[r][h] + c * 8);
-                    }
-                    wp[r][h] += wstep;
-                    sp[r][h] += sstep;
-                }
+            each_weight_chunk<R, C>([&](int r, int h, int c) {
+                wv[(r * 2 + h) * C + c] = ld_stream16(wp[r][h] + c * 64);
+                sv[r][h][c] = ld_stream_u16(sp[r][h] + c * 8);
+            });
+            advance_rows(wp, wstep);
+            advance_rows(sp, sstep);
         }
 #pragma unroll
         for (int c = 0; c < C; ++c) {

@@ -76,18 +76,22 @@ __device__ __forceinline__ u16 f32_to_bf16(float f) {
     asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
 }
-// Two fp32 -> bf16x2 in one instruction (F2FP.BF16.F32.PACK_AB), `lo` in bits 15:0. NaN becomes 0x7FFF.
-__device__ __forceinline__ u32 bf16x2_rn(float lo, float hi) {
+// Two fp32 -> two narrow values in one cvt, `lo` in the low half (byte), round to nearest even:
+//   BF16 (F2FP.BF16.F32.PACK_AB, NaN -> 0x7FFF), F16; E4M3 / E5M2 with .satfinite (overflow and Inf -> +-max;
+//   sm_89+; NaN inputs are canonicalized by the quantization kernels' callers).
+enum Pack2 { PACK_BF16, PACK_F16, PACK_E4M3, PACK_E5M2 };
+template <Pack2 P>
+__device__ __forceinline__ u32 cvt2_rn(float lo, float hi) {
     u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    u16 h;
+    if constexpr (P == PACK_BF16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    else if constexpr (P == PACK_F16) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    else if constexpr (P == PACK_E4M3) { asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(hi), "f"(lo)); r = h; }
+    else { asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(h) : "f"(hi), "f"(lo)); r = h; }
     return r;
 }
-// The same to f16x2.
-__device__ __forceinline__ u32 f16x2_rn(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
+__device__ __forceinline__ u32 bf16x2_rn(float lo, float hi) { return cvt2_rn<PACK_BF16>(lo, hi); }
+__device__ __forceinline__ u32 f16x2_rn(float lo, float hi) { return cvt2_rn<PACK_F16>(lo, hi); }
 
 // a * b on bf16x2, one rounding. Written as fma.rn.bf16x2 with a -0.0 addend: the sm_80+ form of
 // mul.rn.bf16x2 (which needs sm_90), bit-identical for every input: a*b + (-0) rounds the exact product

@@ -315,24 +315,25 @@ __device__ void quant_block_impl(const T* __restrict__ x, u8* __restrict__ codes
     u8* cb = codes + (long long)b * M * K;
 
     float v[4][16];
+    // f(i, j, row, col) for this thread's chunks: rows r0 + 32 i, 16 columns lane8 * 16 .. (j-th VEC of them)
+    auto each_chunk = [&](auto&& f) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < NL; ++j) f(i, j, tm * 128 + r0 + 32 * i, tk * 128 + j * 8 * VEC + lane8 * VEC);
+    };
     float mn = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int row = tm * 128 + r0 + 32 * i;
-#pragma unroll
-        for (int j = 0; j < NL; ++j) {
-            const int col = tk * 128 + j * 8 * VEC + lane8 * VEC;
-            if (VECOK) {
-                if (row < M && col < K) In<T>::load(xb + (long long)row * K + col, v[i] + j * VEC);
-                else for (int e = 0; e < VEC; ++e) v[i][j * VEC + e] = 0.0f;
-            } else {
-                for (int e = 0; e < VEC; ++e)
-                    v[i][j * VEC + e] = (row < M && col + e < K) ? In<T>::one(xb + (long long)row * K + col + e) : 0.0f;
-            }
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) mn = absmax_nan(mn, v[i][j * VEC + e]);
+    each_chunk([&](int i, int j, int row, int col) {
+        if (VECOK) {
+            if (row < M && col < K) In<T>::load(xb + (long long)row * K + col, v[i] + j * VEC);
+            else for (int e = 0; e < VEC; ++e) v[i][j * VEC + e] = 0.0f;
+        } else {
+            for (int e = 0; e < VEC; ++e)
+                v[i][j * VEC + e] = (row < M && col + e < K) ? In<T>::one(xb + (long long)row * K + col + e) : 0.0f;
         }
-    }
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) mn = absmax_nan(mn, v[i][j * VEC + e]);
+    });
     __shared__ float red[8];
     mn = shfl_max_nan(mn, 32);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mn;
@@ -360,24 +361,18 @@ __device__ void quant_block_impl(const T* __restrict__ x, u8* __restrict__ codes
     const bool fast = finite && fastdiv_ok(amax);
     const float y = f_rcp(s);
 
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int row = tm * 128 + r0 + 32 * i;
-#pragma unroll
-        for (int j = 0; j < NL; ++j) {
-            const int col = tk * 128 + j * 8 * VEC + lane8 * VEC;
-            if (VECOK) {
-                u32 lo, hi;
-                if (fast) convert_chunk<FMT, CVT, true, VEC>(v[i] + j * VEC, s, y, lo, hi);
-                else convert_chunk<FMT, CVT, false, VEC>(v[i] + j * VEC, s, y, lo, hi);
-                if (row < M && col < K) store_codes<VEC>(cb + (long long)row * K + col, lo, hi);
-            } else {
-                for (int e = 0; e < VEC; ++e)
-                    if (row < M && col + e < K)
-                        cb[(long long)row * K + col + e] = u8(enc2<FMT, CVT, true>(f_div(v[i][j * VEC + e], s), 0.0f) & 0xFFu);
-            }
+    each_chunk([&](int i, int j, int row, int col) {
+        if (VECOK) {
+            u32 lo, hi;
+            if (fast) convert_chunk<FMT, CVT, true, VEC>(v[i] + j * VEC, s, y, lo, hi);
+            else convert_chunk<FMT, CVT, false, VEC>(v[i] + j * VEC, s, y, lo, hi);
+            if (row < M && col < K) store_codes<VEC>(cb + (long long)row * K + col, lo, hi);
+        } else {
+            for (int e = 0; e < VEC; ++e)
+                if (row < M && col + e < K)
+                    cb[(long long)row * K + col + e] = u8(enc2<FMT, CVT, true>(f_div(v[i][j * VEC + e], s), 0.0f) & 0xFFu);
         }
-    }
+    });
 }
 
 // =====================================================================================================

@@ -199,16 +199,8 @@ __device__ __forceinline__ u32 sign_nibbles8(const float* q) {
 // cvt.rn.satfinite.{e4m3,e5m2}x2.f32 d, a, b: converts two floats at once, `a` into the HIGH byte of d and
 // `b` into the LOW byte; satfinite clamps overflow (and Inf) to +-max. NaN inputs are canonicalized to the
 // contract's NaN code by the callers (the raw hardware NaN byte is recorded by the exhaustive check kernel).
-__device__ __forceinline__ u32 e4m3x2_hw(float hi, float lo) {
-    u16 r;
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-__device__ __forceinline__ u32 e5m2x2_hw(float hi, float lo) {
-    u16 r;
-    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
-    return r;
-}
+__device__ __forceinline__ u32 e4m3x2_hw(float hi, float lo) { return cvt2_rn<PACK_E4M3>(lo, hi); }
+__device__ __forceinline__ u32 e5m2x2_hw(float hi, float lo) { return cvt2_rn<PACK_E5M2>(lo, hi); }
 
 // ---- E2M1 encode: three software versions (sm_90 has no E2M1 conversion instruction) -----------------
 // All three are bit-identical to formats.E2M1.encode(saturate=True): RNE, +-Inf and overflow -> +-6,
