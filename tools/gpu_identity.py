@@ -82,7 +82,7 @@ def child(root: str, out: str) -> None:
         for t in tensors:
             t = t.detach().contiguous()
             h.update(str(tuple(t.shape)).encode())
-            h.update(t.view(torch.uint8).cpu().numpy().tobytes() if t.numel() else b"")
+            h.update(t.reshape(-1).view(torch.uint8).cpu().numpy().tobytes() if t.numel() else b"")
         res[name] = h.hexdigest()[:24]
 
     def run(name, fn):

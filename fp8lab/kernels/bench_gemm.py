@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from . import harness
+# what notebook 07 reads back, re-exported so `bench_gemm.load(...)` etc. keep working
 from .gemm_report import (DEFAULT_OUT, decode_table, format_rows, gate_table, goals, load, plot_decode,  # noqa: F401
                           plot_prefill, prefill_table, provenance_summary, roofline_us, sass_table, source_digest)
 

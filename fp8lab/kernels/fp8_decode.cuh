@@ -22,7 +22,7 @@ __device__ __forceinline__ float small_float_decode(u32 sign31, u32 mag) {  // s
 __device__ __forceinline__ float e4m3_decode(u32 c) {  // NaN code (S.1111.111) -> NaN
     const u32 m = c & 0x7Fu;
     const float v = small_float_decode<FP8LAB_E4M3_MAN_BITS, FP8LAB_E4M3_BIAS>((c & 0x80u) << 24, m);
-    return m == 0x7Fu ? __uint_as_float(FP8LAB_F32_QNAN) : v;
+    return m == FP8LAB_E4M3_NAN_CODE ? __uint_as_float(FP8LAB_F32_QNAN) : v;
 }
 __device__ __forceinline__ float e5m2_decode(u32 c) {  // exponent 31: Inf (mantissa 0) or NaN
     const u32 m = c & 0x7Fu;
@@ -107,7 +107,7 @@ __device__ __forceinline__ u32 scale_bf16x2(u32 b) {
     float f = __uint_as_float(((b & 0x80u) << 24) | ((b & 0x7Fu) << (23 - FP8LAB_E4M3_MAN_BITS)));  // e4m3 * 2**-120
     f = f * __uint_as_float(FP8LAB_POW2_BITS(127 - FP8LAB_E4M3_BIAS));                             // the e4m3 value
     f = f * __uint_as_float(FP8LAB_POW2_BITS(126 - FP8LAB_E2M1_GEMV_SHIFT));                        // <= 448 * 2**118
-    if ((b & 0x7Fu) == 0x7Fu) f = __int_as_float(0x7FC00000);
+    if ((b & 0x7Fu) == FP8LAB_E4M3_NAN_CODE) f = __int_as_float(0x7FC00000);
     u32 h = f32_to_bf16(f);
     return h | (h << 16);
 }

@@ -104,7 +104,6 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
                 meta[name] = (f"scaled_mm_{kind} (torch._scaled_mm)", "e4m3 x e4m3", N * K + M * K + 2 * M * N,
                               {"layout": fns[0][1]})
             # ---- ours: validate every config, tune, keep the best
-            NT = 1 if M <= 8 else 2
             c8_1, c4_1 = v1_candidates(M, N, K)
             c8_2, c4_2 = v2_candidates(M, N, K)
             ours = []

@@ -275,6 +275,8 @@ def reference(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Te
 
 def random_codes(N: int, K: int, device="cuda", generator=None) -> torch.Tensor:
     """Uniform over all 254 finite E4M3 codes (subnormals and +-448 included): a harder test than N(0,1)."""
+    from fp8lab.formats import E4M3
+
     c = torch.randint(0, 254, (N, K), dtype=torch.int32, device=device, generator=generator)
-    c = torch.where(c >= 0x7F, c + 1, c)  # skip 0x7F (NaN); 0xFF is out of range already
+    c = torch.where(c >= E4M3.nan_code, c + 1, c)  # skip 0x7F (NaN); 0xFF is out of range already
     return c.to(torch.uint8)
