@@ -135,13 +135,17 @@ def format_rows(rows: list[dict], cols: list[str] | None = None) -> str:
 
 
 def provenance_summary(data: dict) -> dict:
-    """Where a recorded result came from, and whether the kernel sources in this tree are the ones measured."""
+    """Where a recorded result came from, and whether the kernel sources in this tree are the ones measured.
+
+    Reads both provenance schemas: fp8lab.provenance's (packages / machine sub-dicts, dirty flag) and the older flat one."""
     prov = data["provenance"]
-    rec = prov.get("sources_sha256_12", {})
+    flat = {**prov.get("machine", {}), **prov.get("packages", {}), **prov}
+    rec = data.get("sources_sha256_12") or prov.get("sources_sha256_12", {})
     now = source_digest()
     same = {f: rec.get(f) == now.get(f) for f in rec}
-    keys = ("device", "date", "torch", "cupy", "cuda", "git_commit", "command", "nvidia_smi")
-    return {**{k: prov.get(k) for k in keys}, "sources_match_this_tree": all(same.values()) if same else None,
+    keys = ("device", "date", "torch", "cupy", "cupy-cuda13x", "cuda", "git_commit", "dirty", "command", "nvidia_smi")
+    return {**{k: flat.get(k) for k in keys if k in flat or k in ("device", "date", "git_commit", "command")},
+            "sources_match_this_tree": all(same.values()) if same else None,
             "sources_differing": [f for f, ok in same.items() if not ok]}
 
 
