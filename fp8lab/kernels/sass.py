@@ -193,10 +193,11 @@ def write_summary(out_dir: str | Path, archs=sources.ARCHS) -> Path:
     out_dir = Path(out_dir)
     summary = summarize(archs)
     cmd = "python -m fp8lab.kernels.sass --summary --out " + str(out_dir)
+    opts = [o.replace(str(_cuda.KERNEL_DIR), "fp8lab/kernels") for o in _cuda.nvrtc_options("gemm_w8a8.cu", 90)]
+    version = subprocess.run([cuobjdump(), "--version"], capture_output=True, text=True).stdout.strip().splitlines()
     payload = {"provenance": provenance.provenance(cmd, cuda=False, extra_packages=("nvidia-cuda-nvrtc", "nvidia-cuda-cuobjdump")),
-               "compiler": {"nvrtc": ".".join(map(str, nvrtc.version())), "cuobjdump": cuobjdump(),
-                            "options_example": list(_cuda.nvrtc_options("gemm_w8a8.cu", 90))[:3] + ["-D...", "-ftz=true", "-arch=sm_90",
-                                                                                                  "--device-as-default-execution-space"]},
+               "compiler": {"nvrtc": ".".join(map(str, nvrtc.version())), "cuobjdump": version[-1] if version else "?",
+                            "options_example_sm_90": opts[:3] + ["-D<format constants and instantiation lists>"] + opts[-3:]},
                **summary}
     with store.FolderLock(out_dir, cmd):
         store.atomic_write_json(out_dir / "summary.json", payload)
