@@ -205,7 +205,7 @@ def main(argv=None) -> int:
         print(f"redrew {out / 'kv_drift.png'}")
         return 0
     from . import data, models
-    from .kernels.harness import git_commit
+    from .provenance import git_state
 
     t0 = time.time()
     lm = models.load_model(a.model)
@@ -216,7 +216,7 @@ def main(argv=None) -> int:
     write_rows(rows, out / "kv_drift.csv")
     note = lm.model_note
     prov = {"command": "python -m fp8lab.kv_drift " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "git_commit": git_commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "git_commit": git_state()["git_commit"], "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "model": lm.name, "model_source": lm.source, "model_sha256": lm.file_sha256, "model_note": note,
             "corpus": corpus.name, "corpus_files": corpus.files, "windows": a.windows, "seq_len": a.seq_len,
             "configs": configs, "wall_s": round(time.time() - t0, 1), "torch": torch.__version__,
