@@ -557,7 +557,7 @@ def cuda_defines() -> dict[str, str]:
     cuda_defines()["FP8LAB_NVFP4_GLOBAL_DIV"] -> "0x1.5p+11f" (2688 = 448 * 6)
     Pass them to NVRTC as -D options (`cuda_define_options()`), or include `cuda_header()`.
     """
-    d: dict[str, str] = {}
+    d: dict[str, str] = {"FP8LAB_FORMATS_DEFINED": "1"}
     for f in (E4M3, E5M2, E2M1, E8M0, E4M3FNUZ, E5M2FNUZ):
         p = f"FP8LAB_{f.name.upper()}"
         d[f"{p}_EXP_BITS"] = str(f.exp_bits)
@@ -583,6 +583,11 @@ def cuda_defines() -> dict[str, str]:
         d[f"FP8LAB_E2M1_MID{i}"] = _hexf(m)
         d[f"FP8LAB_E2M1_MID{i}_BITS"] = f"0x{_f32_bits(m):08X}u"
         d[f"FP8LAB_E2M1_MID{i}_STRICT"] = str(int(strict))
+    mids = e2m1_midpoints()
+    # the same midpoints as one list, and a bit mask of which ties round down (the kernels' formats.cuh uses these)
+    d["FP8LAB_E2M1_MIDS"] = ",".join(f"0x{_f32_bits(m):08X}u" for m, _ in mids)
+    d["FP8LAB_E2M1_TIES_DOWN"] = f"0x{sum(1 << i for i, (_, s) in enumerate(mids) if s):02X}u"
+    d["FP8LAB_E2M1_RCP_MAX"] = _hexf(np.float32(1.0) / np.float32(E2M1.max))   # RN(1/6) in float32
     d["FP8LAB_E2M1_VALUES"] = "{" + ",".join(_hexf(v) for v in E2M1._table64.astype(np.float32)) + "}"
     d["FP8LAB_NVFP4_BLOCK"] = str(NVFP4_BLOCK)
     d["FP8LAB_NVFP4_GLOBAL_DIV"] = _hexf(NVFP4_GLOBAL_DIV)

@@ -337,7 +337,10 @@ def test_cuda_defines_are_the_format_description():
         assert _parse_c(d[f"FP8LAB_E2M1_MID{i}_BITS"]) == int(np.float32(m).view(np.uint32))
     assert _parse_c(d["FP8LAB_NVFP4_GLOBAL_DIV"]) == 2688.0 == formats.NVFP4_GLOBAL_DIV
     assert (_parse_c(d["FP8LAB_NVFP4_BLOCK"]), _parse_c(d["FP8LAB_MX_BLOCK"])) == (16, 32)
-    assert formats.cuda_define_options()[0] == "FP8LAB_E4M3_EXP_BITS=4"
+    assert formats.cuda_define_options()[:2] == ("FP8LAB_FORMATS_DEFINED=1", "FP8LAB_E4M3_EXP_BITS=4")
+    mids = [int(v.rstrip("u"), 16) for v in d["FP8LAB_E2M1_MIDS"].split(",")]   # the list form formats.cuh reads
+    assert mids == [int(np.float32(m).view(np.uint32)) for m, _ in formats.e2m1_midpoints()]
+    assert _parse_c(d["FP8LAB_E2M1_TIES_DOWN"]) == sum(1 << i for i, (_, s) in enumerate(formats.e2m1_midpoints()) if s)
     hdr = formats.cuda_header()
     assert hdr.count("#define ") == len(d) and "#define FP8LAB_E4M3_MAX 0x1.cp+8f" in hdr
 
