@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from fp8lab import data
 
-__all__ = ["PplItems", "eval_ppl", "model_device", "eval_mc", "make_hflm", "check_mc_backend", "MC_METRICS"]
+__all__ = ["PplItems", "eval_ppl", "model_device", "check_device", "eval_mc", "make_hflm", "check_mc_backend", "MC_METRICS"]
 
 MC_METRICS = {"mmlu": ("acc",), "hellaswag": ("acc", "acc_norm"), "arc_easy": ("acc", "acc_norm"),
               "piqa": ("acc", "acc_norm")}
@@ -50,6 +50,22 @@ class PplItems:
     def from_json(cls, d: dict) -> "PplItems":
         return cls(np.asarray(d["nll"], np.float64), np.asarray(d["ntok"], np.int64),
                    np.asarray(d["nbytes"], np.int64))
+
+
+def check_device(dev: str) -> str:
+    """`dev` if torch can compute there ("cpu", "cuda", "cuda:N"); ValueError with a one-line reason if not."""
+    import re
+    if dev == "cpu":
+        return dev
+    if not re.fullmatch(r"cuda(:\d+)?", dev or ""):
+        raise ValueError(f"--device {dev!r}: use cpu or cuda[:N]")
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device {dev}: no CUDA device is visible to torch (torch.cuda.is_available() is "
+                         "False); run on the CPU (the default) or on a GPU machine")
+    idx = int(dev.split(":")[1]) if ":" in dev else 0
+    if idx >= torch.cuda.device_count():
+        raise ValueError(f"--device {dev}: only {torch.cuda.device_count()} CUDA device(s)")
+    return dev
 
 
 def model_device(model) -> torch.device:

@@ -121,19 +121,11 @@ def _split(s: str) -> list[str]:
 
 
 def _check_device(dev: str) -> str:
-    import re
-    if dev == "cpu":
-        return dev
-    if not re.fullmatch(r"cuda(:\d+)?", dev):
-        raise UsageError(f"--device {dev!r}: use cpu or cuda[:N]")
-    import torch
-    if not torch.cuda.is_available():
-        raise UsageError(f"--device {dev}: no CUDA device is visible to torch (torch.cuda.is_available() is "
-                         "False); run on the CPU (the default) or on a GPU machine")
-    idx = int(dev.split(":")[1]) if ":" in dev else 0
-    if idx >= torch.cuda.device_count():
-        raise UsageError(f"--device {dev}: only {torch.cuda.device_count()} CUDA device(s)")
-    return dev
+    from fp8lab.evaluate import check_device
+    try:
+        return check_device(dev)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def _resolve(args) -> dict:
