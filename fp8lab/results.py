@@ -68,8 +68,8 @@ def read_results(path, allow_legacy: bool = False) -> list[dict]:
     if first.split(",") == LEGACY_FIELDS:
         if not allow_legacy:
             raise LegacyTable(f"{p} has the columns of an older fp8lab (no causal / device / ci_method): "
-                              "a new run cannot extend it; move it away with its per_item/ folder, or use "
-                              "another --out")
+                              "a new run cannot extend it; rerun with --fresh to replace it (it stays in git "
+                              "if committed), or use another --out")
         rows = read_rows(p, fieldnames=LEGACY_FIELDS)
         from fp8lab.recipes import RECIPES
         for r in rows:

@@ -48,7 +48,10 @@ __all__ = ["main", "TASKS", "DEFAULTS", "FULL", "CSV_FIELDS", "KEY_FIELDS", "rea
 TASKS = ("ppl", "ppl_lambada", "ppl_wikitext", "mmlu", "hellaswag", "arc_easy", "piqa")
 DEFAULTS = dict(recipes=["baseline", "e4m3-w", "e4m3-wa", "e4m3-wa-tok", "e4m3-wakv", "e4m3-wakv-tok", "e5m2-w",
                          "e4m3-w-noscale", "e4m3-wa-noscale"],
-                tasks=["ppl", "arc_easy"], tokens=8192, seq_len=512, limit=40)
+                tasks=["ppl", "arc_easy"], tokens=6144, seq_len=512, limit=40)
+# The default is sized for `make sweep` to finish within 10 minutes on a 2-core CPU: seed 003's seven recipes
+# plus the causal (-tok) counterparts of its two oracle rows, 12 windows of 512 tokens and 40 ARC-Easy
+# questions (see estimate_seconds; the committed 7-recipe, 16-window run took 499 s on a shared machine).
 FULL = dict(tasks=["ppl", "ppl_lambada", "mmlu", "hellaswag", "arc_easy", "piqa"], tokens=32768, limit=1000)
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = Path("runs") / "default"
@@ -102,6 +105,8 @@ def _parser() -> argparse.ArgumentParser:
                    "locked for the whole run: a second sweep into it is refused at once)")
     p.add_argument("--record", action="store_true", help="write the committed reference results in outputs/ "
                    "(the default --out then); without it nothing under outputs/ is ever written")
+    p.add_argument("--fresh", action="store_true", help="start <out> afresh: its results.csv, per_item/, "
+                   "provenance.json, sweep.log and figures are removed first (nothing is reused)")
     p.add_argument("--plot", action="store_true", help="also draw the figures from the results")
     p.add_argument("--redraw", action="store_true", help="only redraw the figures from <out>/results.csv "
                    "(no model, nothing computed)")
@@ -177,7 +182,7 @@ def _resolve(args) -> dict:
 def estimate_seconds(plan: dict, cells=None) -> float:
     """A rough wall time for the plan's cells on the lab's 2-core CPU (a GPU is much faster).
 
-    estimate_seconds(<the default plan>) -> ~520 s;  --tasks mmlu --limit 0 with 9 recipes -> ~105 h"""
+    estimate_seconds(<the default plan>) -> ~530 s;  --tasks mmlu --limit 0 with 9 recipes -> ~105 h"""
     cells = cells if cells is not None else [(r, t) for r in plan["recipes"] for t in plan["tasks"]]
     total = 10.0                                                    # model load, data, lm-eval tasks
     for _, t in cells:
@@ -496,7 +501,9 @@ def run_sweep(plan: dict, args, out: Path, prov: dict) -> dict:
         new = _rows_for(cells[rt], have[rt], have[("baseline", t)], lm, plan, float(have[rt]["seconds"]))
         ks = {key(x) for x in new}
         mine.update(ks)
-        rows = [x for x in rows if key(x) not in ks] + new
+        at = next((i for i, x in enumerate(rows) if key(x) in ks), len(rows))   # in place: a stable table
+        rest = [x for x in rows if key(x) not in ks]
+        rows = rest[:at] + new + rest[at:]
         return new
 
     computed = []
@@ -608,6 +615,16 @@ class _RunLog:
         return target
 
 
+def _clear(out: Path) -> None:
+    """--fresh: remove what a sweep writes into `out` (only those names; other files stay)."""
+    import shutil
+    for name in ("results.csv", "provenance.json", "sweep.log", "sweep.failed.log"):
+        (out / name).unlink(missing_ok=True)
+    for p in out.glob("sweep*.png"):
+        p.unlink()
+    shutil.rmtree(out / "per_item", ignore_errors=True)
+
+
 def _summary(res: dict, out: Path) -> str:
     c, r = res["computed"], res["reused"]
     lines = []
@@ -671,6 +688,13 @@ def main(argv: list[str] | None = None) -> int:
         ctx = models.context_length(args.model)        # from the config alone: no weights loaded yet
         if ctx and any(t in PPL_TASKS for t in plan["tasks"]) and plan["seq_len"] > ctx:
             raise UsageError(f"--seq-len {plan['seq_len']} is beyond the model's context of {ctx} tokens")
+        if not args.fresh:
+            try:
+                read_results(out / "results.csv")             # an older layout is refused before any work
+            except LegacyTable as e:
+                raise UsageError(str(e)) from None
+            except DamagedFile:
+                pass                                          # kept aside and rebuilt by the run, with a warning
         _confirm(plan, args)
         import torch  # noqa: F401  (so that provenance records torch's threads)
         prov = _prov.provenance(command, cuda=plan["device"] != "cpu", settings=plan)
@@ -678,8 +702,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"WARNING: recording reference results from a tree that is not a clean commit "
                   f"({_prov.describe(prov)}); the lab commits only results from clean commits", file=sys.stderr)
         with FolderLock(out, command):
+            if args.fresh:
+                _clear(out)
             runlog = _RunLog(out, args.quiet)
-            ok = False
+            ok, expected = False, False
             try:
                 res = run_sweep(plan, args, out, prov)
                 if args.plot:
@@ -687,9 +713,12 @@ def main(argv: list[str] | None = None) -> int:
                         log.info("figure %s", p)
                 log.info("%s", _summary(res, out))
                 ok = True
+            except (UsageError, *_clear_errors()):
+                expected = True                    # one line below, no traceback, no pointer to the log
+                raise
             finally:
                 where = runlog.finish(ok)
-                if not ok:
+                if not ok and not expected:
                     print(f"the log of this failed run is in {where} ({out / 'sweep.log'} is unchanged)",
                           file=sys.stderr)
         return 0
@@ -702,14 +731,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: the cells finished so far are kept and will be reused", file=sys.stderr)
         return 130
-    except Exception as e:  # our own clear errors: one message, exit 2, no traceback
-        from fp8lab.models import ModelError
-        from fp8lab.data import DataError
-        from fp8lab.recipes import RecipeError
-        if isinstance(e, (ModelError, DataError, RecipeError)):
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        raise
+    except _clear_errors() as e:  # our own clear errors: one message, exit 2, no traceback
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+
+
+def _clear_errors() -> tuple:
+    """The library's own errors whose message is the whole story (bad model name, missing data, ...)."""
+    from fp8lab.data import DataError
+    from fp8lab.models import ModelError
+    from fp8lab.recipes import RecipeError
+    return (ModelError, DataError, RecipeError)
 
 
 if __name__ == "__main__":
