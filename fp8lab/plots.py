@@ -79,7 +79,6 @@ def _panel(ax, task: str, metric: str, rows: list[dict]) -> None:
     higher_is_worse = task.startswith("ppl")
     rs.sort(key=lambda r: float(r["delta_pct"]), reverse=not higher_is_worse)   # best at the top
     base = float(rows[0]["baseline"])
-    unit = rows[0]["delta_unit"]
     span = max([abs(float(r["ci95_low"])) for r in rs] + [abs(float(r["ci95_high"])) for r in rs] + [1e-9])
     for i, r in enumerate(rs):
         d, lo, hi = float(r["delta_pct"]), float(r["ci95_low"]), float(r["ci95_high"])

@@ -38,7 +38,8 @@ import time
 from pathlib import Path
 
 from fp8lab import provenance as _prov
-from fp8lab.results import CSV_FIELDS, KEY_FIELDS, PPL_TASKS, LegacyTable, cell_tag, key, read_results, size_tag
+from fp8lab.results import (CSV_FIELDS, KEY_FIELDS, PPL_TASKS, Cell, LegacyTable, UsageError, compare, delta_table,
+                            key, read_results, rows_for)
 from fp8lab.store import (REFERENCE, DamagedFile, FolderBusy, FolderLock, atomic_write_json, atomic_write_text,
                           out_folder, read_json, write_rows)
 
@@ -65,15 +66,7 @@ MC_QUESTIONS = {"mmlu": 14042, "hellaswag": 10042, "arc_easy": 570, "piqa": 1838
 log = logging.getLogger("fp8lab.sweep")
 
 
-class UsageError(Exception):
-    """Bad command-line input: printed as one line, exit code 2, no traceback."""
-
-
 read_csv = read_results
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.6g}"
 
 
 # ---- arguments ------------------------------------------------------------------------------------------
@@ -214,64 +207,6 @@ def _confirm(plan: dict, args) -> None:
     raise UsageError(f"{msg}; pass --yes to start it, or a smaller --limit / --tokens")
 
 
-# ---- per-item files: the cells every row is computed from ---------------------------------------------
-class Cell:
-    """One recipe x task under one set of settings, and the file its per-item results live in."""
-
-    def __init__(self, out: Path, lm, plan: dict, recipe: str, task: str):
-        self.recipe, self.task = recipe, task
-        self.size = size_tag(task, plan["tokens"], plan["limit"])
-        ppl = task in PPL_TASKS
-        self.identity = dict(model=lm.name, model_sha256=(lm.file_sha256 or "nohash")[:16], recipe=recipe,
-                             task=task, size=self.size, seq_len=str(plan["seq_len"]) if ppl else "",
-                             seed=str(plan["seed"]), batch_size="" if ppl else str(plan["batch_size"]),
-                             device=plan["device"].split(":")[0])
-        tag = cell_tag(task, self.size, plan["seq_len"], plan["seed"], plan["batch_size"],
-                       self.identity["device"])
-        self.path = out / "per_item" / f"{lm.name}-{(lm.file_sha256 or 'nohash')[:12]}" / tag / f"{recipe}.json"
-
-    def label(self) -> str:
-        return f"{self.recipe}/{self.task}"
-
-    def load(self, fingerprint: str) -> dict | None:
-        """The stored items if the file is there, whole, and from these settings and data; else None
-        (a damaged or foreign file is reported in one line and recomputed)."""
-        if not self.path.is_file():
-            return None
-        try:
-            d = read_json(self.path, required=("identity", "fingerprint", "seconds"))
-            if d["identity"] != self.identity:
-                raise DamagedFile(f"{self.path}: made with other settings {d['identity']}")
-            if d["fingerprint"] != fingerprint:
-                raise DamagedFile(f"{self.path}: scored other windows/questions than this run's")
-            _check_items(d, self.task)
-        except DamagedFile as e:
-            log.warning("WARNING: %s; recomputing %s", e, self.label())
-            return None
-        return d
-
-    def save(self, items: dict) -> None:
-        atomic_write_json(self.path, {"identity": self.identity, **items}, indent=None)
-
-
-def _check_items(d: dict, task: str) -> None:
-    import math
-    if task in PPL_TASKS:
-        for k in ("nll", "ntok", "nbytes"):
-            if not isinstance(d.get(k), list) or not d[k]:
-                raise DamagedFile(f"missing or empty {k!r}")
-        if not len(d["nll"]) == len(d["ntok"]) == len(d["nbytes"]):
-            raise DamagedFile("nll/ntok/nbytes lengths differ")
-        if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in d["nll"]):
-            raise DamagedFile("non-finite NLL")
-    else:
-        m = d.get("metrics")
-        if not isinstance(m, dict) or not m or not all(isinstance(v, dict) and v for v in m.values()):
-            raise DamagedFile("missing per-question metrics")
-        if not all(x in (0, 1, 0.0, 1.0) for v in m.values() for x in v.values()):
-            raise DamagedFile("per-question scores are not 0/1")
-
-
 class _TaskData:
     """What a task needs, prepared once: token windows or the question selection, and its fingerprint."""
 
@@ -304,124 +239,6 @@ class _TaskData:
             out = {"fingerprint": self.fingerprint, "metrics": mc}
         out["seconds"] = round(time.time() - t0, 2)
         return out
-
-
-# ---- rows ---------------------------------------------------------------------------------------------
-def _rows_for(cell: Cell, items: dict, base: dict, lm, plan: dict, seconds: float) -> list[dict]:
-    import numpy as np
-    from fp8lab import stats
-    from fp8lab.recipes import get_recipe
-    common = dict(cell.identity, causal=get_recipe(cell.recipe).causal,
-                  n_boot=plan["n_boot"], seconds=f"{seconds:.1f}", model_note=lm.model_note)
-    is_base = cell.recipe == "baseline"
-    rows = []
-    if cell.task in PPL_TASKS:
-        from fp8lab.evaluate import PplItems
-        r, b = PplItems.from_json(items), PplItems.from_json(base)
-        for metric, val, stat, extra in (("ppl", stats.ppl, stats.ppl_delta_pct, r.ntok),
-                                         ("bpb", stats.bpb, stats.bpb_delta_pct, r.nbytes)):
-            vr = val(r.nll, extra)
-            vb = val(b.nll, b.ntok if metric == "ppl" else b.nbytes)
-            if is_base:
-                d, lo, hi, how = 0.0, 0.0, 0.0, "baseline (itself)"
-            else:
-                d, lo, hi = stats.delta_with_ci(stat, (r.nll, b.nll, extra), n_boot=plan["n_boot"], seed=plan["seed"])
-                how = "paired bootstrap"
-            rows.append(dict(common, metric=metric, value=_fmt(vr), baseline=_fmt(vb), delta_pct=_fmt(d),
-                             ci95_low=_fmt(lo), ci95_high=_fmt(hi), ci_method=how, changed="",
-                             delta_unit="%", n=len(r.nll)))
-        return rows
-    for metric in items["metrics"]:
-        keys = sorted(base["metrics"][metric])
-        if sorted(items["metrics"][metric]) != keys:
-            raise DamagedFile(f"{cell.path}: its questions differ from the baseline's")
-        a = np.array([items["metrics"][metric][k] for k in keys])
-        bb = np.array([base["metrics"][metric][k] for k in keys])
-        if is_base:
-            res = stats.AccDelta(0.0, 0.0, 0.0, 0, 0, 0, len(keys), "baseline (itself)")
-        else:
-            res = stats.acc_delta_with_ci(a, bb, n_boot=plan["n_boot"], seed=plan["seed"])
-        rows.append(dict(common, metric=metric, value=_fmt(a.mean()), baseline=_fmt(bb.mean()),
-                         delta_pct=_fmt(res.delta), ci95_low=_fmt(res.low), ci95_high=_fmt(res.high),
-                         ci_method=res.method, changed=res.changed, delta_unit="pp", n=len(keys)))
-    return rows
-
-
-def delta_table(df, task: str, metric: str, order=None):
-    """One task x metric of a results CSV (as a pandas DataFrame) as a readable table, indexed by recipe.
-
-    delta_table(pd.read_csv("outputs/results.csv"), "arc_easy", "acc") ->
-        recipe   arc_easy acc  delta (pp)  95% CI            n   changed  causal  interval
-        e5m2-w   0.6           +0.00       [-7.22, +7.22]    40  0        yes     exact: rule of three (0 of 40 changed)
-    """
-    import pandas as pd
-    t = df[(df.task == task) & (df.metric == metric)].set_index("recipe")
-    if t.empty:
-        raise UsageError(f"no rows for task {task!r}, metric {metric!r}")
-    unit = t.delta_unit.iloc[0]
-    base = t.index == "baseline"
-    out = pd.DataFrame({f"{task} {metric}": t.value.round(4),
-                        f"delta ({unit})": ["(baseline)" if b else f"{d:+.2f}" for b, d in zip(base, t.delta_pct)],
-                        "95% CI": ["" if b else f"[{lo:+.2f}, {hi:+.2f}]"
-                                   for b, lo, hi in zip(base, t.ci95_low, t.ci95_high)],
-                        "n": t.n}, index=t.index)
-    if "changed" in t and task not in PPL_TASKS:
-        out["changed"] = ["" if (b or pd.isna(c) or c == "") else int(c) for b, c in zip(base, t.changed)]
-    if "causal" in t:
-        out["causal"] = [("yes" if str(c) == "True" else "ORACLE" if str(c) == "False" else "") for c in t.causal]
-    if "ci_method" in t:
-        out["interval"] = ["" if b else m for b, m in zip(base, t.ci_method)]
-    return out.reindex([r for r in order if r in out.index]) if order is not None else out
-
-
-def _per_item_pairs(out: Path, task: str, recipe: str, against: str, select: dict | None):
-    """Folders under <out>/per_item holding `task` for both recipes, filtered by identity fields."""
-    found = []
-    for p in sorted(Path(out).glob(f"per_item/*/{task}-*/{recipe}.json")):
-        q = p.with_name(f"{against}.json")
-        if not q.is_file():
-            continue
-        a, b = read_json(p), read_json(q)
-        ident = a.get("identity", {})
-        if select and any(str(ident.get(k)) != str(v) for k, v in select.items()):
-            continue
-        found.append((p.parent, a, b))
-    return found
-
-
-def compare(out: str | Path, task: str, recipe: str, against: str, metric: str | None = None,
-            n_boot: int = 2000, seed: int = 0, select: dict | None = None) -> dict:
-    """Paired delta of one recipe against ANY other (not only the baseline), from <out>/per_item files.
-
-    compare("outputs", "ppl", "e4m3-wakv-tok", "e4m3-wa-tok") -> what the KV cache adds on top of W+A, with
-    its interval: the same windows were scored under both recipes, so the pairing still holds. Where the
-    folder holds runs with several settings, `select` picks one: select={"seed": "1", "seq_len": "1024"}.
-    For accuracy the result also says how many questions changed and how the interval was made.
-    """
-    import numpy as np
-    from fp8lab import stats
-    from fp8lab.evaluate import PplItems
-    metric = metric or ("ppl" if task in PPL_TASKS else "acc")
-    found = _per_item_pairs(Path(out), task, recipe, against, select)
-    if len(found) != 1:
-        what = "; ".join(f"{w.name}" for w, _, _ in found) or "none"
-        raise UsageError(f"need exactly one per_item folder holding {task} for both {recipe} and {against} under "
-                         f"{out}, found {len(found)} ({what}); pass select={{...}} to choose by seed, seq_len, ...")
-    (where, a, b), = found
-    if a["fingerprint"] != b["fingerprint"]:
-        raise UsageError(f"{where}: {recipe} and {against} were scored on different windows/questions")
-    if task in PPL_TASKS:
-        ra, rb = PplItems.from_json(a), PplItems.from_json(b)
-        stat, extra = ((stats.ppl_delta_pct, ra.ntok) if metric == "ppl" else (stats.bpb_delta_pct, ra.nbytes))
-        d, lo, hi = stats.delta_with_ci(stat, (ra.nll, rb.nll, extra), n_boot=n_boot, seed=seed)
-        return dict(delta=d, ci95_low=lo, ci95_high=hi, unit="%", n=len(ra.nll), method="paired bootstrap",
-                    changed=None, folder=str(where))
-    keys = sorted(b["metrics"][metric])
-    xa = np.array([a["metrics"][metric][k] for k in keys])
-    xb = np.array([b["metrics"][metric][k] for k in keys])
-    r = stats.acc_delta_with_ci(xa, xb, n_boot=n_boot, seed=seed)
-    return dict(delta=r.delta, ci95_low=r.low, ci95_high=r.high, unit="pp", n=len(keys), method=r.method,
-                changed=r.changed, folder=str(where))
 
 
 # ---- the run ------------------------------------------------------------------------------------------
@@ -486,7 +303,13 @@ def run_sweep(plan: dict, args, out: Path, prov: dict) -> dict:
         tdata[t] = _TaskData(t, lm, plan)
         log.info("data %s", tdata[t].desc)
     cells = {(r, t): Cell(out, lm, plan, r, t) for r in plan["recipes"] for t in plan["tasks"]}
-    have = {rt: c.load(tdata[rt[1]].fingerprint) for rt, c in cells.items()}
+    have = {}
+    for rt, c in cells.items():
+        try:
+            have[rt] = c.load(tdata[rt[1]].fingerprint)
+        except DamagedFile as e:
+            log.warning("WARNING: %s; recomputing %s", e, c.label())
+            have[rt] = None
     reused = [rt for rt, d in have.items() if d is not None]
     todo = [rt for rt, d in have.items() if d is None]
     if todo:
@@ -498,7 +321,7 @@ def run_sweep(plan: dict, args, out: Path, prov: dict) -> dict:
     def upsert(rt):
         nonlocal rows
         r, t = rt
-        new = _rows_for(cells[rt], have[rt], have[("baseline", t)], lm, plan, float(have[rt]["seconds"]))
+        new = rows_for(cells[rt], have[rt], have[("baseline", t)], lm, plan, float(have[rt]["seconds"]))
         ks = {key(x) for x in new}
         mine.update(ks)
         at = next((i for i, x in enumerate(rows) if key(x) in ks), len(rows))   # in place: a stable table

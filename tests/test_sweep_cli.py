@@ -295,7 +295,7 @@ def test_multiple_choice_rows_count_changed_questions_and_use_exact_intervals(tm
     cell = sweep.Cell(tmp_path, lm, plan, "e5m2-w", "arc_easy")
     base = _mc_items({"acc": [1, 0] * 20, "acc_norm": [1, 1, 0, 0] * 10})
     same = _mc_items({"acc": [1, 0] * 20, "acc_norm": [1, 1, 0, 0] * 10})
-    rows = {r["metric"]: r for r in sweep._rows_for(cell, same, base, lm, plan, 1.0)}
+    rows = {r["metric"]: r for r in results.rows_for(cell, same, base, lm, plan, 1.0)}
     acc = rows["acc"]
     assert acc["changed"] == 0 and float(acc["delta_pct"]) == 0 and "rule of three" in acc["ci_method"]
     assert float(acc["ci95_low"]) == pytest.approx(-7.2158, abs=1e-3) and float(acc["ci95_high"]) > 7
