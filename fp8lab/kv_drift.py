@@ -103,7 +103,7 @@ def run(model, windows: torch.Tensor, configs=CONFIGS, progress: bool = True) ->
 
     One labelled bar over configurations (the windows of the current one in its label), only where a
     terminal or a notebook shows it: written to a file, tqdm's cursor codes would be noise."""
-    from tqdm.auto import tqdm
+    from tqdm import tqdm          # plain text bars: a notebook renders them too (no widget package needed)
 
     out = {}
     tty = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()

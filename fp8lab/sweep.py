@@ -7,7 +7,7 @@ for), measured on a real model offline, every delta with its 95 % interval and i
     python -m fp8lab.sweep --plot                           # the default sweep into runs/default (= make sweep)
     python -m fp8lab.sweep --recipes baseline,e4m3-kv-tok --tasks ppl --tokens 16384 --out runs/kv
     python -m fp8lab.sweep --redraw --out runs/kv           # only redraw the figures from runs/kv/results.csv
-    python -m fp8lab.sweep --record --plot                  # re-record the committed reference in outputs/
+    python -m fp8lab.sweep --record --fresh --plot          # re-record the committed reference (make record)
     python -m fp8lab.sweep --device cuda                    # the same code on a GPU (identical fake-quant math)
 
 Where results go. A run writes into --out (default runs/default, git-ignored). The lab's committed reference
@@ -77,7 +77,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m fp8lab.sweep", description=__doc__.split("\n\n")[1],
-                epilog="\n\n".join(__doc__.split("\n\n")[2:5]), formatter_class=argparse.RawDescriptionHelpFormatter)
+                epilog="\n\n".join(__doc__.split("\n\n")[2:6]), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="offline name (smollm2-135m [default], gemma3-270m), "
                    "a local transformers folder, or a hub id (with --online)")
     p.add_argument("--recipes", default=None, help="comma-separated recipe names (see --list-recipes)")
@@ -268,7 +268,7 @@ def _read_table(csv_path: Path) -> list[dict]:
 def run_sweep(plan: dict, args, out: Path, prov: dict) -> dict:
     """Compute (or reuse) every cell of the plan into `out`; returns a summary. The caller holds the lock."""
     import torch
-    from tqdm.auto import tqdm
+    from tqdm import tqdm          # plain text bars: a notebook renders them too (no widget package needed)
     from fp8lab import models, recipes as R
 
     csv_path = out / "results.csv"

@@ -275,6 +275,15 @@ def test_regression_progress_written_to_a_file_has_no_cursor_codes(tmp_path):
     assert "\x1b[" not in text and "\r" not in text and "computed 2 cell(s)" in text
 
 
+def test_bench_overhead_writes_its_json_atomically_with_provenance(tmp_path, tinymodel, capsys):
+    out = tmp_path / "o"
+    assert sweep.main(["--bench-overhead", "--recipes", "e4m3-wa-tok", "--seq-len", "32", "--out", str(out)]) == 0
+    doc = json.loads((out / "fakequant_overhead.json").read_text())
+    assert [r["recipe"] for r in doc["results"]] == ["e4m3-wa-tok"] and doc["results"][0]["ratio"] > 0
+    assert {"git_commit", "dirty", "device", "command"} <= set(doc["provenance"])
+    assert sorted(p.name for p in out.iterdir()) == [".fp8lab.lock", "fakequant_overhead.json"]
+
+
 # ---- rows and figures ------------------------------------------------------------------------------------
 def test_rows_say_causal_and_how_each_interval_was_made(tmp_path, tinymodel):
     out = tmp_path / "c"
