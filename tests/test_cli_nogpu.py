@@ -4,9 +4,6 @@ A workshop attendee on a laptop runs the benchmark entry point: the lab cannot m
 must say so in one line (the recorded results are in the notebooks), not with a traceback. These cases run as
 real processes (the entry point is a command line), under a timeout; a few command lines are fuzzed.
 
-The benchmark modules belong to the kernels part of the lab; until their no-GPU path exits 2 with one line,
-the cases that fail today are expected failures (xfail, not strict), so this file reports them without
-breaking CI.
 """
 from __future__ import annotations
 
@@ -18,8 +15,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PENDING = pytest.mark.xfail(strict=False, reason="the kernels' benches still end in a traceback (gemm, attention) "
-                                                 "or exit 1 (quant) without a GPU; fixed on the kernels branch")
 
 
 def _has_gpu() -> bool:
@@ -47,8 +42,7 @@ def assert_one_clean_line(r):
     assert not r.stdout.strip(), r.stdout[-500:]
 
 
-@pytest.mark.parametrize("family", [pytest.param("gemm", marks=PENDING), pytest.param("attention", marks=PENDING),
-                                    pytest.param("quant", marks=PENDING)])
+@pytest.mark.parametrize("family", ["gemm", "attention", "quant"])
 def test_family_without_gpu_one_line_exit_2(family):
     assert_one_clean_line(bench(family))
 
@@ -67,7 +61,6 @@ def test_unknown_family_one_line():
     assert r.returncode == 2 and "Traceback" not in r.stderr and "unknown benchmark family" in r.stderr
 
 
-@PENDING
 def test_fuzz_bench_command_lines():
     """A handful of command lines (each is a process: torch imports dominate, ~2 s each)."""
     hypothesis = pytest.importorskip("hypothesis")
