@@ -313,12 +313,16 @@ def _targets(model, rec) -> list:
 
 
 def _kv_scales(model, p: Plan, calib_ids) -> dict:
-    """{layer index: (k_scale, v_scale)} as 0-d float32 tensors."""
+    """{layer index: (k_scale, v_scale)} as 0-d float32 tensors.
+
+    A calibrated recipe is run as the sweep runs it -- its own OnlineKVCalibration installed on the model,
+    earlier layers' caches already quantized while later layers are observed -- and its frozen scales are
+    read back, so the checkpoint holds exactly the scales the lab's measurement used."""
     n_layers = len(_r._attention_modules(model))
     if p.kv[0] == "unit":
         one = torch.tensor(1.0)
         return {i: (one, one) for i in range(n_layers)}
-    from fp8lab.calibration import KVObserver, observe_kv
+    from fp8lab.calibration import OnlineKVCalibration
 
     n_tokens = p.kv[1]
     if calib_ids is None:
@@ -327,10 +331,13 @@ def _kv_scales(model, p: Plan, calib_ids) -> dict:
     calib_ids = torch.as_tensor(calib_ids)
     if calib_ids.dim() != 2 or calib_ids.shape[1] < n_tokens:
         raise ExportError(f"calib_ids must be [batch, >= {n_tokens}] token ids, got {tuple(calib_ids.shape)}")
-    obs = KVObserver(n_tokens, "tensor")
-    with torch.no_grad(), observe_kv(model, obs):
+    make = _r.get_recipe(p.recipe).key.new()          # the recipe's own calibration object, fresh
+    cal = getattr(make, "__self__", None)
+    if not isinstance(cal, OnlineKVCalibration):
+        raise ExportError(f"recipe {p.recipe!r}: its KV functions are not an OnlineKVCalibration")
+    with torch.no_grad(), _r.install_kv_functions(model, make):
         model(calib_ids[:, :n_tokens])
-    sc = obs.scales("e4m3")
+    sc = cal.observer.scales(cal.fmt)
     return {i: (sc.k[i].reshape(()).float(), sc.v[i].reshape(()).float()) for i in sorted(sc.k)}
 
 
