@@ -92,7 +92,7 @@ import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -129,7 +129,6 @@ class Plan:
     weight_spec: _s.QuantSpec | None
     act: tuple | None
     kv: tuple | None
-    notes: tuple = field(default_factory=tuple)
 
 
 def _refuse(recipe: str, fmt: str, why: str, missing: str) -> ExportError:
@@ -152,7 +151,7 @@ def _weight_kind(name, fmt, spec) -> str:
                       "float formats", "pack-quantized INT8 weights")
     if f is _f.E4M3 and g in ("tensor", "none"):
         return "fp8-tensor"
-    if f is _f.E4M3 and g == "channel" and spec.axis % 2 == 0:
+    if f is _f.E4M3 and g == "channel" and spec.axis in (0, -2):     # one scale per output row
         return "fp8-channel"
     if f is _f.E4M3 and g == "block":
         return "fp8-block"
