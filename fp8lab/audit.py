@@ -625,17 +625,78 @@ def read_label(folder: Path) -> dict:
         detail = ["compressed-tensors", f"{fmt} {bits}-bit" if fmt else None,
                   f"strategy {w['strategy']}" if w.get("strategy") else None]
     elif method == "modelopt":
-        algo = str(q.get("quant_algo", "")).upper()
-        fam = {"FP8": "FP8", "NVFP4": "NVFP4", "W4A8_AWQ": "INT4", "MXFP8": "MXFP8"}.get(algo, algo or None)
-        detail = ["modelopt", f"quant_algo {algo}" if algo else None]
+        algo = str(q.get("quant_algo") or "").upper()
+        fam = _modelopt_family(algo, q.get("quantized_layers"))
+        detail = ["modelopt", f"quant_algo {algo}" if algo else None,
+                  "weight-only" if algo in _MODELOPT_WEIGHT_ONLY else None]
     else:
         fam = method.upper() or None
+    kv = _kv_label(q)
+    scope = "weights"
+    if fam is None and kv is not None:
+        # a KV-cache-only label: compressed-tensors' kv_cache_scheme (no weight group), or ModelOpt's
+        # kv_cache_quant_algo with no quant_algo; an FP8 KV cache is judged on its k_scale/v_scale tensors
+        scope, fam = "kv-cache", kv["family"]
+        detail = [method or None, f"KV cache only: {kv['text']}"]
     label.update({
         "family": fam, "quant_method": method, "fmt": q.get("fmt"), "weight_block_size": block,
         "ignore": ignore, "kv_cache": q.get("kv_cache_quant_algo") or q.get("kv_cache_scheme"),
+        "kv_cache_family": kv["family"] if kv else None, "scope": scope,
         "summary": f"{fam} ({', '.join(x for x in detail if x)})" if any(detail) else fam,
     })
     return label
+
+
+# ModelOpt's quant_algo names (modelopt.torch.export.model_config QUANTIZATION_*, upper-cased in
+# hf_quant_config.json) -> the weight format they store. W4A16_NVFP4 is NVFP4 weights with 16-bit activations
+# (vLLM loads it through its ModelOpt NVFP4 path); W4A8_* store 4-bit weights with FP8 activations.
+_MODELOPT_ALGOS = {
+    "FP8": "FP8", "FP8_PER_CHANNEL_PER_TOKEN": "FP8", "FP8_PB_WO": "FP8", "FP8_PB_REAL": "FP8", "FP8_PC_PT": "FP8",
+    "NVFP4": "NVFP4", "W4A16_NVFP4": "NVFP4", "NVFP4_AWQ": "NVFP4", "NVFP4_SVD": "NVFP4",
+    "NVFP4_SVDQUANT": "NVFP4", "W4A8_NVFP4_FP8": "NVFP4",
+    "MXFP8": "MXFP8", "MXFP4": "MXFP4", "W4A8_MXFP4_FP8": "MXFP4",
+    "INT4_AWQ": "INT4", "W4A16_AWQ": "INT4", "W4A8_AWQ": "INT4",
+    "INT8_SQ": "INT8", "W8A8_SQ_PER_CHANNEL": "INT8", "INT8_WO": "INT8", "W8A16": "INT8",
+}
+_MODELOPT_WEIGHT_ONLY = ("W4A16_NVFP4", "W4A16_AWQ", "INT4_AWQ", "INT8_WO", "W8A16", "FP8_PB_WO")
+
+
+def _modelopt_family(algo: str, layers) -> str | None:
+    """The weight format of a ModelOpt quant_algo; MIXED_PRECISION: the format most of `quantized_layers`
+    use. An unknown name is kept as the family (the verdict then says it cannot match the bytes)."""
+    if algo == "MIXED_PRECISION" and isinstance(layers, dict):
+        fams: dict = {}
+        for cfg in layers.values():
+            a = str(cfg.get("quant_algo") or "").upper() if isinstance(cfg, dict) else ""
+            f = _MODELOPT_ALGOS.get(a)
+            if f:
+                fams[f] = fams.get(f, 0) + 1
+        return max(fams, key=fams.get) if fams else algo
+    return _MODELOPT_ALGOS.get(algo, algo or None)
+
+
+def _kv_label(q: dict):
+    """{"family", "text"} of the KV cache the label quantizes, or None.
+
+    compressed-tensors: `kv_cache_scheme` is QuantizationArgs (num_bits 8, type float = FP8 E4M3; strategy
+    tensor = one k_scale/v_scale per layer, attn_head = one per KV head; dynamic false = static scales in the
+    checkpoint), what vLLM's CompressedTensorsKVCacheMethod accepts. ModelOpt: `kv_cache_quant_algo` "FP8"
+    (k_proj.k_scale / v_proj.v_scale), in config.json's converted form a `kv_cache_scheme` dict too."""
+    s = q.get("kv_cache_scheme")
+    if isinstance(s, dict):
+        bits, typ = s.get("num_bits"), s.get("type")
+        fam = "FP8" if (bits == 8 and typ == "float") else ("INT8" if (bits == 8 and typ == "int") else
+                                                           (f"{typ or ''}{bits}".upper() if bits else None))
+        if fam is None:
+            return None
+        parts = [f"{bits}-bit {typ}", f"strategy {s['strategy']}" if s.get("strategy") else None,
+                 "dynamic" if s.get("dynamic") else "static scales"]
+        return {"family": fam, "text": ", ".join(x for x in parts if x)}
+    algo = q.get("kv_cache_quant_algo")
+    if isinstance(algo, str) and algo:
+        a = algo.upper()
+        return {"family": {"FP8": "FP8", "NVFP4": "NVFP4", "INT8": "INT8"}.get(a, a), "text": f"kv_cache_quant_algo {a}"}
+    return None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1003,6 +1064,8 @@ def _verdict(rep: dict, fused_bf16_experts: int):
     total = sum(fmt.values())
     fam = rep["label"].get("family")
     name = rep["label"].get("summary") or fam
+    if rep["label"].get("scope") == "kv-cache" and total:
+        return _kv_only_verdict(rep, name)
     if not total:
         return ("no parameter tensors found (only scales, or an empty file): nothing to check "
                 f"{'the label ' + repr(name) + ' ' if fam else ''}against.", None)
@@ -1065,6 +1128,25 @@ def _verdict(rep: dict, fused_bf16_experts: int):
                 "not FP8 tensor cores)."), False
     return (f"labelled {name}; {_pct(share_b)} of the decoder-block weights are {what} (all parameter bytes: "
             f"{split}): the label does not describe the bytes."), False
+
+
+def _kv_only_verdict(rep: dict, name: str):
+    """A label that quantizes the KV cache only: the weights must be unquantized and the K/V scales present
+    (vLLM falls back to scale 1.0 for a missing one, which is not what the label promised)."""
+    fmt = rep["param_bytes_by_format"]
+    total = sum(fmt.values())
+    split = ", ".join(f"{_short(k)} {_pct(v / total)}" for k, v in fmt.items())
+    quantized = {k: v for k, v in fmt.items() if k not in _UNQUANTIZED and v}
+    n_kv = rep["scale_layout_counts"].get("kv_scale", 0)
+    if quantized:
+        what = ", ".join(f"{_short(k)} {_pct(v / total)}" for k, v in quantized.items())
+        return (f"labelled {name}, but quantized weights ship too ({what} of parameter bytes): the label "
+                "does not describe the weights."), False
+    if not n_kv:
+        return (f"labelled {name}, but no k_scale/v_scale tensors ship: an engine would use scale 1.0 "
+                f"(all parameter bytes: {split})."), False
+    return (f"labelled {name}; {n_kv} K/V scale tensors ship, the weights stay unquantized (all parameter "
+            f"bytes: {split}): consistent."), True
 
 
 # --------------------------------------------------------------------------------------------------

@@ -13,8 +13,11 @@ layouts the serving stack reads, so that the numbers the lab measured are the nu
     >>> path, report = demo(tmp)                      # a small export + its audit (notebook 05)
 
 **Bytes are fp8lab's codes.** Every quantized tensor is written from `fp8lab.scaling.quantize` (codes,
-scale codes, global scale) -- never from a second scale rule -- and before writing, `dequantize` of those
-codes is checked bit for bit against `fake_quant`, the function the sweep's recipes use.
+scale codes, global scale) -- never from a second scale rule -- and, where `fake_quant` (the function the
+sweep's recipes use) has its own fast path, `dequantize` of those codes is checked bit for bit against it.
+quantize encodes with `FloatFormat.encode_fast` (bit-identical to the table-search `encode`), on one torch
+thread (see `_one_thread`): exporting SmolLM2-135M as nvfp4-w costs ~11 s of CPU on the lab's 2-core machine
+(about 4 s loading the model, 4 s quantizing 210 weights).
 
 **Layouts written** (names as llm-compressor / ModelOpt write them; `python -m fp8lab.audit` reads them back):
 
@@ -22,6 +25,7 @@ codes is checked bit for bit against `fake_quant`, the function the sweep's reci
     compressed-tensors  e4m3-w            weight F8_E4M3 [N,K] + weight_scale F32 [1]           naive-quantized
                         e4m3-w-noscale    same, weight_scale = 1.0                              naive-quantized
                         e4m3-wa           + input_activations {tensor, dynamic: true}           float-quantized
+                        e4m3-wa-tok       + input_activations {token, dynamic: true}            float-quantized
                         e4m3-wa-noscale   + input_scale F32 [1] = 1.0 (static)                  float-quantized
                         w8a8-block        weight_scale F32 [N/128, K/128] + dynamic 1x128 groups  float-quantized
                         nvfp4-w           weight_packed U8 [N,K/2] + weight_scale F8_E4M3 [N,K/16]
@@ -40,12 +44,21 @@ E2M1 codes are packed two per byte, element 2i in the low nibble (`scaling.pack_
 compressed-tensors, ModelOpt and torchao use).
 
 **What a format cannot say, the export refuses** (exit 2, one line naming the recipe and the missing field,
-nothing written): a KV scale recomputed on every forward (e4m3-kv, e4m3-wakv: an oracle, since it sees the
-whole forward's keys; `kv_cache_scheme` holds static `k_scale`/`v_scale` only), a per-channel KV scale (one
-scalar per layer is all vLLM reads), E5M2 (compressed-tensors' 8-bit float is E4M3), a dynamic activation
-scale where ModelOpt FP8 needs a static `input_scale`, and 128x128 blocks or 1x128 activation groups that do
-not tile a Linear (vLLM's block-FP8 loader and compressed-tensors' group quantizer take whole blocks only:
+nothing written). vLLM reads static KV scales only -- one k_scale/v_scale per layer (kv_cache_scheme strategy
+"tensor") or per KV head ("attn_head") -- so: a KV scale recomputed on every forward over the whole window
+(e4m3-kv, e4m3-wakv: oracles, they see future tokens), a per-token dynamic KV scale (e4m3-kv-tok,
+e4m3-wakv-tok: causal, but no field holds a scale made as each token is written), and per-channel KV scales
+(e4m3-kv-perchannel, e4m3-kv-cal256-channel) are refused; E5M2 (compressed-tensors' 8-bit float is E4M3),
+INT8 weights (vLLM reads them from the int32-packed layout, not written here), a dynamic activation scale
+where ModelOpt FP8 needs a static `input_scale`, and 128x128 blocks or 1x128 activation groups that do not
+tile a Linear (vLLM's block-FP8 loader and compressed-tensors' group quantizer take whole blocks only:
 SmolLM2's 576-wide layers cannot be exported as w8a8-block). `--list` prints the reason for every recipe.
+e4m3-wa is exported although the lab's measurement calls it an oracle: its dynamic per-tensor input scale
+is what vLLM computes for each forward's tokens (a whole prompt at prefill, the new tokens at decode), so the
+checkpoint is sound; the oracle is the perplexity measured with one scale over a window being scored
+(e4m3-wa-tok, per-token scales, is its causal counterpart). KV exports are calibrated recipes only
+(e4m3-kv-uncal, e4m3-kv-cal256): their k_scale/v_scale, used as static scales, reproduce the recipe's
+forward on the calibration tokens bit for bit.
 
 **Reading it back** (tests/test_export.py): compressed-tensors' own decompression returns fp8lab's
 fake-quantized float32 weights bit for bit for every FP8 and MXFP4 export; for NVFP4 it returns bfloat16
@@ -57,30 +70,38 @@ ModelOpt quantizer (quant_method "modelopt" is skipped, so the packed weights do
 are for vLLM / TensorRT-LLM, and compressed-tensors' own ModelOpt converter turns them into the
 compressed-tensors export byte for byte.
 
-**Conventions where the libraries differ** (each pinned bit for bit in tests/test_crosscheck_torchao.py and
-tests/test_crosscheck_compressed_tensors.py; fp8lab's default first, and why):
+**Conventions where the libraries differ** (each pinned bit for bit in tests/test_crosscheck_torchao.py,
+test_crosscheck_compressed_tensors.py and test_crosscheck_modelopt.py; fp8lab's default first and why, then
+the `fp8lab.scaling` option that gives the other library's bytes, where there is one):
 
-  * FP8 scale = amax / 448 in float32, codes = RNE(x / scale), saturated. compressed-tensors and torchao's
-    inference primitives agree bit for bit. torchao.float8 (training) stores the multiplier 448 / amax and
-    multiplies (same codes on real data; an exact tie rounds differently) and floors amax at 1e-12. Why ours:
-    the stored number is the dequant multiplier a checkpoint carries (`weight_scale`), with no floor.
+  * FP8 scale = amax / 448 in float32, codes = RNE(x / scale), saturated. compressed-tensors, torchao's
+    inference primitives and ModelOpt's FP8QTensor agree bit for bit. torchao.float8 (training) stores the
+    multiplier 448 / amax and multiplies (same codes on real data; an exact tie rounds differently) and
+    floors amax at 1e-12 (pinned; no option). Why ours: the stored number is the dequant multiplier a
+    checkpoint carries (`weight_scale`), with no floor.
   * An all-zero group gets scale 1.0 and zero codes. compressed-tensors stores float32 eps; torchao's
     inference primitive stores 0 and emits NaN codes (0/0). Why: a scale must never turn zeros into NaN.
   * Scales are computed in float32 for any input; compressed-tensors computes a bf16 weight's scale in bf16.
-  * NVFP4: global = amax / 2688 (a multiplier: ModelOpt's `weight_scale_2`), block scale
-    E4M3(amax_blk / 6 / global), elements E2M1(x / (block scale * global)). torchao: same global, but block
-    scales floored at 2**-6 (fp8lab keeps E4M3 subnormal and zero block scales) and a reciprocal multiply
-    (exact ties differ). compressed-tensors: a divisor G = 2688 / amax evaluated as reciprocal(amax) * 2688,
-    block scale E4M3(G * amax_blk / 6), elements x / (scale / G), a zero or underflowed block scale replaced
-    by 0.125 (exact ties and those blocks differ). Why ours: NVIDIA's definition (what ModelOpt exports),
-    plain IEEE divisions a kernel reproduces exactly. The export to compressed-tensors stores G = 1 / global,
-    the conversion compressed-tensors' own ModelOpt converter applies.
-  * MX scale: "floor" (default) = OCP MX v1.0 = torchao FLOOR bit for bit, except a block whose scale is
-    2**-127 (torchao divides its elements by 2**-126). "ceil" = the smallest power of two that does not
-    saturate = torchao RCEIL, except that torchao's float32 log2 drops a one-ulp excess above max * 2**j
-    (|j| >= 4) and multiplies code-0 blocks by 1. torchao CEIL (2**ceil(log2 amax) / 2**emax), torchao EVEN
-    and compressed-tensors' MX rule (round amax to E2M1's 1 mantissa bit first, for MXFP8 too) are other
-    rules. Why floor: it is the specification's text.
+  * NVFP4 (all: global = amax / 2688, ModelOpt's `weight_scale_2`). Default "lab": block scale
+    E4M3((amax_blk / 6) / global), E4M3 subnormal and zero block scales kept, elements E2M1(x / (block scale
+    * global)). Why: two IEEE divisions a kernel reproduces exactly, every E4M3 code usable.
+    torchao to_nvfp4 == scale_rule="torchao" (block scales clamped to >= 2**-6, reciprocal multiply) on every
+    tensor tested. ModelOpt 0.47 NVFP4QTensor == scale_rule="modelopt" (one division by fl(6 * global), a
+    zero block scale 1.0, clamped to [2**-9, 448]). The default differs from both where those choices bite
+    (pinned: small and zero blocks, exact ties). compressed-tensors: a divisor G = 2688 / amax evaluated as
+    reciprocal(amax) * 2688, block scale E4M3(G * amax_blk / 6), elements x / (scale / G), a zero or
+    underflowed block scale replaced by 0.125 -- no option (pinned: exact ties and those blocks). torchao
+    without a per-tensor scale equals "lab" only where global = 1 (pinned). The export to compressed-tensors
+    stores G = 1 / global, the conversion compressed-tensors' own ModelOpt converter applies.
+  * MX scale: "floor" (default) = OCP MX v1.0 = torchao FLOOR. "rceil" = torchao RCEIL = ModelOpt MXFP8
+    (ceil(log2(amax / max))). "ceil" = torchao CEIL (ceil(log2 amax) - emax). "even" = torchao EVEN =
+    compressed-tensors' MXFP4 rule (amax rounded to the element's mantissa width first). All equal bit for
+    bit on every tensor tested, except (pinned): torchao divides a block whose scale code is 0 by 2**-126,
+    not the stored 2**-127; its float32 log2 in RCEIL drops a one-ulp excess above max * 2**j (|j| >= 4) and
+    multiplies code-0 blocks by 1; near float32's max its rounding-up rules store 2**(128 - emax), where a
+    code decodes to Inf (fp8lab caps the exponent at 127 - emax); and compressed-tensors' MXFP8 rounds amax
+    at E2M1's 1 mantissa bit, not E4M3's 3 (no option: no specification states that rule). Why floor: it
+    is the specification's text.
 
 **Provenance.** The folder holds `fp8lab_provenance.json` (fp8lab.provenance) and a README.md that says what
 it is. The default model's weights are 4-bit GGUF (Q4_1) dequantized to float32, so an export of it is a
@@ -91,16 +112,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from fp8lab import formats as _f
+from fp8lab import kv_hook
 from fp8lab import recipes as _r
 from fp8lab import scaling as _s
 from fp8lab import store
@@ -112,7 +134,6 @@ __all__ = ["FORMATS", "ExportError", "Plan", "plan", "check_shapes", "build_tens
 FORMATS = ("compressed-tensors", "modelopt")
 #: the compressed-tensors release whose checkpoint layout this writer follows (the layout, not the code)
 CT_FORMAT_VERSION = "0.20.0"
-_KV_CAL = re.compile(r"^(e4m3) calibrated on (\d+) tokens per tensor$")
 
 
 class ExportError(ValueError):
@@ -186,30 +207,56 @@ def _act(name, fmt, spec):
                   "input_activations strategy")
 
 
+_KV_FIELDS = ("vLLM reads static KV scales only: one k_scale/v_scale per layer (kv_cache_scheme strategy "
+              "tensor) or per KV head (attn_head)")
+
+
+def _calibration_of(slot: _r.KVFunctions):
+    """The OnlineKVCalibration behind a calibrated KV slot (a fresh one), or None for other functions."""
+    from fp8lab.calibration import OnlineKVCalibration
+
+    make = slot.new()
+    cal = getattr(make, "__self__", None)
+    return cal if isinstance(cal, OnlineKVCalibration) else None
+
+
 def _kv(name, fmt, key, value):
+    """None, ("unit",) or ("calibrated", n_tokens); or a refusal naming what kv_cache_scheme cannot hold."""
     if key is None and value is None:
         return None
     if key != value:
         raise _refuse(name, fmt, "keys and values use different schemes; kv_cache_scheme holds one for both",
                       "separate key/value schemes")
+    kv_fmt = key.fmt if isinstance(key, (_s.QuantSpec, _r.KVFunctions)) else None
+    if kv_fmt and kv_fmt != "e4m3":
+        raise _refuse(name, fmt, f"an FP8 KV cache here means E4M3; the recipe stores keys/values as {kv_fmt}",
+                      f"an {kv_fmt.upper()} kv_cache_scheme")
     if isinstance(key, _s.QuantSpec):
-        if key.format is not _f.E4M3:
-            raise _refuse(name, fmt, f"an FP8 KV cache here means E4M3; the recipe uses {key.fmt}",
-                          "an E5M2 kv_cache_scheme")
-        if key.granularity == "channel":
-            raise _refuse(name, fmt, "one K and one V scale per (kv head, dim) channel; vLLM reads one "
-                          "k_scale/v_scale per layer", "a per-channel k_scale/v_scale")
-        raise _refuse(name, fmt, "the KV scale is recomputed on every forward from that forward's keys "
-                      "(an oracle: it sees future tokens); a checkpoint carries static scales only",
-                      "a dynamic k_scale/v_scale")
+        g = key.granularity
+        if g == "channel":
+            raise _refuse(name, fmt, "one K and one V scale per (kv head, dim) channel, computed over the whole "
+                          f"window (an oracle); {_KV_FIELDS}", "a per-channel k_scale/v_scale")
+        if g == "token":
+            raise _refuse(name, fmt, "a K and V scale per token and head, computed as each token is written "
+                          f"(causal, but dynamic); {_KV_FIELDS}", "a dynamic per-token k_scale/v_scale")
+        if g == "tensor":
+            raise _refuse(name, fmt, "the KV scale is recomputed on every forward from all of that forward's "
+                          f"keys (an oracle: it sees future tokens); {_KV_FIELDS}; e4m3-kv-cal256 is the "
+                          "exportable static version", "a dynamic per-tensor k_scale/v_scale")
+        raise _refuse(name, fmt, f"KV granularity {g!r}; {_KV_FIELDS}", f"a {g} k_scale/v_scale")
     if isinstance(key, _r.KVFunctions):
         if key.label == "e4m3 scale 1.0":
             return ("unit",)
-        m = _KV_CAL.match(key.label)
-        if m:
-            return ("calibrated", int(m.group(2)))
-        raise _refuse(name, fmt, f"KV functions {key.label!r} are not a static per-layer E4M3 scale",
-                      "k_scale/v_scale")
+        cal = _calibration_of(key)
+        if cal is None:
+            raise _refuse(name, fmt, f"KV functions {key.label!r} are not a static E4M3 scale the exporter can "
+                          "read back", "k_scale/v_scale")
+        g = cal.observer.granularity
+        if g != "tensor":
+            what = "(kv head, dim) channel" if g == "channel" else "KV head"
+            raise _refuse(name, fmt, f"static scales calibrated per {what}; {_KV_FIELDS}, and this exporter "
+                          "writes the per-layer one", f"a per-{g} k_scale/v_scale")
+        return ("calibrated", cal.observer.n_tokens)
     raise _refuse(name, fmt, f"KV slot {key!r} is not understood", "kv_cache_scheme")
 
 
@@ -330,14 +377,14 @@ def _kv_scales(model, p: Plan, calib_ids) -> dict:
     """{layer index: (k_scale, v_scale)} as 0-d float32 tensors.
 
     A calibrated recipe is run as the sweep runs it -- its own OnlineKVCalibration installed on the model,
-    earlier layers' caches already quantized while later layers are observed -- and its frozen scales are
-    read back, so the checkpoint holds exactly the scales the lab's measurement used."""
-    n_layers = len(_r._attention_modules(model))
+    earlier layers' caches already quantized while later layers are observed -- on `calib_ids`, and its
+    frozen scales are read back: used as static scales they reproduce the recipe's forward on those tokens
+    bit for bit (tests/test_export.py). The sweep calibrates on the first tokens of its own windows, so its
+    scales come from other text than the CLI's (the first BoolQ window, fp8lab_provenance.json says which)."""
+    n_layers = len(kv_hook.attention_modules(model))
     if p.kv[0] == "unit":
         one = torch.tensor(1.0)
         return {i: (one, one) for i in range(n_layers)}
-    from fp8lab.calibration import OnlineKVCalibration
-
     n_tokens = p.kv[1]
     if calib_ids is None:
         raise ExportError(f"recipe {p.recipe!r} calibrates its KV scales on the first {n_tokens} tokens; "
@@ -345,11 +392,10 @@ def _kv_scales(model, p: Plan, calib_ids) -> dict:
     calib_ids = torch.as_tensor(calib_ids)
     if calib_ids.dim() != 2 or calib_ids.shape[1] < n_tokens:
         raise ExportError(f"calib_ids must be [batch, >= {n_tokens}] token ids, got {tuple(calib_ids.shape)}")
-    make = _r.get_recipe(p.recipe).key.new()          # the recipe's own calibration object, fresh
-    cal = getattr(make, "__self__", None)
-    if not isinstance(cal, OnlineKVCalibration):
+    cal = _calibration_of(_r.get_recipe(p.recipe).key)     # the recipe's own calibration object, fresh
+    if cal is None:  # pragma: no cover - plan() checked it
         raise ExportError(f"recipe {p.recipe!r}: its KV functions are not an OnlineKVCalibration")
-    with torch.no_grad(), _r.install_kv_functions(model, make):
+    with torch.no_grad(), kv_hook.kv_functions(model, cal.make):
         model(calib_ids[:, :n_tokens])
     sc = cal.observer.scales(cal.fmt)
     return {i: (sc.k[i].reshape(()).float(), sc.v[i].reshape(()).float()) for i in sorted(sc.k)}
@@ -384,6 +430,22 @@ def check_shapes(model, p: Plan) -> None:
                           "group", f"input_activations group_size {p.act[2]} for a partial group")
 
 
+@contextmanager
+def _one_thread():
+    """torch on one intra-op thread for the duration (restored after).
+
+    Quantizing a weight is ~20 elementwise passes over a few MB: memory-bound, so a second thread buys little
+    on an idle 2-core machine, while on a shared one (other jobs holding the cores) torch's worker threads
+    wait on each other and each pass costs 10-20x more CPU (measured: SmolLM2-135M nvfp4-w, 49 s of CPU for
+    the weights on two threads under load, 3.9 s on one)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
 def build_tensors(model, p: Plan, calib_ids=None) -> dict:
     """Every tensor of the exported state dict (quantized Linears, KV scales, the rest float32)."""
     rec = _r.get_recipe(p.recipe)
@@ -391,7 +453,7 @@ def build_tensors(model, p: Plan, calib_ids=None) -> dict:
     out: dict = {}
     targets = _targets(model, rec) if p.weight is not None else []
     done = set()
-    with torch.no_grad():
+    with torch.no_grad(), _one_thread():
         for name, mod in targets:
             for leaf, t in _linear_tensors(p, name, mod.weight).items():
                 out[f"{name}.{leaf}"] = t.contiguous()
@@ -405,7 +467,7 @@ def build_tensors(model, p: Plan, calib_ids=None) -> dict:
                 continue    # stored once, as the embedding (what save_pretrained does for tied weights)
             out[k] = v.detach().float().contiguous().clone()
         if p.kv is not None:
-            mods = _r._attention_modules(model)
+            mods = kv_hook.attention_modules(model)
             names = {id(m): n for n, m in model.named_modules()}
             scales = _kv_scales(model, p, calib_ids)
             for m in mods:
@@ -495,6 +557,10 @@ def _readme(p: Plan, source: str, note: str, q_tensors: int, kv_note: str) -> st
     rec = _r.get_recipe(p.recipe)
     lines = [f"# {p.recipe} export written by fp8lab", "",
              f"Recipe `{p.recipe}`: {rec.description}.", "",
+             (f"In the lab's measurement the recipe is causal ({rec.why})." if rec.causal else
+              f"In the lab's measurement the recipe is an oracle ({rec.why.removeprefix('oracle: ')}): perplexity "
+              "scored with one scale per window. The checkpoint is what a serving engine runs: it computes the "
+              "dynamic scale over each forward's own tokens."), "",
              f"Format: {fmt_line}.", "",
              f"Source model: `{source}`.", "",
              f"**{note}.** The quantized tensors here are a second quantization of those weights.", "",
@@ -637,8 +703,9 @@ def export(model_name: str, recipe: str, out, fmt: str = "compressed-tensors", f
 def demo(tmpdir, recipe: str = "nvfp4-w", fmt: str = "compressed-tensors", model: str | None = None):
     """Export one recipe and audit it: (path, fp8lab.audit report). For notebook 05.
 
-    model=None exports the offline default (SmolLM2-135M, from Q4_1 GGUF weights; a few seconds once cached,
-    ~100 MB on disk for nvfp4-w); model="tiny" exports a 2-layer random Llama instead (no data, < 1 s).
+    model=None exports the offline default (SmolLM2-135M, from Q4_1 GGUF weights; ~11 s of CPU on the lab's
+    2-core machine, half of it loading the model; 169 MB on disk for nvfp4-w, the float32 embedding being 113
+    MB of it); model="tiny" exports a 2-layer random Llama instead (no data; ~3 s of CPU, imports included).
     """
     from fp8lab import audit
 

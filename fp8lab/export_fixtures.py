@@ -2,7 +2,7 @@
 checkpoints the lab exported itself.
 
     >>> m = tiny_model()                                   # 2-layer random Llama, float32, 0.49M parameters
-    >>> paths = make_all(tmp_path)                         # {"ct_fp8_static_phi3": Path, "exported_nvfp4_ct": ...}
+    >>> paths = make_all(tmp_path)      # {"ct_fp8_static_phi3": Path, "exported_nvfp4_ct": ..., "exported_kv_cal256_ct": ...}
 
 Real labels (`REAL_LABELS`): the `quantization_config` / `hf_quant_config.json` text of published checkpoints,
 copied field for field (key order kept) from the pages cited in `source`. We hold none of their weights:
@@ -199,8 +199,10 @@ def exported_checkpoint(root, recipe: str = "nvfp4-w", fmt: str = "compressed-te
 
 
 def make_all(root) -> dict:
-    """Every real-label checkpoint and the two exported NVFP4 checkpoints: {name: folder}."""
+    """Every real-label checkpoint, the two exported NVFP4 checkpoints and an exported KV-cache-only one
+    (compressed-tensors kv_cache_scheme, calibrated k_scale/v_scale): {name: folder}."""
     out = {n: real_label_checkpoint(n, root) for n in REAL_LABELS}
     out["exported_nvfp4_ct"] = exported_checkpoint(root, "nvfp4-w", "compressed-tensors")
     out["exported_nvfp4_modelopt"] = exported_checkpoint(root, "nvfp4-w", "modelopt")
+    out["exported_kv_cal256_ct"] = exported_checkpoint(root, "e4m3-kv-cal256", "compressed-tensors")
     return out

@@ -359,10 +359,10 @@ class FloatFormat:
             c = xf.clamp(-self.max, self.max).to(_TORCH_FP8[self.name]).view(torch.uint8)
             return c.masked_fill(torch.isnan(xf), self.nan_code)
         if self is E2M1:
-            mag = xf.abs()
-            idx = torch.zeros(xf.shape, dtype=torch.uint8, device=xf.device)
-            for t, strict in e2m1_midpoints():
-                idx += (mag > t) if strict else (mag >= t)
+            # the seven compares in one op: bucketize counts the boundaries strictly below |x|; an inclusive
+            # midpoint (>=) becomes a strict one at the float32 just below it
+            idx = torch.bucketize(xf.abs(), _on(xf.device, ("e2m1", "strict_mids"), _e2m1_strict_mids),
+                                  out_int32=True).to(torch.uint8)
             out = idx | (torch.signbit(xf).to(torch.uint8) << 3)
             return out.masked_fill(torch.isnan(xf), 0)  # no NaN in E2M1: +0, as encode
         return self.encode(xf, saturate=True)
@@ -504,6 +504,13 @@ def e2m1_midpoints() -> list[tuple[float, bool]]:
     """
     vals, codes = E2M1._positive
     return [(float((vals[i] + vals[i + 1]) / 2), bool(codes[i] % 2 == 0)) for i in range(len(vals) - 1)]
+
+
+def _e2m1_strict_mids() -> torch.Tensor:
+    """e2m1_midpoints() as strict thresholds (float32): m itself where the compare is >, else nextafter(m, 0)."""
+    m = np.array([t for t, _ in e2m1_midpoints()], dtype=np.float32)
+    below = np.nextafter(m, np.float32(0))
+    return torch.from_numpy(np.where([s for _, s in e2m1_midpoints()], m, below).astype(np.float32))
 
 
 def _e2m1_compare(x, strict_mask) -> np.ndarray:

@@ -53,8 +53,9 @@ NVFP4_RULES (`QuantSpec("e2m1", "nvfp4", scale_rule=...)`), g = global scale, ba
                The default: two IEEE divisions, every E4M3 code usable, and what the lab's kernels compute.
     "torchao"  torchao nvfp4_quantize with a per-tensor scale: bs = (bamax / 6) / g clamped to [2**-6, 448]
                (E4M3's smallest NORMAL), elements x * ((1 / g) / decode(sc)) -- a reciprocal, then a multiply.
-    "modelopt" ModelOpt NVFP4QTensor: bs = bamax / (6 * g) (one division by a rounded product); a zero bs
-               becomes 1.0 (code 0x38); elements x / (decode(sc) * g).
+    "modelopt" ModelOpt NVFP4QTensor (nvidia-modelopt 0.47.0): bs = bamax / (6 * g) (one division by a
+               rounded product); a zero bs becomes 1.0 (code 0x38), then bs is clamped to [2**-9, 448] (E4M3's
+               smallest subnormal: a tiny block keeps code 0x01 instead of 0); elements x / (decode(sc) * g).
   All three use g = amax / 2688, which is also what ModelOpt stores as `weight_scale_2` and torchao's
   per_tensor_amax_to_scale returns. A block whose scale code is 0 gets element codes 0 under every rule.
 
@@ -221,7 +222,7 @@ def _check_input(x: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
             raise ValueError(f"float64 input holds {int(beyond.sum())} finite values beyond float32's range "
                              f"(|x| > {_F32_MAX:.4g}); the lab quantizes in float32: divide the tensor by a "
                              "power of two first")
-    if spec.nonfinite == "raise":
+    if spec.nonfinite == "raise" and not bool(torch.isfinite(xf).all()):   # one pass; count only on failure
         bad = ~torch.isfinite(xf)
         if bool(bad.any()):
             n_nan = int(torch.isnan(xf).sum())
@@ -230,8 +231,11 @@ def _check_input(x: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
     return xf
 
 
-def _finite_abs(xf: torch.Tensor) -> torch.Tensor:
+def _finite_abs(xf: torch.Tensor, spec: QuantSpec | None = None) -> torch.Tensor:
+    """|x| with NaN/Inf read as 0. Under nonfinite="raise" `_check_input` has already refused them: plain |x|."""
     a = xf.abs()
+    if spec is not None and spec.nonfinite == "raise":
+        return a
     return torch.where(torch.isfinite(a), a, torch.zeros_like(a))
 
 
@@ -302,7 +306,7 @@ def quantize(x: torch.Tensor, spec: QuantSpec) -> Quantized:
     if g == "none":
         return Quantized(_encode(fmt, xf), _const(1.0, xf), spec, tuple(x.shape))
 
-    a = _finite_abs(xf)
+    a = _finite_abs(xf, spec)
     if g == "tensor":
         scale = scale_from_amax(a.max(), fmt)
         return Quantized(_encode(fmt, xf / scale), scale, spec, tuple(x.shape))
@@ -380,6 +384,7 @@ def _quantize_nvfp4(xf, a, spec, gamax: torch.Tensor | None = None) -> Quantized
     if rule == "modelopt":
         bs = bamax / (six * gs)                           # one division by the rounded product 6 * global
         bs = torch.where(bs == 0, torch.ones_like(bs), bs)
+        bs = bs.clamp(min=_f.E4M3.min_subnormal, max=_f.E4M3.max)   # ModelOpt's _cast_per_block_scale_to_fp8
     else:
         bs = bamax / six / gs                             # two fp32 divisions, in this order
         if rule == "torchao":
@@ -397,8 +402,8 @@ def _quantize_nvfp4(xf, a, spec, gamax: torch.Tensor | None = None) -> Quantized
         q = xf * r
     else:
         q = xf / full
-    codes = _f.E2M1.encode_fast(torch.where(full != 0, q, torch.zeros_like(q)))
-    codes = torch.where(full != 0, codes, torch.zeros_like(codes))   # a zero block scale: codes 0 (NaN scale: kept)
+    codes = _f.E2M1.encode_fast(q)                        # (x / 0 in a zero-scale block is overwritten next)
+    codes = codes.masked_fill(full == 0, 0)               # a zero block scale: codes 0 (NaN scale: kept)
     return Quantized(codes, s, spec, tuple(xf.shape), scale_codes=sc, global_scale=gs)
 
 
@@ -557,7 +562,7 @@ def quantize_nvfp4(w: torch.Tensor, global_amax: torch.Tensor | float | None = N
             if ga.numel() != 1 or not bool(torch.isfinite(ga).all()) or float(ga) < 0:
                 raise ValueError(f"global_amax must be one finite value >= 0, got {global_amax!r}")
             ga = ga.reshape(())
-        q = _quantize_nvfp4(xf, _finite_abs(xf), spec, ga)
+        q = _quantize_nvfp4(xf, _finite_abs(xf, spec), spec, ga)
     return pack_nibbles(q.codes), q.scale_codes, q.global_scale
 
 

@@ -527,3 +527,77 @@ def test_empty_block_tensors_do_not_divide_by_zero(tmp_path):
     r = au.audit(d)
     assert r["verdict"] and r["consistent"] in (True, False, None)
     au.format_table(r).encode("utf-8")
+
+
+# ---- KV-cache-only labels and ModelOpt's quant_algo names ----------------------------------------------------
+_KV_SCHEME = {"num_bits": 8, "type": "float", "symmetric": True, "strategy": "tensor", "dynamic": False}
+_CT_KV_ONLY = {"quant_method": "compressed-tensors", "format": "dense", "config_groups": {},
+               "kv_cache_scheme": _KV_SCHEME, "ignore": ["lm_head"], "quantization_status": "compressed"}
+
+
+@pytest.mark.parametrize("weights,kv,consistent,words", [
+    (af.w_bf16, "attn", True, ["KV cache only", "strategy tensor", "static scales", "4 K/V scale tensors",
+                               "consistent"]),
+    (af.w_bf16, None, False, ["no k_scale/v_scale tensors ship", "scale 1.0"]),
+    (lambda p, n, k: af.w_fp8_tensor(p, n, k, static_input=False), "attn", False,
+     ["quantized weights ship too", "does not describe the weights"]),
+])
+def test_compressed_tensors_kv_cache_only_label(tmp_path, weights, kv, consistent, words):
+    """compressed-tensors writes a KV-cache-only recipe as an empty config_groups plus kv_cache_scheme (the
+    QuantizationArgs vLLM's CompressedTensorsKVCacheMethod validates: 8-bit float, strategy tensor, static):
+    the label is an FP8 KV cache, judged on the k_scale/v_scale tensors and on the weights staying
+    unquantized -- not "no quantization label"."""
+    folder = af.write_shards(tmp_path / "c", [af._llama(weights, kv_scales=kv)],
+                             af._llama_cfg(quantization_config=_CT_KV_ONLY))
+    r = au.audit(folder)
+    assert r["label"]["family"] == "FP8" and r["label"]["scope"] == "kv-cache"
+    assert r["consistent"] is consistent, r["verdict"]
+    for w in words:
+        assert w in r["verdict"], (w, r["verdict"])
+    assert "no quantization label" not in r["verdict"]
+
+
+def test_modelopt_kv_cache_only_label(tmp_path):
+    """ModelOpt: quant_algo null with kv_cache_quant_algo "FP8" in hf_quant_config.json, scales on
+    k_proj/v_proj: an FP8 KV cache, consistent over BF16 weights."""
+    hf = {"producer": {"name": "modelopt", "version": "0.47.0"},
+          "quantization": {"quant_algo": None, "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]}}
+    folder = af.write_shards(tmp_path / "m", [af._llama(af.w_bf16, kv_scales="proj")], af._llama_cfg(),
+                             extra_json={"hf_quant_config.json": hf})
+    r = au.audit(folder)
+    assert (r["label"]["family"], r["label"]["scope"], r["consistent"]) == ("FP8", "kv-cache", True), r["verdict"]
+    assert "kv_cache_quant_algo FP8" in r["verdict"]
+
+
+@pytest.mark.parametrize("algo,weights,family,consistent", [
+    ("W4A16_NVFP4", af.w_nvfp4_modelopt, "NVFP4", True),      # ModelOpt's weight-only NVFP4 (vLLM: modelopt_fp4)
+    ("NVFP4_AWQ", af.w_nvfp4_modelopt, "NVFP4", True),
+    ("FP8_PB_WO", af.w_fp8_block, "FP8", True),
+    ("FP8_PER_CHANNEL_PER_TOKEN", af.w_fp8_channel, "FP8", True),
+    ("W4A16_NVFP4", af.w_fp8_block, "NVFP4", False),           # the label says NVFP4, the bytes are FP8
+    ("SOMETHING_NEW", af.w_nvfp4_modelopt, "SOMETHING_NEW", False),
+])
+def test_modelopt_quant_algo_names(tmp_path, algo, weights, family, consistent):
+    """ModelOpt's quant_algo names (modelopt.torch.export QUANTIZATION_*) map to the weight format they
+    store; an unknown name is kept as it is and cannot match the bytes."""
+    hf = {"producer": {"name": "modelopt", "version": "0.47.0"},
+          "quantization": {"quant_algo": algo, "kv_cache_quant_algo": None, "group_size": 16,
+                           "exclude_modules": ["lm_head"]}}
+    folder = af.write_shards(tmp_path / "m", [af._llama(weights)], af._llama_cfg(),
+                             extra_json={"hf_quant_config.json": hf})
+    r = au.audit(folder)
+    assert r["label"]["family"] == family and r["consistent"] is consistent, r["verdict"]
+    if algo == "W4A16_NVFP4" and consistent:
+        assert "weight-only" in r["verdict"]
+
+
+def test_modelopt_mixed_precision_reads_quantized_layers(tmp_path):
+    """quant_algo MIXED_PRECISION: the family is the format most of `quantized_layers` use."""
+    layers = {f"model.layers.{i}.mlp.{m}": {"quant_algo": "NVFP4", "group_size": 16}
+              for i in range(2) for m in ("gate_proj", "up_proj", "down_proj")}
+    layers["model.layers.0.self_attn.q_proj"] = {"quant_algo": "FP8"}
+    hf = {"quantization": {"quant_algo": "MIXED_PRECISION", "quantized_layers": layers}}
+    folder = af.write_shards(tmp_path / "m", [af._llama(af.w_nvfp4_modelopt)], af._llama_cfg(),
+                             extra_json={"hf_quant_config.json": hf})
+    r = au.audit(folder)
+    assert r["label"]["family"] == "NVFP4" and r["consistent"] is True, r["verdict"]

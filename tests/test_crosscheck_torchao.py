@@ -101,47 +101,36 @@ def test_mx_element_ties_round_to_even_in_both(fmt):
     assert bool((ties % 2 == 0).all())            # RNE: the even code won every tie
 
 
-def test_mx_floor_pinned_scale_code_zero():
-    """PINNED. A block whose scale clamps to E8M0 code 0 (2**-127): fp8lab divides the elements by 2**-127,
-    what the stored code says; torchao divides by 2**-126 (it clamps the float scale to float32's smallest
-    normal, a workaround for triton flushing 2**-127), so its codes are one binade lower than its stored
-    scale implies -- decoding them with the stored scale halves the block. fp8lab keeps code and scale
-    consistent."""
-    x = torch.zeros(1, 32)
-    x[0, 0], x[0, 1] = 2.0 ** -120, 2.0 ** -125        # floor(log2) - 8 = -128 -> clamped to code 0
-    sc, codes = ta_mx(x, "e4m3", M.FLOOR)
-    lsc, lcodes = lab_mx(x, "e4m3", "floor")
-    assert int(sc) == int(lsc) == 0
-    assert F.E4M3.decode(lcodes[0, :2]).tolist() == [128.0, 4.0]     # 2**-120 / 2**-127, 2**-125 / 2**-127
-    assert F.E4M3.decode(codes[0, :2]).tolist() == [64.0, 2.0]       # divided by 2**-126
-
-
-# ---- MX: RCEIL (torchao) == fp8lab "ceil" ----------------------------------------------------------------
+# ---- MX: RCEIL (torchao) == fp8lab "rceil" ---------------------------------------------------------------
 @pytest.mark.parametrize("fmt", ["e4m3", "e2m1"])
 @pytest.mark.parametrize("dist", list(DISTS))
-def test_mx_rceil_matches_fp8lab_ceil(fmt, dist):
+def test_mx_rceil_matches_fp8lab_rceil(fmt, dist):
     """torchao RCEIL: e = ceil(log2(amax / max_elem)) (cuBLAS's rule, Blackwell's cvt.rp.ue8m0); fp8lab
-    "ceil": the smallest e with amax / 2**e <= max_elem. The same rule, equal on all of these."""
+    "rceil": the smallest e with amax / 2**e <= max_elem, on the bits of amax / max_elem. The same rule,
+    equal on all of these; and not fp8lab's default (floor), which it must differ from somewhere."""
     x = DISTS[dist]
     sc, codes = ta_mx(x, fmt, M.RCEIL)
-    lsc, lcodes = lab_mx(x, fmt, "ceil")
+    lsc, lcodes = lab_mx(x, fmt, "rceil")
     assert torch.equal(sc, lsc)
     assert torch.equal(codes, lcodes)
+    if dist in ("normal", "lognormal"):
+        assert not torch.equal(sc, lab_mx(x, fmt, "floor")[0])
 
 
 @pytest.mark.parametrize("fmt", ["e4m3", "e2m1"])
 def test_mx_rceil_pinned_float32_log2(fmt):
     """PINNED. torchao's eager RCEIL takes ceil(torch.log2(amax / max)) in float32: when amax is one ulp above
     max * 2**j, log2 = j + 1.7e-7, which float32 cannot hold next to a large |j|, so ceil gives j and the block
-    max saturates. fp8lab's rule is exact: e = j + 1 for every j. Here torchao's code is predicted from its own
-    formula (float32 log2), and the two must disagree for some j."""
+    max saturates. fp8lab's "rceil" rounds up on the bits: e = j + 1 for every j (what the hardware
+    cvt.rp.satfinite.ue8m0x2.f32 does). Here torchao's code is predicted from its own formula (float32 log2),
+    and the two must disagree for some j."""
     mx = F.get(fmt).max
     disagree = 0
     for j in range(-10, 12):
         x = torch.zeros(1, 32)
         x[0, 0] = torch.nextafter(torch.tensor(mx * 2.0 ** j), torch.tensor(float("inf")))
         sc, _ = ta_mx(x, fmt, M.RCEIL)
-        lsc, _ = lab_mx(x, fmt, "ceil")
+        lsc, _ = lab_mx(x, fmt, "rceil")
         assert int(lsc) == 127 + j + 1                                           # exact
         descale = x[0, 0] / torch.tensor(mx, dtype=torch.float32)
         assert int(sc) == 127 + int(torch.ceil(torch.log2(descale)))             # torchao's float32 formula
@@ -152,48 +141,93 @@ def test_mx_rceil_pinned_float32_log2(fmt):
 def test_mx_rceil_pinned_code_zero_block_flushed():
     """PINNED. When RCEIL's exponent clamps to code 0 (amax <= max * 2**-127), torchao multiplies the block by
     1.0 instead of 2**127 (its reciprocal table maps code 0 to 1), so every element flushes to 0. fp8lab
-    divides by 2**-127 and keeps them: [6, 3] * 2**-128 -> codes 5 (3.0) and 3 (1.5)."""
+    divides by 2**-127, what the stored code says, and keeps them: [6, 3] * 2**-128 -> codes 5 (3.0), 3 (1.5)."""
     x = torch.zeros(1, 32)
     x[0, 0], x[0, 1] = 6 * 2.0 ** -128, 3 * 2.0 ** -128
     sc, codes = ta_mx(x, "e2m1", M.RCEIL)
-    lsc, lcodes = lab_mx(x, "e2m1", "ceil")
+    lsc, lcodes = lab_mx(x, "e2m1", "rceil")
     assert int(sc) == int(lsc) == 0
     assert int(codes.max()) == 0
     assert lcodes[0, :2].tolist() == [5, 3]
 
 
-# ---- MX: CEIL and EVEN (other rules) ---------------------------------------------------------------------
+# ---- MX: CEIL (torchao) == fp8lab "ceil", EVEN (torchao) == fp8lab "even" -------------------------------------
 @pytest.mark.parametrize("fmt", ["e4m3", "e2m1"])
-@pytest.mark.parametrize("dist", ["normal", "lognormal", "zeros_and_spike"])
-def test_mx_ceil_pinned_is_not_fp8lab_ceil(fmt, dist):
-    """PINNED. torchao CEIL: e = ceil(log2 amax) - emax_elem, i.e. floor + 1 whenever amax is not a power of
-    two. fp8lab "ceil" (= torchao RCEIL) only steps up when the block would saturate. Asserted: torchao CEIL
-    code == fp8lab floor code + (amax has a nonzero mantissa) for every block."""
+@pytest.mark.parametrize("dist", list(DISTS))
+def test_mx_ceil_matches_fp8lab_ceil(fmt, dist):
+    """torchao CEIL: e = ceil(log2 amax) - emax_elem, on the bits (floor + 1 whenever amax's mantissa is not
+    zero); fp8lab "ceil" is the same rule. Equal on all of these. It is not RCEIL: stepping up whenever amax
+    is not a power of two wastes up to a binade; asserted to differ from "rceil" somewhere."""
     x = DISTS[dist]
-    sc, _ = ta_mx(x, fmt, M.CEIL)
+    sc, codes = ta_mx(x, fmt, M.CEIL)
+    lsc, lcodes = lab_mx(x, fmt, "ceil")
+    assert torch.equal(sc, lsc)
+    assert torch.equal(codes, lcodes)
+    m, _ = torch.frexp(_block_amax(x))
+    floor_sc, _ = lab_mx(x, fmt, "floor")
+    assert torch.equal(lsc.long(), floor_sc.long() + ((m != 0.5) & (m != 0)).long())   # floor + 1 off powers of 2
+    if dist in ("normal", "lognormal"):
+        assert not torch.equal(lsc, lab_mx(x, fmt, "rceil")[0])
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e2m1"])
+@pytest.mark.parametrize("dist", list(DISTS))
+def test_mx_even_matches_fp8lab_even(fmt, dist):
+    """torchao EVEN and fp8lab "even" round amax to the ELEMENT format's mantissa width before floor(log2)
+    (E2M1: 1 bit, E4M3: 3 bits), on the bits: the scale steps up by one exactly when amax's significand m
+    (1 <= m < 2) is >= 2 - 2**-(mbits+1) (E2M1: 1.75, E4M3: 1.9375). Equal on all of these; the step-up
+    rule is asserted too, and that it happens (the test can tell "even" from "floor")."""
+    x = DISTS[dist]
+    sc, codes = ta_mx(x, fmt, M.EVEN)
+    lsc, lcodes = lab_mx(x, fmt, "even")
+    assert torch.equal(sc, lsc)
+    assert torch.equal(codes, lcodes)
     floor_sc, _ = lab_mx(x, fmt, "floor")
     a = _block_amax(x)
     m, _ = torch.frexp(a)
-    not_pow2 = (a > 0) & (m != 0.5)
-    assert torch.equal(sc.long(), floor_sc.long() + not_pow2.long())
-    lceil, _ = lab_mx(x, fmt, "ceil")
-    assert not torch.equal(sc, lceil)
+    up = (a > 0) & ((m * 2) >= 2 - 2.0 ** -(MBITS[fmt] + 1))
+    low = floor_sc > 0                            # above the E8M0 floor, where the step is visible
+    assert torch.equal(lsc.long()[low], (floor_sc.long() + up.long())[low])
+    if dist in ("normal", "uniform", "lognormal"):
+        assert bool(up.any())
 
 
 @pytest.mark.parametrize("fmt", ["e4m3", "e2m1"])
-@pytest.mark.parametrize("dist", ["normal", "uniform", "lognormal"])
-def test_mx_even_pinned(fmt, dist):
-    """PINNED. torchao EVEN rounds amax to the element's mantissa width before floor(log2): the scale steps
-    up by one exactly when amax's significand m (1 <= m < 2) is >= 2 - 2**-(mbits+1) (E2M1: 1.75,
-    E4M3: 1.9375). fp8lab has no such rule (its "floor" is OCP's text). compressed-tensors' MX rule is this
-    one (test_crosscheck_compressed_tensors)."""
-    x = DISTS[dist]
-    sc, _ = ta_mx(x, fmt, M.EVEN)
-    floor_sc, _ = lab_mx(x, fmt, "floor")
-    m, _ = torch.frexp(_block_amax(x))
-    up = (m * 2) >= 2 - 2.0 ** -(MBITS[fmt] + 1)
-    assert torch.equal(sc.long(), floor_sc.long() + up.long())
-    assert bool(up.any())
+@pytest.mark.parametrize("mode,rule", [(M.FLOOR, "floor"), (M.CEIL, "ceil"), (M.EVEN, "even")])
+def test_mx_pinned_scale_code_zero(fmt, mode, rule):
+    """PINNED. A block whose scale clamps to E8M0 code 0 (2**-127), under the rules torchao computes on the
+    bits (FLOOR, CEIL, EVEN): fp8lab divides the elements by 2**-127, what the stored code says; torchao
+    divides by 2**-126 (it clamps the float scale to float32's smallest normal, a workaround for triton
+    flushing 2**-127), so its codes are one binade lower than its stored scale implies -- decoding them with
+    the stored scale halves the block. fp8lab keeps code and scale consistent."""
+    f = F.get(fmt)
+    x = torch.zeros(1, 32)
+    x[0, 0], x[0, 1] = 2.0 ** (f.emax - 128), 2.0 ** (f.emax - 130)   # every rule: e = -128 -> code 0
+    sc, codes = ta_mx(x, fmt, mode)
+    lsc, lcodes = lab_mx(x, fmt, rule)
+    assert int(sc) == int(lsc) == 0
+    want = torch.tensor([2.0 ** (f.emax - 1), 2.0 ** (f.emax - 3)])  # x / 2**-127 (E4M3: 128, 32; E2M1: 2, 0.5)
+    assert torch.equal(f.decode(lcodes[0, :2]), want)
+    assert torch.equal(f.decode(codes[0, :2]), f.round(want / 2))      # x / 2**-126: one binade lower
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e2m1"])
+@pytest.mark.parametrize("mode,rule", [(M.RCEIL, "rceil"), (M.CEIL, "ceil"), (M.EVEN, "even")])
+def test_mx_pinned_exponent_cap_near_float32_max(fmt, mode, rule):
+    """PINNED. A block whose amax is float32's largest value (3.4e38): the rounding-up rules reach
+    e = 128 - emax_elem, and then a code the block holds (here the max, 255.99.. -> 256 for E4M3, 3.99.. -> 4
+    for E2M1) decodes to 2**128 = Inf. torchao stores that exponent (E8M0 code 255 - emax_elem); fp8lab caps e
+    at 127 - emax_elem, where the block saturates like the floor rule and every element decodes finite. Why:
+    a finite tensor must never come back as Inf."""
+    f = F.get(fmt)
+    x = torch.zeros(1, 32)
+    x[0, 0], x[0, 1] = torch.finfo(torch.float32).max, -1.0e38
+    sc, codes = ta_mx(x, fmt, mode)
+    q = S.quantize(x, S.QuantSpec(fmt, "mx", scale_rule=rule))
+    assert int(sc) == 127 + 128 - f.emax and int(q.scale_codes) == 127 + 127 - f.emax
+    theirs = f.decode(codes) * torch.exp2(sc.float() - 127)             # their codes x their stored scale
+    assert float(theirs[0, 0]) == float("inf")
+    assert bool(torch.isfinite(S.dequantize(q)).all())
 
 
 # ---- NVFP4 ---------------------------------------------------------------------------------------------
@@ -203,14 +237,28 @@ def ta_nvfp4(x, per_tensor=True):
     return pts, t.scale.view(torch.uint8), unpack_uint4(t.qdata.view(torch.uint8))
 
 
-def lab_nvfp4(x):
-    return S.quantize(x, S.QuantSpec("e2m1", "nvfp4"))
+def lab_nvfp4(x, rule=None):
+    return S.quantize(x, S.QuantSpec("e2m1", "nvfp4", scale_rule=rule))
+
+
+@pytest.mark.parametrize("dist", list(DISTS))
+def test_nvfp4_torchao_rule_matches_torchao(dist):
+    """torchao's to_nvfp4 with a per-tensor scale and fp8lab's NVFP4 scale_rule="torchao": global =
+    amax / (448 * 6), block scale E4M3(clamp(amax_blk / 6 / global, 2**-6, 448)), elements E2M1(x * ((1 /
+    global) / block scale)) RNE. Global scale, block scale codes and element codes equal on every
+    distribution, those with block scales below 2**-6 included (zeros_and_spike, lognormal, tiny)."""
+    x = DISTS[dist]
+    pts, sc, codes = ta_nvfp4(x)
+    q = lab_nvfp4(x, "torchao")
+    assert pts.view(torch.int32) == q.global_scale.view(torch.int32)
+    assert torch.equal(sc, q.scale_codes)
+    assert torch.equal(codes, q.codes)
 
 
 @pytest.mark.parametrize("dist", ["normal", "uniform", "laplace", "tiny", "huge"])
-def test_nvfp4_two_level_matches_torchao(dist):
-    """Both: global = amax / (448 * 6) (bit-equal), block scale E4M3(amax_blk / 6 / global), elements
-    E2M1(x / (block scale * global)) RNE. Equal on these (no block scale below 2**-6 here)."""
+def test_nvfp4_lab_default_matches_torchao_where_no_clamp(dist):
+    """fp8lab's default rule ("lab": two IEEE divisions, E4M3 subnormal block scales kept) equals torchao on
+    tensors where no block scale falls below 2**-6 and no element sits on an exact tie (pinned below)."""
     x = DISTS[dist]
     pts, sc, codes = ta_nvfp4(x)
     q = lab_nvfp4(x)
@@ -221,10 +269,11 @@ def test_nvfp4_two_level_matches_torchao(dist):
 
 @pytest.mark.parametrize("dist", ["zeros_and_spike", "lognormal"])
 def test_nvfp4_pinned_block_scale_floor(dist):
-    """PINNED. torchao clamps every block scale to >= 2**-6 (float8_e4m3fn's smallest normal, E4M3 code 0x08)
-    before rounding it; fp8lab keeps E4M3 subnormal block scales and zero (an all-zero block stores scale 0).
-    Asserted for every block: torchao's code == max(fp8lab's code, 0x08); element codes agree wherever the
-    block scales agree."""
+    """PINNED (default rule). torchao clamps every block scale to >= 2**-6 (float8_e4m3fn's smallest normal,
+    E4M3 code 0x08) before rounding it; fp8lab's default keeps E4M3 subnormal block scales and zero (an
+    all-zero block stores scale 0): a 4-bit weight's small blocks keep their own scale instead of one up to 64x
+    too large. Asserted for every block: torchao's code == max(fp8lab's code, 0x08); element codes agree
+    wherever the block scales agree (scale_rule="torchao" gives torchao's, tested above)."""
     x = DISTS[dist]
     _, sc, codes = ta_nvfp4(x)
     q = lab_nvfp4(x)
@@ -236,10 +285,11 @@ def test_nvfp4_pinned_block_scale_floor(dist):
 
 
 def test_nvfp4_pinned_exact_tie_reciprocal():
-    """PINNED. torchao scales elements by multiplying with (1 / global) / block_scale (the MSLK kernel's
-    numerics); fp8lab divides by block_scale * global (two IEEE operations a kernel reproduces). At an exact
-    E2M1 tie they part: global 15, block scale 1, x = 2.5 * 15 -> fp8lab 2.5 exactly -> 2.0 (even, code 4);
-    torchao 37.5 * fl(1/15) = 2.5000002 -> 3.0 (code 5)."""
+    """PINNED (default rule). torchao scales elements by multiplying with (1 / global) / block_scale (the MSLK
+    kernel's numerics); fp8lab's default divides by block_scale * global (two IEEE operations a kernel
+    reproduces). At an exact E2M1 tie they part: global 15, block scale 1, x = 2.5 * 15 -> fp8lab 2.5 exactly
+    -> 2.0 (even, code 4); torchao 37.5 * fl(1/15) = 2.5000002 -> 3.0 (code 5) -- and so does
+    scale_rule="torchao"."""
     x = torch.zeros(1, 32)
     x[0, 0], x[0, 16], x[0, 17] = 15 * 2688.0, 6.0 * 15, 2.5 * 15
     pts, sc, codes = ta_nvfp4(x)
@@ -247,16 +297,20 @@ def test_nvfp4_pinned_exact_tie_reciprocal():
     assert float(pts) == float(q.global_scale) == 15.0
     assert torch.equal(sc, q.scale_codes)
     assert int(q.codes[0, 17]) == 4 and int(codes[0, 17]) == 5
+    assert torch.equal(lab_nvfp4(x, "torchao").codes, codes)
 
 
 def test_nvfp4_pinned_all_zero_tensor():
     """PINNED. An all-zero tensor: torchao's per-tensor scale is 0 and the block scales become NaN (0xFF) with
-    garbage element codes; fp8lab uses global scale 1.0, block scale code 0 and element code 0."""
+    garbage element codes; fp8lab uses global scale 1.0 under every rule (a scale must never turn zeros into
+    NaN): block scale code 0 ("lab"), 0x08 ("torchao": its 2**-6 floor) and element code 0."""
     x = torch.zeros(2, 32)
     pts, sc, codes = ta_nvfp4(x)
-    q = lab_nvfp4(x)
     assert float(pts) == 0.0 and int(sc.min()) == 0xFF
-    assert float(q.global_scale) == 1.0 and int(q.scale_codes.max()) == 0 and int(q.codes.max()) == 0
+    for rule, block_code in (("lab", 0), ("torchao", 0x08)):
+        q = lab_nvfp4(x, rule)
+        assert float(q.global_scale) == 1.0 and int(q.codes.max()) == 0
+        assert q.scale_codes.unique().tolist() == [block_code]
 
 
 @pytest.mark.parametrize("dist", ["normal", "uniform", "laplace"])

@@ -24,9 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CT = "compressed-tensors"
 MO = "modelopt"
-EXPORTS = [(r, CT) for r in ("e4m3-w", "e4m3-wa", "e4m3-w-noscale", "e4m3-wa-noscale", "w8a8-block", "nvfp4-w",
-                             "mxfp4-w", "e4m3-kv-uncal", "e4m3-kv-cal256")] + \
+EXPORTS = [(r, CT) for r in ("e4m3-w", "e4m3-wa", "e4m3-wa-tok", "e4m3-w-noscale", "e4m3-wa-noscale", "w8a8-block",
+                             "nvfp4-w", "mxfp4-w", "e4m3-kv-uncal", "e4m3-kv-cal256")] + \
           [(r, MO) for r in ("nvfp4-w", "e4m3-wa-noscale")]
+FP8_CT = ["e4m3-w", "e4m3-wa", "e4m3-wa-tok", "e4m3-w-noscale", "e4m3-wa-noscale", "w8a8-block"]
 WEIGHT_EXPORTS = [e for e in EXPORTS if not e[0].startswith("e4m3-kv")]
 
 
@@ -49,9 +50,37 @@ def model():
 
 
 def test_every_exportable_recipe_is_tested():
+    """The exportable (recipe, format) pairs are exactly the ones exported and read back below, over the
+    recipe list as it is (fp8lab.recipes.RECIPES), and every other pair is refused with one line naming the
+    recipe and the missing field."""
     table = ex.exportable()
+    assert set(table) == set(ex.FORMATS) and all(set(rows) == set(R.RECIPES) for rows in table.values())
     ok = sorted((r, f) for f, rows in table.items() for r, why in rows.items() if why == "ok")
     assert ok == sorted(EXPORTS)
+    for fmt in ex.FORMATS:
+        for name in R.RECIPES:
+            if (name, fmt) in EXPORTS:
+                assert ex.plan(name, fmt).recipe == name
+                continue
+            with pytest.raises(ex.ExportError) as e:
+                ex.plan(name, fmt)
+            msg = str(e.value)
+            assert msg.startswith(f"recipe {name!r} cannot be exported as {fmt}: ") and "\n" not in msg, msg
+            assert msg.endswith(")") and msg.split("(missing field: ")[-1].strip(")"), msg
+
+
+def test_oracle_kv_recipes_are_refused_and_say_why():
+    """No recipe whose KV scale sees future tokens is exportable (the checkpoint would claim a scale no engine
+    can have); each oracle KV recipe's refusal says oracle, the causal dynamic ones say dynamic."""
+    for name, rec in R.RECIPES.items():
+        if rec.key is None:
+            continue
+        exportable = any((name, f) in EXPORTS for f in ex.FORMATS)
+        if not rec.causal:
+            assert not exportable, name
+        if not exportable and isinstance(rec.key, S.QuantSpec) and rec.key.fmt == "e4m3":
+            msg = str(pytest.raises(ex.ExportError, ex.plan, name).value)
+            assert ("oracle" in msg) == (not rec.causal), msg
 
 
 # ---- the bytes are fp8lab's codes --------------------------------------------------------------------------
@@ -112,8 +141,7 @@ def _ct_decompress(path):
     return d.process(dict(load_file(str(path / "model.safetensors"))))
 
 
-@pytest.mark.parametrize("recipe", ["e4m3-w", "e4m3-wa", "e4m3-w-noscale", "e4m3-wa-noscale", "w8a8-block",
-                                    "mxfp4-w"])
+@pytest.mark.parametrize("recipe", FP8_CT + ["mxfp4-w"])
 def test_ct_decompression_is_bit_exact(exported, model, recipe):
     """compressed-tensors' own decompression returns exactly the float32 weights fp8lab's fake quantization
     fed the model (FP8: code * scale in float32; MXFP4: code * 2**e, exact even through its bf16 path)."""
@@ -160,11 +188,11 @@ def test_modelopt_nvfp4_converts_to_the_ct_export(exported):
         assert torch.equal(conv[k].reshape(-1).view(torch.uint8), ct[k].reshape(-1).view(torch.uint8)), k
 
 
-@pytest.mark.parametrize("recipe", ["e4m3-w", "e4m3-wa", "e4m3-w-noscale", "e4m3-wa-noscale", "w8a8-block"])
+@pytest.mark.parametrize("recipe", FP8_CT)
 def test_transformers_loads_fp8_and_matches_fake_quant(exported, recipe):
     """transformers (with compressed-tensors installed) loads the FP8 exports; after its own decompression the
     logits equal fp8lab's fake-quantized model bit for bit (eager attention on both sides), activation
-    quantization included (dynamic per-tensor, static scale 1.0, dynamic 1x128 groups)."""
+    quantization included (dynamic per-tensor, dynamic per-token, static scale 1.0, dynamic 1x128 groups)."""
     from transformers import AutoModelForCausalLM
 
     m = AutoModelForCausalLM.from_pretrained(str(exported(recipe, CT)), dtype=torch.float32,
@@ -226,16 +254,10 @@ def test_kv_scales_reproduce_the_recipe(exported, recipe):
 
 
 # ---- the auditor reads it back ----------------------------------------------------------------------------
-_KV_ONLY = pytest.mark.xfail(strict=True, reason=(
-    "fp8lab.audit reads a compressed-tensors label through config_groups only: a KV-cache-only label "
-    "(kv_cache_scheme FP8, no config_groups) is reported as 'no quantization label'"))
-_W4A16 = pytest.mark.xfail(strict=True, reason=(
-    "fp8lab.audit maps ModelOpt quant_algo FP8/NVFP4/W4A8_AWQ/MXFP8 only: W4A16_NVFP4 (weight-only NVFP4, "
-    "what ModelOpt and vLLM call it) becomes family 'W4A16_NVFP4' and the verdict says the label does not "
-    "describe the bytes"))
 AUDIT = {
     ("e4m3-w", CT): ("FP8", ["fp8-per-tensor"]),
     ("e4m3-wa", CT): ("FP8", ["fp8-per-tensor"]),
+    ("e4m3-wa-tok", CT): ("FP8", ["fp8-per-tensor"]),
     ("e4m3-w-noscale", CT): ("FP8", ["fp8-per-tensor"]),
     ("e4m3-wa-noscale", CT): ("FP8", ["fp8-per-tensor", "input_scale"]),
     ("w8a8-block", CT): ("FP8", ["fp8-block-128x128"]),
@@ -246,13 +268,14 @@ AUDIT = {
     ("nvfp4-w", MO): ("NVFP4", ["nvfp4/modelopt"]),
     ("e4m3-wa-noscale", MO): ("FP8", ["fp8-per-tensor", "input_scale"]),
 }
-_MARKS = {("e4m3-kv-uncal", CT): _KV_ONLY, ("e4m3-kv-cal256", CT): _KV_ONLY, ("nvfp4-w", MO): _W4A16}
 
 
-@pytest.mark.parametrize("recipe,fmt", [pytest.param(*e, marks=_MARKS.get(e, ())) for e in EXPORTS])
+@pytest.mark.parametrize("recipe,fmt", EXPORTS)
 def test_export_then_audit(exported, recipe, fmt):
     """`python -m fp8lab.audit DIR` on each export: the label's family is the recipe's format, the scale
-    layouts are the ones written, K/V scales are reported where shipped, and the verdict says consistent."""
+    layouts are the ones written, K/V scales are reported where shipped, and the verdict says consistent --
+    a KV-only export read through compressed-tensors' kv_cache_scheme (no weight group), ModelOpt's
+    weight-only NVFP4 through quant_algo W4A16_NVFP4."""
     path = exported(recipe, fmt)
     assert au.main([str(path)]) == 0
     r = au.audit(path)
@@ -280,6 +303,18 @@ def test_audit_real_labels(tmp_path, name):
     assert fx.REAL_LABELS[name]["source"].startswith("https://huggingface.co/")
     assert (r["label"]["family"], r["scale_layouts"], r["has_kv_scales"], r["consistent"]) == \
         (family, layouts, kv, True), r["verdict"]
+
+
+def test_fixture_set_audits_consistent(tmp_path):
+    """export_fixtures.make_all (real labels + the lab's own exports, for the auditor): every folder gets a
+    family and a consistent verdict, the KV-only export as an FP8 KV cache."""
+    paths = fx.make_all(tmp_path)
+    assert set(paths) == set(fx.REAL_LABELS) | {"exported_nvfp4_ct", "exported_nvfp4_modelopt",
+                                                "exported_kv_cal256_ct"}
+    for name, path in paths.items():
+        r = au.audit(path)
+        assert r["consistent"] is True and r["label"]["family"], (name, r["verdict"])
+    assert au.audit(paths["exported_kv_cal256_ct"])["label"]["scope"] == "kv-cache"
 
 
 # ---- provenance, README, config ---------------------------------------------------------------------------
@@ -313,10 +348,15 @@ def test_source_note_says_q4_1(tmp_path, monkeypatch):
 # ---- bad input ---------------------------------------------------------------------------------------------
 REFUSED = [
     ("e4m3-kv-perchannel", CT, "per-channel k_scale/v_scale"),
-    ("e4m3-kv", CT, "dynamic k_scale/v_scale"),
-    ("e4m3-wakv", CT, "dynamic k_scale/v_scale"),
+    ("e4m3-kv", CT, "dynamic per-tensor k_scale/v_scale"),
+    ("e4m3-wakv", CT, "dynamic per-tensor k_scale/v_scale"),
+    ("e4m3-kv-tok", CT, "dynamic per-token k_scale/v_scale"),
+    ("e4m3-wakv-tok", CT, "dynamic per-token k_scale/v_scale"),
+    ("e4m3-kv-cal256-channel", CT, "per-channel k_scale/v_scale"),
     ("e5m2-w", CT, "E5M2"),
     ("e5m2-kv", CT, "E5M2"),
+    ("e5m2-kv-tok", CT, "E5M2"),
+    ("e4m3-wa-tok", MO, "input_scale"),
     ("baseline", CT, "any quantized tensor"),
     ("bf16", CT, "bf16"),
     ("int8-w", CT, "pack-quantized"),
@@ -336,7 +376,8 @@ def test_refusals_name_recipe_and_field(recipe, fmt, field):
     assert "\n" not in msg
 
 
-@pytest.mark.parametrize("recipe,fmt,field", REFUSED[:3] + REFUSED[8:9])
+@pytest.mark.parametrize("recipe,fmt,field", [r for r in REFUSED if r[0] in
+                                               ("e4m3-kv-perchannel", "e4m3-kv", "e4m3-kv-tok", "e4m3-wa")])
 def test_cli_refusal_exit_2_writes_nothing(tmp_path, capsys, recipe, fmt, field):
     out = tmp_path / "out"
     rc = ex.main(["--recipe", recipe, "--format", fmt, "--out", str(out)])

@@ -319,6 +319,7 @@ def ref_nvfp4_rule(x, rule):
             if rule == "modelopt":                            # per_block_amax / (6 * weights_scaling_factor_2)
                 bs = bamax / (torch.tensor(6.0) * gs)
                 bs = bs if bs != 0 else torch.tensor(1.0)
+                bs = bs.clamp(min=2.0 ** -9, max=448.0)       # modelopt 0.47 _cast_per_block_scale_to_fp8
             else:
                 bs = bamax / torch.tensor(6.0) / gs
                 if rule == "torchao":                         # clamp(min=E4M3_EPS = finfo(e4m3fn).tiny, max=448)
@@ -339,6 +340,7 @@ def ref_nvfp4_rule(x, rule):
 def test_nvfp4_rules_match_loops(rule, scale):
     x = rand(6, 64, seed=11, scale=scale)
     x[1] *= 1e-4                                   # tiny blocks: E4M3 subnormal (lab) vs 2**-6 clamp (torchao)
+    x[3, :16] *= 1e-7                              # a block below 2**-10: code 0 (lab) vs 2**-9 clamp (modelopt)
     x[2, :16] = 0                                  # a zero block: code 0 (lab, torchao clamps) vs 1.0 (modelopt)
     q = quantize(x, QuantSpec("e2m1", "nvfp4", scale_rule=rule))
     codes, scs, gs = ref_nvfp4_rule(x, rule)
@@ -349,7 +351,9 @@ def test_nvfp4_rules_differ_where_documented():
     x = rand(4, 64, seed=5)
     x[0, :16] = 0
     x[1] *= 1e-5                                   # block scales ~3e-3: E4M3 subnormals (2**-9 .. 7 * 2**-9)
+    x[2, :16] *= 1e-7                              # a block scale below 2**-10: rounds to 0 unless clamped
     q = {r: quantize(x, QuantSpec("e2m1", "nvfp4", scale_rule=r)) for r in NVFP4_RULES}
+    assert [int(q[r].scale_codes[2, 0]) for r in NVFP4_RULES] == [0, 0x08, 0x01]   # lab, torchao, modelopt
     assert int(q["lab"].scale_codes[0, 0]) == 0 and int(q["modelopt"].scale_codes[0, 0]) == 0x38
     assert int(q["torchao"].scale_codes[0, 0]) == 0x08               # 2**-6, E4M3's smallest normal
     assert int(q["lab"].scale_codes[1].max()) < 0x08 <= int(q["torchao"].scale_codes[1].min())
