@@ -193,8 +193,9 @@ def sensitivity_rows(cells, results: dict, model: str, note: str, n_boot: int = 
 
 
 def read_sensitivity(path) -> dict:
-    """{(part, format): (delta %, ci low, ci high)} from a sensitivity.csv."""
+    """{(part, format): (delta %, ci low, ci high)} from a sensitivity.csv (or the folder holding it)."""
     from fp8lab.store import read_rows
+    path = Path(path) / "sensitivity.csv" if Path(path).is_dir() else Path(path)
     rows = read_rows(path, CSV_FIELDS)
     if not rows:
         raise FileNotFoundError(f"{path}: no sensitivity rows (run python -m fp8lab.sensitivity first)")
