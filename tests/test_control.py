@@ -102,3 +102,13 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert "unknown control recipe" in capsys.readouterr().err
     assert C.main(["--pairs", "1", "--recipes", "e4m3-w", "--out", str(tmp_path), "--lm", ""]) == 2
     assert "--pairs" in capsys.readouterr().err
+
+
+def test_compare_sweeps_rank_correlation(tmp_path):
+    a = _fake_lm(tmp_path / "a", ["int8-w", "e4m3-w", "e5m2-w"])
+    b = _fake_lm(tmp_path / "b", ["int8-w", "e4m3-w", "e5m2-w"])
+    r = C.compare_sweeps([a], [b], n_boot=300)
+    assert r["recipes"] == ["int8-w", "e4m3-w", "e5m2-w"] and r["spearman"]["rho"] == pytest.approx(1.0)
+    assert r["spearman"]["ci95_low"] <= 1.0
+    with pytest.raises(C.ControlError, match="need 3"):
+        C.compare_sweeps([a], [b], recipes=["int8-w", "e5m2-w"])
