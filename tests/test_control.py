@@ -40,6 +40,7 @@ def test_control_recipes_share_the_sweeps_names_and_quantize_weights_only():
             assert r is RECIPES[n]
 
 
+@pytest.mark.slow
 def test_minilm_weights_are_fp32_and_the_embedding_is_sentence_transformers(tmp_path):
     try:
         model, tok, sha = C.load_minilm()
@@ -54,6 +55,7 @@ def test_minilm_weights_are_fp32_and_the_embedding_is_sentence_transformers(tmp_
     assert len(rows) == 36 and all(25 < float(r["sqnr_db"]) < 40 for r in rows)   # 6 layers x 6 Linears
 
 
+@pytest.mark.slow
 def test_tiny_run_and_comparison(tmp_path, capsys):
     try:
         C.minilm_dir()
@@ -62,7 +64,7 @@ def test_tiny_run_and_comparison(tmp_path, capsys):
     lm = _fake_lm(tmp_path / "lm", ["e4m3-w", "int8-w", "e5m2-w"])
     out = tmp_path / "c"
     rc = C.main(["--pairs", "6", "--recipes", "int8-w,e4m3-w,e5m2-w", "--out", str(out), "--boot", "200",
-                 "--lm", str(lm), "--plot"])
+                 "--lm", str(lm), "--plot", "--lm-sqnr", ""])
     assert rc == 0
     rows = read_rows(out / "control.csv", C.CSV_FIELDS)
     assert {r["metric"] for r in rows} == {"top1", "mrr", "query_cos_loss", "passage_cos_loss"}
@@ -75,7 +77,7 @@ def test_tiny_run_and_comparison(tmp_path, capsys):
     assert (out / "control.png").is_file() and (out / "provenance.json").is_file()
     # a rerun finds every per-query file and recomputes nothing
     assert C.main(["--pairs", "6", "--recipes", "int8-w,e4m3-w,e5m2-w", "--out", str(out), "--boot", "200",
-                   "--lm", ""]) == 0
+                   "--lm", "", "--lm-sqnr", ""]) == 0
     assert "FP32 embeddings recomputed" not in capsys.readouterr().out
 
 
@@ -112,3 +114,19 @@ def test_compare_sweeps_rank_correlation(tmp_path):
     assert r["spearman"]["ci95_low"] <= 1.0
     with pytest.raises(C.ControlError, match="need 3"):
         C.compare_sweeps([a], [b], recipes=["int8-w", "e5m2-w"])
+
+
+@pytest.mark.slow
+def test_lm_weight_sqnr_on_the_4bit_lm():
+    from fp8lab.models import MissingPackageError
+    try:
+        rows, name, note = C.lm_weight_sqnr("smollm2-135m", ["int8-w", "e5m2-w"], layers=(0,))
+    except MissingPackageError as e:
+        pytest.skip(str(e))
+    assert name == "smollm2-135m" and "4-bit" in note
+    assert {r["linear"].split(".")[-1] for r in rows} == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                          "up_proj", "down_proj"}
+    by = {r["recipe"]: [] for r in rows}
+    for r in rows:
+        by[r["recipe"]].append(float(r["sqnr_db"]))
+    assert min(by["int8-w"]) > max(by["e5m2-w"])           # 8 bits of integer grid beat 2 mantissa bits

@@ -28,8 +28,12 @@ Committed results live under `outputs/control/`, `outputs/gemma3/`, `outputs/sen
 live slice shows the same code running.
 """),
 ("code", r"""
-import os, json, tempfile
+import os, json, tempfile, warnings
 from pathlib import Path
+warnings.filterwarnings("ignore")
+import transformers
+transformers.utils.logging.disable_progress_bar()
+transformers.utils.logging.set_verbosity_error()
 import numpy as np
 import pandas as pd
 from IPython.display import Image, display
@@ -213,6 +217,7 @@ from fp8lab.models import load_model
 lm = load_model("smollm2-135m", verbose=False)
 parts = sensitivity.model_parts(lm.model, ("layers", "lm_head", "kv"))
 inv = frontier.inventory(lm.model)
+print(f"{'bf16 (as loaded)':<24} {frontier.decode_bytes(inv, {}, parts) / 1e6:7.2f} MB per decode step")
 for label, w, head, kv in frontier.UNIFORM:
     a = {p.name: (kv if p.kv else head if p.lm_head else w) for p in parts}
     print(f"{label:<24} {frontier.decode_bytes(inv, a, parts) / 1e6:7.2f} MB per decode step")
