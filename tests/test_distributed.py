@@ -71,3 +71,20 @@ def test_unreachable_scheduler_is_a_clear_error(tmp_path):
     pytest.importorskip("distributed")
     with pytest.raises(D.DistributedError, match="cannot reach"):
         D._client("tcp://127.0.0.1:9", 1, 1, timeout="2s")
+
+
+@pytest.mark.gpu
+def test_cells_on_cuda_workers_agree_with_the_cpu(tmp_path):
+    """One Dask worker per GPU (device auto): the same cells give the CPU's NLL to float32 accuracy."""
+    import numpy as np
+    import torch
+    pytest.importorskip("distributed")
+    cells = _cells(4)
+    gpu = D.run_cells(cells, tmp_path / "gpu", workers=torch.cuda.device_count(), log=lambda *a: None)
+    cpu = D.run_cells(cells, tmp_path / "cpu", workers=0, device="cpu", log=lambda *a: None)
+    for c in cells:
+        assert gpu[c.key]["device"].startswith("cuda") and cpu[c.key]["device"] == "cpu"
+        assert np.allclose(gpu[c.key]["nll"], cpu[c.key]["nll"], rtol=1e-4)
+    dg = D.paired_ppl_delta(gpu[cells[2].key], gpu["baseline"])[0]
+    dc = D.paired_ppl_delta(cpu[cells[2].key], cpu["baseline"])[0]
+    assert abs(dg - dc) < 0.05
