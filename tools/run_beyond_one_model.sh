@@ -52,7 +52,7 @@ stage() {
 if [ "${1:-}" = all ]; then
   set -- control gemma sens-smollm2 frontier-smollm2 sens-gemma frontier-gemma
 fi
-[ $# -ge 1 ] || { sed -n 2,17p "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n 2,14p "$0"; exit 2; }
 for s in "$@"; do
   t0=$(date +%s)
   stage "$s"
