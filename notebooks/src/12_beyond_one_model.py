@@ -116,6 +116,19 @@ place in the ordering with its place on SmolLM2: if the order agrees, the LM's *
 even where its committed 4-bit *magnitudes* (the `nvfp4-w` and `mxfp4-w` rows of `outputs/sweep_more/`) overstate
 what a bf16 checkpoint would lose.
 
+The same SQNR measured on the 4-bit LM's own weights (its first, middle and last layers) makes the double rounding
+visible directly: a format's precision is a property of the format *and* of the values it meets.
+"""),
+("code", r"""
+if recorded("control", "sqnr_lm.csv", "sqnr.csv"):
+    lmq = pd.DataFrame(read_rows(OUT / "control/sqnr_lm.csv")).astype({"sqnr_db": float})
+    mq = pd.DataFrame(read_rows(OUT / "control/sqnr.csv")).astype({"sqnr_db": float})
+    both = pd.DataFrame({"MiniLM, FP32 weights (dB)": mq.groupby("recipe").sqnr_db.median(),
+                         f"{lmq.model.iloc[0]}, 4-bit weights (dB)": lmq.groupby("recipe").sqnr_db.median()})
+    display(both.reindex(control.CONTROL_RECIPES).dropna(how="all").round(1))
+    print(lmq.model_note.iloc[0])
+"""),
+("md", r"""
 A live slice (a handful of questions, a few recipes; the pool is only their own passages, so retrieval is easy here):
 """),
 ("code", r"""
