@@ -22,6 +22,11 @@ write the same file, and a reader sees a whole file or none. The driver holds `F
 on another machine whose files land on its own disk returns the payload as well; the driver writes any file it
 does not find. A rerun computes only the cells whose files are missing or damaged (`DamagedFile`: recomputed).
 
+Several machines: start `dask scheduler` on one (port 8786), `dask worker tcp://<host>:8786 --nworkers 1
+--nthreads 1` on each (one per GPU: `--nworkers <n_gpus>`; every worker machine needs the lab installed with its
+model and data packages), then pass `--scheduler tcp://<host>:8786`. Give the driver's `--out` a shared folder
+if you want the workers to write the cell files themselves; otherwise the driver writes them.
+
 Device: `device="auto"` gives worker i the GPU `cuda:(i mod n_gpus)` when CUDA is there (one worker per GPU:
 `workers=n_gpus`), else the CPU. On a CPU, each worker runs torch with `threads` threads (default 1): two
 workers x one thread use the lab's 2 cores better than one process with two threads for a 135M model.
