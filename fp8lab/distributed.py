@@ -27,7 +27,7 @@ Several machines: start `dask scheduler` on one (port 8786), `dask worker tcp://
 model and data packages), then pass `--scheduler tcp://<host>:8786`. Give the driver's `--out` a shared folder
 if you want the workers to write the cell files themselves; otherwise the driver writes them.
 
-Device: `device="auto"` gives worker i the GPU `cuda:(i mod n_gpus)` when CUDA is there (one worker per GPU:
+Device: `device="auto"` gives the i-th worker of a host the GPU `cuda:(i mod n_gpus)` when CUDA is there (one worker per GPU:
 `workers=n_gpus`), else the CPU. On a CPU, each worker runs torch with `threads` threads (default 1): two
 workers x one thread use the lab's 2 cores better than one process with two threads for a 135M model.
 """
@@ -126,20 +126,13 @@ def tiny_causal_lm(seed: int = 0):
 
 
 def pick_device(device: str = "auto") -> str:
-    """"auto": this worker's GPU (worker i -> cuda:(i mod n)) when CUDA is available, else "cpu"."""
+    """"auto": this worker's GPU (the host's i-th worker -> cuda:(i mod n)) when CUDA is available, else "cpu"."""
     import torch
     if device != "auto":
         return device
     if not torch.cuda.is_available():
         return "cpu"
-    rank = 0
-    try:
-        from distributed import get_worker
-        name = get_worker().name
-        rank = int(name) if str(name).isdigit() else 0
-    except (ImportError, ValueError):
-        pass
-    return f"cuda:{rank % torch.cuda.device_count()}"
+    return f"cuda:{(_LOCAL_RANK['rank'] or 0) % torch.cuda.device_count()}"
 
 
 def _model(ref: str, device: str):
@@ -192,6 +185,7 @@ def ppl_cell(cell: Cell, device: str = "auto") -> dict:
     with R.applied(model, _recipe(cell.recipe)):
         items = eval_ppl(model, win.to(dev), nbytes, desc=cell.key, progress=False)
     return {"windows_fingerprint": fp, "model_sha256": sha, "device": dev, "pid": os.getpid(),
+            "worker_rank": _LOCAL_RANK["rank"],
             "seconds": round(time.time() - t0, 2), **items.to_json()}
 
 
@@ -205,10 +199,24 @@ def _compute_and_store(fn, cell: Cell, folder: str, device: str) -> dict:
     return result
 
 
-def _init_worker(threads: int) -> int:
+_LOCAL_RANK = {"rank": None}     # this worker's index among the workers of its host (set by the driver)
+
+
+def _init_worker(threads: int, rank: int | None = None) -> int:
     import torch
     torch.set_num_threads(threads)
+    _LOCAL_RANK["rank"] = rank
     return torch.get_num_threads()
+
+
+def _assign_ranks(client, threads: int) -> None:
+    """Number the workers 0..k-1 on each host, so that device="auto" puts worker i on that host's GPU i mod n."""
+    by_host: dict = {}
+    for addr, w in sorted(client.scheduler_info()["workers"].items()):
+        by_host.setdefault(w.get("host", addr), []).append(addr)
+    for addrs in by_host.values():
+        for i, a in enumerate(addrs):
+            client.run(_init_worker, threads, i, workers=[a])
 
 
 # ---- the driver ---------------------------------------------------------------------------------------------
@@ -263,7 +271,7 @@ def run_cells(cells: list[Cell], out, fn=ppl_cell, scheduler: str | None = None,
         client, cluster = _client(scheduler, workers, threads)
         try:
             from distributed import as_completed
-            client.run(_init_worker, threads)
+            _assign_ranks(client, threads)
             futs = {client.submit(_compute_and_store, fn, c, str(Path(out).resolve()), device, key=f"fp8lab-{c.key}-"
                                   f"{c.fingerprint}", pure=False): c for c in todo}
             for i, fut in enumerate(as_completed(futs), 1):

@@ -24,6 +24,7 @@ def test_two_worker_cluster_matches_one_process_and_loses_no_cell(tmp_path):
     ser = D.run_cells(cells, tmp_path / "ser", workers=0, log=lambda *a: None)
     assert set(par) == set(ser) == {c.key for c in cells}
     assert len({r["pid"] for r in par.values()}) == 2            # both workers computed cells
+    assert {r["worker_rank"] for r in par.values()} == {0, 1}    # numbered per host: worker i takes GPU i
     for c in cells:
         assert par[c.key]["nll"] == ser[c.key]["nll"]            # bit-identical to the single process
         f = tmp_path / "par" / "cells" / f"{c.key}.json"         # every worker wrote its own file, whole
