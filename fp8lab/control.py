@@ -165,7 +165,7 @@ def weight_sqnr(model, recipe) -> list[dict]:
 
 def lm_weight_sqnr(model_ref: str, names: list[str], layers=None) -> list[dict]:
     """The same SQNR on a 4-bit LM's dequantized weights: every Linear of the first, middle and last decoder
-    layers (default), for each control recipe. Weights that already sit on a 4-bit grid answer differently."""
+    layers (default), for each control recipe: does a format lose more on weights already on a 4-bit grid?"""
     import torch
     from fp8lab.metrics import relative_error, sqnr_db
     from fp8lab.models import load_model

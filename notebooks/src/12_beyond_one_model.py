@@ -112,12 +112,13 @@ if recorded("control", "comparison.json", "comparison.csv"):
 ("md", r"""
 **Where NVFP4 lands on real weights** is the row the 4-bit LM could not give: on MiniLM the `nvfp4-w` row's SQNR and
 cosine are measured on weights that were never on a 4-bit grid, so they carry one rounding, not two. Compare its
-place in the ordering with its place on SmolLM2: if the order agrees, the LM's *ordering* of formats can be trusted
-even where its committed 4-bit *magnitudes* (the `nvfp4-w` and `mxfp4-w` rows of `outputs/sweep_more/`) overstate
-what a bf16 checkpoint would lose.
+place in the ordering with its place on SmolLM2: if the order agrees, the LM's *ordering* of formats does not
+depend on its weights being 4-bit.
 
-The same SQNR measured on the 4-bit LM's own weights (its first, middle and last layers) makes the double rounding
-visible directly: a format's precision is a property of the format *and* of the values it meets.
+Do weights that already sit on a 4-bit grid take a second rounding worse than trained FP32 weights do? The same SQNR,
+measured on the 4-bit LM's own weights (its first, middle and last layers), answers at the level of the weights: if
+the two columns agree, the error a format adds on top of the Q4_1 weights is as large as on FP32 weights, and what
+differs between the models' quality deltas is how sensitive each model's output is to that error, not the grid.
 """),
 ("code", r"""
 if recorded("control", "sqnr_lm.csv", "sqnr.csv"):
