@@ -306,13 +306,20 @@ def spearman(a, b) -> np.ndarray:
 
 
 def _lm_rows(sources: list[Path]) -> dict:
-    """{recipe: (row, per-window folder)} of ppl/ppl rows from sweep results.csv files (largest n wins)."""
+    """{recipe: (row, per-window folder)} of ppl/ppl rows from sweep results.csv files (largest n wins).
+
+    Reads both per-item layouts the sweep has written: `ppl-<size>` (older tables, no device column) and
+    `ppl-<size>-L<seq_len>-s<seed>-<device>` (fp8lab.results.cell_tag)."""
     from fp8lab.store import read_rows
     out = {}
     for src in sources:
         for r in read_rows(src):
             if r.get("task") == "ppl" and r.get("metric") == "ppl" and r["recipe"] != "baseline":
-                d = Path(src).parent / "per_item" / f"{r['model']}-{r['model_sha256'][:12]}" / f"ppl-{r['size']}"
+                tag = f"ppl-{r['size']}"
+                if r.get("device"):
+                    from fp8lab.results import cell_tag
+                    tag = cell_tag("ppl", r["size"], r["seq_len"], r["seed"], r.get("batch_size", ""), r["device"])
+                d = Path(src).parent / "per_item" / f"{r['model']}-{r['model_sha256'][:12]}" / tag
                 if r["recipe"] not in out or int(r["n"]) > int(out[r["recipe"]][0]["n"]):
                     out[r["recipe"]] = (r, d)
     return out
@@ -485,11 +492,12 @@ def _parser():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--boot", type=int, default=2000)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--lm", default="outputs/results.csv,outputs/sweep_more/results.csv",
-                   help="sweep results.csv files of the 4-bit LM to compare with ('' = no comparison)")
+    p.add_argument("--lm", default=None, help="sweep results.csv files of the 4-bit LM to compare with, "
+                   "comma-separated (default: outputs/results.csv and outputs/sweep_more/results.csv; '' = none)")
     p.add_argument("--lm-sqnr", default="smollm2-135m", help="also measure the weight SQNR on this 4-bit LM's "
                    "first, middle and last layers -> sqnr_lm.csv ('' = skip)")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", default=None, help="default runs/control, or outputs/control with --record")
+    p.add_argument("--record", action="store_true", help="write the committed reference results under outputs/")
     p.add_argument("--plot", action="store_true")
     return p
 
@@ -505,7 +513,11 @@ def main(argv=None) -> int:
         names = [x.strip() for x in args.recipes.split(",") if x.strip()] if args.recipes else list(recipes())
         if args.boot < 100 or args.batch_size < 1:
             raise ControlError("need --boot >= 100 and --batch-size >= 1")
-        out = Path(args.out)
+        from fp8lab.sensitivity import UsageError, resolve_out
+        try:
+            out = resolve_out(args.out, args.record, "control")
+        except UsageError as e:
+            raise ControlError(str(e)) from None
         command = " ".join(["python -m fp8lab.control", *(argv if argv is not None else sys.argv[1:])])
         t0 = time.time()
         with FolderLock(out, command):
@@ -521,7 +533,10 @@ def main(argv=None) -> int:
                 print(f"median weight SQNR (dB), MiniLM FP32 vs {lname} Q4 ({time.time() - t1:.0f}s): " +
                       ", ".join(f"{n} {mini[n]:.1f}/{med[n]:.1f}" for n in names))
             cmp = None
-            srcs = [s for s in args.lm.split(",") if s.strip()]
+            from fp8lab.store import REFERENCE
+            lm_arg = args.lm if args.lm is not None else \
+                f"{REFERENCE / 'results.csv'},{REFERENCE / 'sweep_more' / 'results.csv'}"
+            srcs = [s for s in lm_arg.split(",") if s.strip()]
             if srcs:
                 try:
                     cmp = compare_with_lm(out, srcs, n_boot=args.boot, seed=args.seed)

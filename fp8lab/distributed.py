@@ -58,7 +58,7 @@ class Cell:
 
     key     a readable unique name ("layer03-nvfp4"); the file name of its result
     model   an offline model name or folder (fp8lab.models.load_model), or "tiny-llama" (tests, cluster checks)
-    recipe  {"name": "<a fp8lab.recipes name>"} or a parts assignment (fp8lab.sensitivity.build_recipe):
+    recipe  {"name": "<a fp8lab.recipes name>"} or a parts assignment (fp8lab.parts.build_recipe):
             {"weights": [[regex, weight format], ...], "lm_head": fmt, "kv": kv format, "kv_layers": [..]}
     data    {"corpus": "boolq", "seq_len": 512, "n_windows": 64, "seed": 0}; corpus "random" for tiny-llama
     """
@@ -170,7 +170,7 @@ def _recipe(desc: dict):
     from fp8lab import recipes as R
     if "name" in desc:
         return R.get_recipe(desc["name"])
-    from fp8lab.sensitivity import build_recipe
+    from fp8lab.parts import build_recipe
     return build_recipe(desc)
 
 

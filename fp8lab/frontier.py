@@ -38,7 +38,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fp8lab.sensitivity import FORMATS as SENS_FORMATS, Part, UsageError, add_cluster_args, data_spec, model_parts
+from fp8lab.sensitivity import (FORMATS as SENS_FORMATS, Part, UsageError, add_cluster_args, data_spec, model_parts,
+                                resolve_out)
 
 __all__ = ["Inventory", "inventory", "decode_bytes", "assignment_desc", "greedy_path", "plan", "parse_budget",
            "UNIFORM", "CSV_FIELDS", "plot_frontier", "main"]
@@ -294,8 +295,9 @@ def plot_frontier(csv_path, out_png):
 def _parser():
     p = argparse.ArgumentParser(prog="python -m fp8lab.frontier", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--sensitivity", required=True, help="a sensitivity run folder (or its sensitivity.csv) of "
-                   "the same model, with parts layers, lm_head and kv")
+    p.add_argument("--sensitivity", default=None, help="a sensitivity run folder (or its sensitivity.csv) of "
+                   "the same model, with parts layers, lm_head and kv (default runs/sensitivity/<model>, or "
+                   "outputs/sensitivity/<model> with --record)")
     p.add_argument("--budget", default="0.3,0.35,0.4,0.5,0.6", help="comma-separated byte budgets per decode "
                    "step: fractions of all-bf16 (<= 1), bytes, or 120MB / 0.2GB")
     p.add_argument("--formats", default="e4m3,nvfp4", help="formats the greedy may use (as in the sensitivity run)")
@@ -309,7 +311,9 @@ def _parser():
     p.add_argument("--no-uniform", action="store_true", help="evaluate only the mixed assignments")
     p.add_argument("--bytes-only", action="store_true", help="print bytes and the greedy picks; evaluate nothing")
     p.add_argument("--boot", type=int, default=2000)
-    p.add_argument("--out", default=None, help="output folder (required unless --bytes-only)")
+    p.add_argument("--out", default=None, help="output folder (default runs/frontier/<model>, or "
+                   "outputs/frontier/<model> with --record)")
+    p.add_argument("--record", action="store_true", help="write the committed reference results under outputs/")
     p.add_argument("--plot", action="store_true")
     add_cluster_args(p)
     return p
@@ -326,14 +330,15 @@ def main(argv=None) -> int:
         from fp8lab.sensitivity import load_for_parts, read_sensitivity
         if args.batch < 1 or args.context < 0 or args.windows < 1 or args.boot < 100:
             raise UsageError("need --batch >= 1, --context >= 0, --windows >= 1, --boot >= 100")
-        if not args.bytes_only and not args.out:
-            raise UsageError("--out is required (or --bytes-only)")
+        out = None if args.bytes_only else resolve_out(args.out, args.record, f"frontier/{args.model}")
         fmts = [f.strip() for f in args.formats.split(",") if f.strip()]
         bad = [f for f in fmts if f not in SENS_FORMATS]
         if bad or not fmts:
             raise UsageError(f"unknown format(s) {bad or '(none)'}; valid: {', '.join(SENS_FORMATS)}")
         gpus = ceilings(args.gpu or ["H200", "GB10"])
-        sp = Path(args.sensitivity)
+        from fp8lab.store import REFERENCE
+        sp = Path(args.sensitivity) if args.sensitivity else \
+            (REFERENCE if args.record else Path("runs")) / "sensitivity" / args.model
         sp = sp / "sensitivity.csv" if sp.is_dir() else sp
         if not sp.is_file():
             raise UsageError(f"{sp}: no sensitivity.csv (run python -m fp8lab.sensitivity --out ... first)")
@@ -385,7 +390,7 @@ def main(argv=None) -> int:
         cells += [Cell(key, args.model, assignment_desc(a, parts), data) for key, *_, a, _ in points]
         command = " ".join(["python -m fp8lab.frontier", *(argv if argv is not None else sys.argv[1:])])
         workers = default_workers() if args.workers is None else args.workers
-        res = run_cells(cells, args.out, scheduler=args.scheduler, workers=workers, threads=args.threads,
+        res = run_cells(cells, out, scheduler=args.scheduler, workers=workers, threads=args.threads,
                         device=args.device, command=command)
         base = res["baseline"]
         bppl = stats.ppl(np.asarray(base["nll"]), np.asarray(base["ntok"]))
@@ -404,7 +409,6 @@ def main(argv=None) -> int:
                              assignment=_short(a, parts)))
             print(f"  {label:<28} {bytes_fn(a) / 1e6:8.2f} MB  ppl {d:+.3f}% [{lo:+.3f}, {hi:+.3f}]"
                   + (f"  (predicted {float(pred):+.3f}%)" if pred != "" else ""))
-        out = Path(args.out)
         with FolderLock(out, command):
             write_rows(rows, out / "frontier.csv", CSV_FIELDS)
             atomic_write_json(out / "provenance.json", provenance(

@@ -14,7 +14,7 @@ Each part is quantized to each format (`--formats e4m3,nvfp4`; e4m3 = E4M3 with 
 head_dim), everything else stays as loaded. Every cell is scored on the same token windows as the baseline, so the
 delta is paired (fp8lab.stats), with its 95 % interval:
 
-    python -m fp8lab.sensitivity --model smollm2-135m --windows 64 --out runs/sens --plot
+    python -m fp8lab.sensitivity --model smollm2-135m --windows 64 --out runs/sens --plot   (--record: outputs/)
     -> runs/sens/sensitivity.csv (part, format, delta % [ci]), runs/sens/sensitivity.png (the heat map)
 
 The cells run through fp8lab.distributed (a local Dask cluster by default, `--scheduler` for yours, `--workers 0`
@@ -32,23 +32,11 @@ import sys
 import time
 from pathlib import Path
 
-from fp8lab.scaling import QuantSpec
+from fp8lab.parts import KV_SPECS, WEIGHT_SPECS, build_recipe  # noqa: F401  (re-exported: the parts API)
 
 __all__ = ["WEIGHT_SPECS", "KV_SPECS", "FORMATS", "Part", "model_parts", "part_desc", "build_recipe",
            "sensitivity_cells", "sensitivity_rows", "read_sensitivity", "plot_heatmap", "main", "CSV_FIELDS"]
 
-# Storage names are fp8lab.bandwidth's (so bytes and quality talk about the same thing); each maps to the
-# fp8lab.scaling spec the fake quantization uses. "bf16" = left as loaded (its bytes are counted at 16 bits).
-WEIGHT_SPECS = {
-    "bf16": None,
-    "fp8_tensor": QuantSpec("e4m3", "tensor"),
-    "fp8_block128": QuantSpec("e4m3", "block", block=(128, 128)),
-    "int8_channel": QuantSpec("int8", "channel", axis=0),
-    "mxfp8": QuantSpec("e4m3", "mx"),
-    "nvfp4": QuantSpec("e2m1", "nvfp4"),
-    "mxfp4": QuantSpec("e2m1", "mx", scale_rule="floor"),
-}
-KV_SPECS = {"bf16": None, "fp8": QuantSpec("e4m3", "tensor"), "nvfp4": QuantSpec("e2m1", "nvfp4")}
 # The names on the command line: (weight storage, KV storage or None where the lab has no such cache format)
 FORMATS = {"e4m3": ("fp8_tensor", "fp8"), "nvfp4": ("nvfp4", "nvfp4"), "mxfp8": ("mxfp8", None),
            "mxfp4": ("mxfp4", None), "int8": ("int8_channel", None), "e4m3-block": ("fp8_block128", None)}
@@ -116,42 +104,6 @@ def part_desc(part: Part, fmt: str) -> dict | None:
     if part.lm_head:
         return {"lm_head": wfmt}
     return {"weights": [[part.regex, wfmt]]}
-
-
-def build_recipe(desc: dict):
-    """A fp8lab.recipes.Recipe from a parts description:
-
-        {"weights": [[regex, weight storage], ...],   # first match wins; "bf16" = leave alone
-         "lm_head": weight storage,                    # optional
-         "kv": "fp8" | "nvfp4" | "bf16", "kv_layers": [0, 3]}   # optional
-    """
-    from fp8lab.recipes import Recipe, RecipeError
-    bad = set(desc) - {"weights", "lm_head", "kv", "kv_layers"}
-    if bad:
-        raise RecipeError(f"unknown keys {sorted(bad)} in a parts description")
-    wmap = []
-    head = desc.get("lm_head", "bf16")
-    for name in [head] + [f for _, f in desc.get("weights", [])]:
-        if name not in WEIGHT_SPECS:
-            raise RecipeError(f"unknown weight storage {name!r}; valid: {', '.join(WEIGHT_SPECS)}")
-    if head != "bf16":
-        wmap.append((r"^lm_head$", WEIGHT_SPECS[head]))
-    wmap += [(rx, WEIGHT_SPECS[f]) for rx, f in desc.get("weights", [])]
-    kv = desc.get("kv", "bf16")
-    if kv not in KV_SPECS:
-        raise RecipeError(f"unknown KV storage {kv!r}; valid: {', '.join(KV_SPECS)}")
-    kvl = desc.get("kv_layers")
-    return Recipe("parts", _describe(desc), weight_map=tuple(wmap), include_lm_head=head != "bf16",
-                  key=KV_SPECS[kv], value=KV_SPECS[kv], kv_layers=tuple(kvl) if kvl is not None else None)
-
-
-def _describe(desc: dict) -> str:
-    bits = [f"{rx} -> {f}" for rx, f in desc.get("weights", []) if f != "bf16"]
-    if desc.get("lm_head", "bf16") != "bf16":
-        bits.append(f"lm_head -> {desc['lm_head']}")
-    if desc.get("kv", "bf16") != "bf16":
-        bits.append(f"KV -> {desc['kv']}" + (f" (layers {desc['kv_layers']})" if desc.get("kv_layers") else ""))
-    return "; ".join(bits) or "nothing quantized"
 
 
 # ---- cells and rows ---------------------------------------------------------------------------------------
@@ -264,6 +216,21 @@ def plot_heatmap(csv_path, out_png):
 
 
 # ---- command line -------------------------------------------------------------------------------------------
+def resolve_out(arg, record: bool, sub: str) -> Path:
+    """runs/<sub> by default; outputs/<sub> (the committed reference) only with --record (fp8lab.store.out_folder)."""
+    from fp8lab.store import REFERENCE, out_folder
+    try:
+        p = out_folder(arg, Path("runs") / sub, record=record, record_default=REFERENCE / sub)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if record:
+        from fp8lab.provenance import git_state
+        if git_state().get("dirty") is not False:
+            print(f"WARNING: recording reference results into {p} from a tree that is not a clean commit",
+                  file=sys.stderr)
+    return p
+
+
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
     from fp8lab.distributed import default_workers
     p.add_argument("--workers", type=int, default=None, help="local Dask worker processes (default: one per "
@@ -283,7 +250,10 @@ def _parser():
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--boot", type=int, default=2000)
-    p.add_argument("--out", required=True, help="output folder (cells/, sensitivity.csv, provenance.json)")
+    p.add_argument("--out", default=None, help="output folder (cells/, sensitivity.csv, provenance.json); default "
+                   "runs/sensitivity/<model>, or outputs/sensitivity/<model> with --record")
+    p.add_argument("--record", action="store_true", help="write the committed reference results under outputs/ "
+                   "(without it nothing under outputs/ is written)")
     p.add_argument("--plot", action="store_true", help="draw <out>/sensitivity.png")
     add_cluster_args(p)
     return p
@@ -316,6 +286,7 @@ def main(argv=None) -> int:
             raise UsageError(f"unknown format(s) {bad or '(none)'}; valid: {', '.join(FORMATS)}")
         if args.windows < 1 or args.seq_len < 8 or args.boot < 100:
             raise UsageError("need --windows >= 1, --seq-len >= 8, --boot >= 100")
+        out = resolve_out(args.out, args.record, f"sensitivity/{args.model}")
         from fp8lab.distributed import default_workers, run_cells
         from fp8lab.provenance import provenance
         from fp8lab.store import FolderLock, atomic_write_json, write_rows
@@ -333,10 +304,9 @@ def main(argv=None) -> int:
               f"{args.windows} windows x {args.seq_len} tokens")
         command = " ".join(["python -m fp8lab.sensitivity", *(argv if argv is not None else sys.argv[1:])])
         workers = default_workers() if args.workers is None else args.workers
-        results = run_cells(cells, args.out, scheduler=args.scheduler, workers=workers, threads=args.threads,
+        results = run_cells(cells, out, scheduler=args.scheduler, workers=workers, threads=args.threads,
                             device=args.device, command=command)
         rows = sensitivity_rows(cells, results, name, note, n_boot=args.boot, seed=args.seed)
-        out = Path(args.out)
         with FolderLock(out, command):
             write_rows(rows, out / "sensitivity.csv", CSV_FIELDS)
             atomic_write_json(out / "provenance.json", provenance(

