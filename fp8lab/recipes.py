@@ -9,6 +9,13 @@ A recipe has up to four slots, each a `QuantSpec` from fp8lab.scaling (or "bf16"
 
 lm_head and the token embeddings are left alone unless `include_lm_head` / `include_embeddings` are set.
 
+Parts of a model (the sensitivity map and mixed-precision assignments): `weight_map` is an ordered tuple of
+(regex, slot) pairs; the first regex that matches a Linear's qualified name (re.search) gives that Linear's
+weight slot instead of `weight` (None: leave it alone). `kv_layers` limits the KV slots to those layer indices.
+
+    >>> Recipe("l3-e4m3", "layer 3 only", weight_map=((r"[.]layers[.]3[.]", _E4T),))   # one layer's Linears
+    >>> Recipe("kv-l0", "layer 0's cache only", key=_E4T, value=_E4T, kv_layers=(0,))
+
     >>> with applied(model, get_recipe("e4m3-wakv-tok")):
     ...     logits = model(ids).logits           # fake-quantized forward
     >>> # here the model is bit-identical to before: original Parameters and attention restored, hooks gone
@@ -42,6 +49,7 @@ one per-tensor scale covers every sequence of the batch, as in a serving engine 
 """
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Union
@@ -145,6 +153,8 @@ class Recipe:
     value: Slot = None
     include_lm_head: bool = False
     include_embeddings: bool = False
+    weight_map: tuple = ()                  # ((regex over the Linear's name, slot), ...): first match wins
+    kv_layers: tuple | None = None          # layer indices whose keys/values are quantized; None = all
     causal: bool = field(default=None, compare=False)    # derived from the slots (see `causality`)
     why: str = field(default="", compare=False)          # the one-line reason
 
@@ -155,7 +165,15 @@ class Recipe:
 
     @property
     def is_baseline(self) -> bool:
-        return self.weight is None and self.act is None and self.key is None and self.value is None
+        return (self.weight is None and not self.weight_map and self.act is None and self.key is None
+                and self.value is None)
+
+    def weight_slot(self, linear_name: str) -> Slot:
+        """The weight slot of the Linear called `linear_name`: the first matching `weight_map` entry, else `weight`."""
+        for pattern, slot in self.weight_map:
+            if re.search(pattern, linear_name):
+                return slot
+        return self.weight
 
 
 def _S(fmt, gran, **kw) -> QuantSpec:
@@ -329,14 +347,15 @@ def apply_recipe(model: nn.Module, recipe: Recipe | str) -> _Applied:
     st = _Applied(recipe, [], [], None)
     try:
         with torch.no_grad():
-            if recipe.weight is not None:
-                qw = _quantizer(recipe.weight)
-                targets = [m for _, m in _linears(model, recipe)]
+            if recipe.weight is not None or recipe.weight_map:
+                targets = [(recipe.weight_slot(n), m) for n, m in _linears(model, recipe)]
                 if recipe.include_embeddings:
-                    targets.append(model.get_input_embeddings())
-                for m in targets:
+                    targets.append((recipe.weight, model.get_input_embeddings()))
+                for slot, m in targets:
+                    if slot is None:
+                        continue
                     orig = m.weight
-                    m.weight = nn.Parameter(qw(orig.detach()).to(orig.dtype), requires_grad=False)
+                    m.weight = nn.Parameter(_quantizer(slot)(orig.detach()).to(orig.dtype), requires_grad=False)
                     st.weights.append((m, orig))
             if recipe.act is not None:
                 st.act_hook = _ActHook(_quantizer(recipe.act))
@@ -354,6 +373,16 @@ def apply_recipe(model: nn.Module, recipe: Recipe | str) -> _Applied:
                     if isinstance(slot, KVFunctions):
                         return makers[id(slot)](layer, which)
                     return lambda x: kv_fake_quant(x, slot)
+
+                if recipe.kv_layers is not None:
+                    have = {int(getattr(m, "layer_idx", 0) or 0) for m in kv_hook.attention_modules(model)}
+                    if not set(recipe.kv_layers) <= have:
+                        raise RecipeError(f"kv_layers {sorted(set(recipe.kv_layers) - have)} not among the "
+                                          f"model's attention layers {sorted(have)}")
+                    inner_make = make
+
+                    def make(layer, which):         # noqa: F811 - the same, for the chosen layers only
+                        return inner_make(layer, which) if layer in recipe.kv_layers else None
 
                 try:
                     st.kv = kv_hook.install(model, make)

