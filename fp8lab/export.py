@@ -116,7 +116,7 @@ import shutil
 import sys
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -153,6 +153,7 @@ class Plan:
     weight_spec: _s.QuantSpec | None
     act: tuple | None
     kv: tuple | None
+    rec: _r.Recipe | None = field(default=None, compare=False, repr=False)   # the recipe itself (custom ones too)
 
 
 def _refuse(recipe: str, fmt: str, why: str, missing: str) -> ExportError:
@@ -274,6 +275,12 @@ def plan(recipe, fmt: str = "compressed-tensors") -> Plan:
                       "any quantized tensor")
     if rec.include_lm_head or rec.include_embeddings:
         raise _refuse(name, fmt, "the exporter keeps lm_head and embeddings unquantized", "lm_head/embedding scheme")
+    if getattr(rec, "weight_map", ()):
+        raise _refuse(name, fmt, "its Linears get different weight formats (weight_map); the exporter writes one "
+                      "scheme for every Linear", "a config group per weight_map entry")
+    if getattr(rec, "kv_layers", None) is not None:
+        raise _refuse(name, fmt, "it quantizes the KV cache of some layers only (kv_layers); kv_cache_scheme "
+                      "covers every attention layer", "a per-layer kv_cache_scheme")
     kv = _kv(name, fmt, rec.key, rec.value)
     weight = _weight_kind(name, fmt, rec.weight) if rec.weight is not None else None
     act = _act(name, fmt, rec.act)
@@ -300,7 +307,7 @@ def plan(recipe, fmt: str = "compressed-tensors") -> Plan:
             raise _refuse(name, fmt, f"ModelOpt layouts written here are FP8 per-tensor and NVFP4, not {weight}",
                           "quant_algo")
     spec = rec.weight if weight is not None else None
-    return Plan(name, fmt, weight, spec, act, kv)
+    return Plan(name, fmt, weight, spec, act, kv, rec)
 
 
 def exportable() -> dict:
@@ -392,7 +399,7 @@ def _kv_scales(model, p: Plan, calib_ids) -> dict:
     calib_ids = torch.as_tensor(calib_ids)
     if calib_ids.dim() != 2 or calib_ids.shape[1] < n_tokens:
         raise ExportError(f"calib_ids must be [batch, >= {n_tokens}] token ids, got {tuple(calib_ids.shape)}")
-    cal = _calibration_of(_r.get_recipe(p.recipe).key)     # the recipe's own calibration object, fresh
+    cal = _calibration_of(p.rec.key)     # the recipe's own calibration object, fresh
     if cal is None:  # pragma: no cover - plan() checked it
         raise ExportError(f"recipe {p.recipe!r}: its KV functions are not an OnlineKVCalibration")
     with torch.no_grad(), kv_hook.kv_functions(model, cal.make):
@@ -411,7 +418,7 @@ def check_shapes(model, p: Plan) -> None:
     """
     if p.weight is None:
         return
-    rec = _r.get_recipe(p.recipe)
+    rec = p.rec
     need_k = {"nvfp4": 16, "mxfp4": 32}.get(p.weight, 1)
     need_n = 1
     what = f"weight_scale for {p.weight}"
@@ -448,7 +455,7 @@ def _one_thread():
 
 def build_tensors(model, p: Plan, calib_ids=None) -> dict:
     """Every tensor of the exported state dict (quantized Linears, KV scales, the rest float32)."""
-    rec = _r.get_recipe(p.recipe)
+    rec = p.rec
     state = {k: v for k, v in model.state_dict().items()}
     out: dict = {}
     targets = _targets(model, rec) if p.weight is not None else []
@@ -554,7 +561,7 @@ def _readme(p: Plan, source: str, note: str, q_tensors: int, kv_note: str) -> st
                                       "transformers with `compressed-tensors` installed read it)",
                 "modelopt": "NVIDIA ModelOpt unified HF checkpoint (`hf_quant_config.json` + config.json "
                             "`quantization_config`, quant_method modelopt)"}[p.fmt]
-    rec = _r.get_recipe(p.recipe)
+    rec = p.rec
     lines = [f"# {p.recipe} export written by fp8lab", "",
              f"Recipe `{p.recipe}`: {rec.description}.", "",
              (f"In the lab's measurement the recipe is causal ({rec.why})." if rec.causal else

@@ -386,6 +386,39 @@ def test_cli_refusal_exit_2_writes_nothing(tmp_path, capsys, recipe, fmt, field)
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("desc,field", [
+    ({"weights": [[r"\.layers\.0\.", "nvfp4"], [".", "fp8_tensor"]]}, "a config group per weight_map entry"),
+    ({"kv": "fp8", "kv_layers": [0]}, "a per-layer kv_cache_scheme"),
+    ({"weights": [[".", "fp8_tensor"]], "lm_head": "fp8_tensor"}, "lm_head/embedding scheme"),
+])
+def test_mixed_assignments_refused(tmp_path, desc, field):
+    """A parts description (fp8lab.parts: the sensitivity map's and frontier's recipes) with per-Linear formats
+    or a partial KV cache is refused with its field named, never exported with the wrong scheme."""
+    from fp8lab.parts import build_recipe
+
+    rec = build_recipe(desc)
+    with pytest.raises(ex.ExportError, match="missing field: " + field):
+        ex.plan(rec)
+    with pytest.raises(ex.ExportError):
+        ex.export_model(fx.tiny_model(0), rec, tmp_path / "o")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_custom_recipe_object_exports(tmp_path):
+    """A Recipe built in Python (not in the recipe list) exports through its own slots, not a list lookup."""
+    rec = R.Recipe("my-fp8-channel", "E4M3 weights, one scale per output channel",
+                   S.QuantSpec("e4m3", "channel", axis=0))
+    model = fx.tiny_model(0)
+    out = ex.export_model(model, rec, tmp_path / "o")
+    t = load_file(str(out / "model.safetensors"))
+    w = model.model.layers[0].mlp.up_proj.weight
+    q = S.quantize(w.detach(), rec.weight)
+    assert torch.equal(t["model.layers.0.mlp.up_proj.weight_scale"].reshape(-1), q.scale)
+    assert "my-fp8-channel" in (out / "README.md").read_text()
+    r = au.audit(out)
+    assert r["scale_layouts"] == ["fp8-per-channel"] and r["consistent"] is True, r["verdict"]
+
+
 def test_partial_blocks_refused_before_writing(tmp_path):
     """SmolLM2's 576 is not a multiple of 128: w8a8-block cannot be written as whole 128x128 blocks (vLLM's
     block-FP8 loader refuses partial blocks) nor whole 1x128 activation groups. Shown on a tiny model with
