@@ -695,7 +695,8 @@ def _kv_label(q: dict):
     algo = q.get("kv_cache_quant_algo")
     if isinstance(algo, str) and algo:
         a = algo.upper()
-        return {"family": {"FP8": "FP8", "NVFP4": "NVFP4", "INT8": "INT8"}.get(a, a), "text": f"kv_cache_quant_algo {a}"}
+        fam = {"FP8": "FP8", "NVFP4": "NVFP4", "INT8": "INT8"}.get(a, a)
+        return {"family": fam, "text": f"kv_cache_quant_algo {a}"}
     return None
 
 

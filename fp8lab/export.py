@@ -64,8 +64,8 @@ forward on the calibration tokens bit for bit.
 fake-quantized float32 weights bit for bit for every FP8 and MXFP4 export; for NVFP4 it returns bfloat16
 (its decompressor's output dtype): bfloat16(fp8lab's weights), except rare elements one bf16 ulp apart
 where the two roundings straddle a bf16 boundary (in a few tensors of a real model). transformers (with
-compressed-tensors) loads the FP8 exports and its logits equal the fake-quantized model's bit for bit; it loads the 4-bit exports
-only with dtype=torch.bfloat16. It ignores k_scale/v_scale (no FP8 KV cache in transformers), and it has no
+compressed-tensors) loads the FP8 exports and its logits equal the fake-quantized model's bit for bit; it
+loads the 4-bit exports only with dtype=torch.bfloat16. It ignores k_scale/v_scale (no FP8 KV cache in transformers), and it has no
 ModelOpt quantizer (quant_method "modelopt" is skipped, so the packed weights do not fit): the ModelOpt folders
 are for vLLM / TensorRT-LLM, and compressed-tensors' own ModelOpt converter turns them into the
 compressed-tensors export byte for byte.
@@ -718,7 +718,7 @@ def demo(tmpdir, recipe: str = "nvfp4-w", fmt: str = "compressed-tensors", model
 
     out = Path(tmpdir) / f"{recipe}-{fmt}"
     if model == "tiny":
-        from fp8lab.export_fixtures import tiny_model
+        from fp8lab.tiny_llama import tiny_model
 
         path = export_model(tiny_model(), recipe, out, fmt, force=True, source="random 2-layer Llama (tiny)",
                             model_note="random weights, float32")

@@ -361,8 +361,8 @@ class FloatFormat:
         if self is E2M1:
             # the seven compares in one op: bucketize counts the boundaries strictly below |x|; an inclusive
             # midpoint (>=) becomes a strict one at the float32 just below it
-            idx = torch.bucketize(xf.abs(), _on(xf.device, ("e2m1", "strict_mids"), _e2m1_strict_mids),
-                                  out_int32=True).to(torch.uint8)
+            mids = _on(xf.device, ("e2m1", "strict_mids"), _e2m1_strict_mids)
+            idx = torch.bucketize(xf.abs().contiguous(), mids, out_int32=True).to(torch.uint8)
             out = idx | (torch.signbit(xf).to(torch.uint8) << 3)
             return out.masked_fill(torch.isnan(xf), 0)  # no NaN in E2M1: +0, as encode
         return self.encode(xf, saturate=True)
