@@ -65,8 +65,9 @@ fake-quantized float32 weights bit for bit for every FP8 and MXFP4 export; for N
 (its decompressor's output dtype): bfloat16(fp8lab's weights), except rare elements one bf16 ulp apart
 where the two roundings straddle a bf16 boundary (in a few tensors of a real model). transformers (with
 compressed-tensors) loads the FP8 exports and its logits equal the fake-quantized model's bit for bit; it
-loads the 4-bit exports only with dtype=torch.bfloat16. It ignores k_scale/v_scale (no FP8 KV cache in transformers), and it has no
-ModelOpt quantizer (quant_method "modelopt" is skipped, so the packed weights do not fit): the ModelOpt folders
+loads the 4-bit exports only with dtype=torch.bfloat16. It ignores k_scale/v_scale (no FP8 KV cache in
+transformers), and it has no ModelOpt quantizer (quant_method "modelopt" is skipped, so the packed weights do
+not fit): the ModelOpt folders
 are for vLLM / TensorRT-LLM, and compressed-tensors' own ModelOpt converter turns them into the
 compressed-tensors export byte for byte.
 
