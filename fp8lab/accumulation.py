@@ -49,7 +49,7 @@ from .scaling import QuantSpec, quantize
 
 __all__ = ["HOPPER_ACC_BITS", "round_to_bits", "accumulate", "quantize_operands", "simulate_gemm",
            "VARIANTS", "error_vs_k", "format_error_table", "scale_factoring_example", "bench_scaled_mm_fast_accum",
-           "load_gpu_record", "main"]
+           "summarize_gpu", "sim_verdict", "plot_error_vs_k", "plot_gpu", "load_gpu_record", "main"]
 
 HOPPER_ACC_BITS = 14    # significant bits (e8m13: 13 stored fraction bits + the leading one)
 ROUNDINGS = ("toward_zero", "nearest")
@@ -337,6 +337,75 @@ def summarize_gpu(rec: dict) -> str:
         lines.append(f"{k:>7} {off['median_us']:>9.1f} {on['median_us']:>9.1f} "
                      f"{off['median_us'] / on['median_us']:>8.3f}   {errs}")
     return "\n".join(lines)
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def plot_error_vs_k(rows: list[dict], key: str = "rel_err_acc"):
+    """Relative error vs K (log-log), one line per variant, one panel per input distribution."""
+    plt = _plt()
+    dists = list(dict.fromkeys(r["dist"] for r in rows))
+    fig, axes = plt.subplots(1, len(dists), figsize=(7 * len(dists), 4.6), squeeze=False)
+    for ax, dist in zip(axes[0], dists):
+        for j, v in enumerate(dict.fromkeys(r["variant"] for r in rows)):
+            rr = sorted((r for r in rows if r["dist"] == dist and r["variant"] == v), key=lambda r: r["K"])
+            ax.plot([r["K"] for r in rr], [r[key] for r in rr], "o-", color=f"C{j}", label=v)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("K (length of each dot product)")
+        ax.set_ylabel("||C - C_float64|| / ||C_float64||")
+        ax.set_title(f"{dist} inputs" + (" (same FP8 inputs: accumulation error only)" if key == "rel_err_acc" else ""),
+                     fontsize=10)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def sim_verdict(rec: dict) -> list[dict]:
+    """For each K and distribution of the GPU tile check: which CPU model is closest to the GPU's fast-accum error
+    (ratio in log space), and the GPU's own error with fast accumulation off."""
+    out = []
+    for r in rec["sim_check"]:
+        gpu = r["gpu_fast_accum_true"]
+        models = {k: v for k, v in r.items() if k.startswith("sim_") and k.endswith("_fast")}
+        best = min(models, key=lambda k: abs(math.log(max(models[k], 1e-30) / max(gpu, 1e-30))))
+        out.append({"K": r["K"], "dist": r["dist"], "gpu_fast_on": gpu, "gpu_fast_off": r["gpu_fast_accum_false"],
+                    **{k: v for k, v in r.items() if k.startswith("sim_")}, "closest_model": best})
+    return out
+
+
+def plot_gpu(rec: dict):
+    """Left: time of _scaled_mm with fast accumulation off / on vs K (median, min-max bars). Right: error vs K."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4.6))
+    for j, f in enumerate((False, True)):
+        rr = sorted((r for r in rec["speed"] if r["fast_accum"] == f), key=lambda r: r["K"])
+        k = [r["K"] for r in rr]
+        tf = [r["tflops"] for r in rr]
+        lo = [2.0 * r["M"] * r["N"] * r["K"] / (r["max_us"] * 1e-6) / 1e12 for r in rr]
+        hi = [2.0 * r["M"] * r["N"] * r["K"] / (r["min_us"] * 1e-6) / 1e12 for r in rr]
+        axes[0].errorbar(k, tf, yerr=[[a - b for a, b in zip(tf, lo)], [b - a for a, b in zip(tf, hi)]], marker="o",
+                         capsize=3, color=f"C{j}", label=f"use_fast_accum={f}")
+        for d, ls in zip(rec["settings"]["dists"], ("-", "--")):
+            re = sorted((r for r in rec["error"] if r["fast_accum"] == f and r["dist"] == d), key=lambda r: r["K"])
+            axes[1].plot([r["K"] for r in re], [r["rel_err"] for r in re], marker="o", ls=ls, color=f"C{j}",
+                         label=f"use_fast_accum={f}, {d}")
+    s = rec["settings"]
+    axes[0].set_title(f"torch._scaled_mm E4M3, M=N={s['M']}, bf16 out: TFLOP/s (median, min-max)", fontsize=10)
+    axes[1].set_title("relative error vs float64 on the same FP8 inputs (fp32 out)", fontsize=10)
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("K")
+        ax.legend(fontsize=8)
+    axes[1].set_yscale("log")
+    fig.tight_layout()
+    return fig
 
 
 def load_gpu_record(path) -> dict | None:

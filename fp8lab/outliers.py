@@ -51,7 +51,8 @@ from .hadamard import RandomHadamard
 
 __all__ = ["linear_modules", "input_groups", "InputStats", "observe_inputs", "InputMap", "install_input_maps",
            "chain", "smoothing_factors", "SmoothQuant", "HadamardRotation", "FOLDABLE", "tokenizer_for",
-           "calibration_windows", "calibrate", "calibrated", "summarize", "log2_histogram", "E4M3_AT_SCALE_1"]
+           "calibration_windows", "calibrate", "calibrated", "summarize", "capture_inputs", "top_channel_share",
+           "log2_histogram", "E4M3_AT_SCALE_1"]
 
 E4M3_AT_SCALE_1 = 448.0
 FOLDABLE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "down_proj")
@@ -250,9 +251,10 @@ class SmoothQuant:
     def _wanted(self, name: str) -> bool:
         return self.targets == "all" or name.rsplit(".", 1)[-1] in FOLDABLE
 
-    def __call__(self, model: nn.Module):
+    def compute(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """s for every smoothed Linear (Linears reading one tensor get the same s object), from the current weights."""
         mods = linear_modules(model)
-        maps, weights = {}, {}
+        self.factors = {}
         for group in input_groups(model):
             if not all(self._wanted(n) for n in group):
                 continue
@@ -260,11 +262,23 @@ class SmoothQuant:
             if missing:
                 raise KeyError(f"no activation statistics for {missing[:3]}: calibrate on this model first")
             s = smoothing_factors(self.chan_amax[group[0]], [mods[n].weight for n in group], self.alpha)
-            f = InputMap(lambda x, s=s: x / s.to(x.dtype))
-            for n in group:
-                self.factors[n] = s
-                maps[n] = f
-                weights[n] = mods[n].weight.detach() * s[None, :].to(mods[n].weight.dtype)
+            self.factors.update({n: s for n in group})
+        return self.factors
+
+    def smoothed_amax(self, amax: dict[str, float]) -> dict[str, float]:
+        """Per-tensor max of the smoothed inputs on the calibration data: max_j max|X_j| / s_j (exact: smoothing
+        is an identity upstream, so every input has the same statistics as before). Unsmoothed inputs keep `amax`."""
+        return {n: float((self.chan_amax[n] / self.factors[n]).max()) if n in self.factors else a
+                for n, a in amax.items()}
+
+    def __call__(self, model: nn.Module):
+        mods = linear_modules(model)
+        maps, weights, hooks = {}, {}, {}
+        for n, s in self.compute(model).items():
+            if id(s) not in hooks:
+                hooks[id(s)] = InputMap(lambda x, s=s: x / s.to(x.dtype))
+            maps[n] = hooks[id(s)]
+            weights[n] = mods[n].weight.detach() * s[None, :].to(mods[n].weight.dtype)
         return install_input_maps(model, maps, weights)
 
 
@@ -428,6 +442,21 @@ def summarize(stats: InputStats, groups: list[list[str]]) -> list[dict]:
             row["top_positions"] = torch.topk(pos, min(4, pos.numel())).indices.tolist()
         rows.append(row)
     return rows
+
+
+@torch.no_grad()
+def capture_inputs(model: nn.Module, ids: torch.Tensor, names) -> dict[str, torch.Tensor]:
+    """The input tensors of the Linears `names` in one forward over `ids` (clones)."""
+    mods = linear_modules(model)
+    got: dict[str, torch.Tensor] = {}
+    handles = [mods[n].register_forward_pre_hook(lambda m, a, n=n: got.setdefault(n, a[0].detach().clone()))
+               for n in names]
+    try:
+        model(input_ids=ids, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    return got
 
 
 def top_channel_share(x: torch.Tensor) -> float:
