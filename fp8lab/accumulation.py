@@ -190,7 +190,8 @@ def error_vs_k(ks=(128, 512, 2048, 8192, 16384), m: int = 64, n: int = 64, dists
     """Relative error ||C - C_64|| / ||C_64|| for every variant, K and input distribution.
 
     `rel_err_acc` is against float64 on the *same FP8 inputs* (the accumulation alone); `rel_err_total` against
-    float64 on the unquantized inputs (accumulation + FP8 rounding of the inputs).
+    float64 on the unquantized inputs (accumulation + FP8 rounding of the inputs); `shrink` = 1 - <C, C_64> / <C_64,
+    C_64>, the part of the error that is a uniform bias toward zero (what a truncating accumulator does).
     """
     from .metrics import relative_error
 
@@ -204,13 +205,16 @@ def error_vs_k(ks=(128, 512, 2048, 8192, 16384), m: int = 64, n: int = 64, dists
                 t0 = time.perf_counter()
                 c = simulate_gemm(a, b, scales=scales, acc_bits=bits, chunk=chunk, promote_every=promote,
                                   rounding=rnd)
-                rows.append({"dist": dist, "K": k, "variant": name, "rel_err_acc": relative_error(ref[scales][0], c),
-                             "rel_err_total": relative_error(ref[scales][1], c), "seconds": time.perf_counter() - t0})
+                r64 = ref[scales][0]
+                shrink = 1.0 - float((c * r64).sum() / (r64 * r64).sum())   # > 0: outputs biased toward zero
+                rows.append({"dist": dist, "K": k, "variant": name, "rel_err_acc": relative_error(r64, c),
+                             "rel_err_total": relative_error(ref[scales][1], c), "shrink": shrink,
+                             "seconds": time.perf_counter() - t0})
     return rows
 
 
 def format_error_table(rows: list[dict], key: str = "rel_err_acc") -> str:
-    """One line per (dist, variant), one column per K."""
+    """One line per (dist, variant), one column per K (`key`: rel_err_acc, rel_err_total or shrink)."""
     ks = sorted({r["K"] for r in rows})
     w = max(len(r["variant"]) for r in rows) + 2
     out = []
@@ -218,7 +222,7 @@ def format_error_table(rows: list[dict], key: str = "rel_err_acc") -> str:
         out.append(f"{dist + ' inputs':<{w}}" + "".join(f"{'K=' + str(k):>10}" for k in ks))
         for v in dict.fromkeys(r["variant"] for r in rows):
             cells = {r["K"]: r[key] for r in rows if r["dist"] == dist and r["variant"] == v}
-            out.append(f"{v:<{w}}" + "".join(f"{cells[k]:>10.2e}" if k in cells else f"{'-':>10}" for k in ks))
+            out.append(f"{v:<{w}}" + "".join(f"{cells[k]:>10.1e}" if k in cells else f"{'-':>10}" for k in ks))
         out.append("")
     return "\n".join(out).rstrip()
 
@@ -387,11 +391,11 @@ def plot_gpu(rec: dict):
     for j, f in enumerate((False, True)):
         rr = sorted((r for r in rec["speed"] if r["fast_accum"] == f), key=lambda r: r["K"])
         k = [r["K"] for r in rr]
-        tf = [r["tflops"] for r in rr]
-        lo = [2.0 * r["M"] * r["N"] * r["K"] / (r["max_us"] * 1e-6) / 1e12 for r in rr]
-        hi = [2.0 * r["M"] * r["N"] * r["K"] / (r["min_us"] * 1e-6) / 1e12 for r in rr]
-        axes[0].errorbar(k, tf, yerr=[[a - b for a, b in zip(tf, lo)], [b - a for a, b in zip(tf, hi)]], marker="o",
-                         capsize=3, color=f"C{j}", label=f"use_fast_accum={f}")
+        rate = lambda r, t: 2.0 * r["M"] * r["N"] * r["K"] / (t * 1e-6) / 1e12     # TFLOP/s at time t (us)
+        tf = [rate(r, r["median_us"]) for r in rr]
+        lo = [max(0.0, a - rate(r, r["max_us"])) for a, r in zip(tf, rr)]
+        hi = [max(0.0, rate(r, r["min_us"]) - a) for a, r in zip(tf, rr)]
+        axes[0].errorbar(k, tf, yerr=[lo, hi], marker="o", capsize=3, color=f"C{j}", label=f"use_fast_accum={f}")
         for d, ls in zip(rec["settings"]["dists"], ("-", "--")):
             re = sorted((r for r in rec["error"] if r["fast_accum"] == f and r["dist"] == d), key=lambda r: r["K"])
             axes[1].plot([r["K"] for r in re], [r["rel_err"] for r in re], marker="o", ls=ls, color=f"C{j}",

@@ -117,3 +117,42 @@ def test_scaled_mm_fast_accum_bench_small():
         assert 0 < r["rel_err"] < 1e-2, r
     assert "gpu_fast_accum_true" in rec["sim_check"][0]
     print(A.summarize_gpu(rec))
+
+
+def test_truncation_error_is_a_shrink_toward_zero():
+    rows = A.error_vs_k(ks=(2048,), m=16, n=16, dists=("gaussian",))
+    by = {r["variant"]: r for r in rows}
+    trunc = by[next(v for v in A.VARIANTS if "truncating" in v)]
+    near = by[next(v for v in A.VARIANTS if "nearest" in v)]
+    assert trunc["shrink"] > 0.8 * trunc["rel_err_acc"]        # almost all of the error is a bias toward zero
+    assert abs(near["shrink"]) < 0.5 * near["rel_err_acc"]     # rounding to nearest: no systematic direction
+
+
+def _fake_record():
+    """A record in the schema bench_scaled_mm_fast_accum writes (made-up values, for the readers and plots only)."""
+    ks = [256, 1024]
+    speed = [{"M": 64, "N": 64, "K": k, "fast_accum": f, "median_us": 10.0 + f, "min_us": 9.0, "max_us": 12.0,
+              "tflops": 1.0, "rounds": 3, "timing": "cuda_graph"} for k in ks for f in (False, True)]
+    error = [{"M": 8, "N": 64, "K": k, "dist": d, "fast_accum": f, "rel_err": 1e-4 * (1 + f)}
+             for k in ks for d in ("gaussian", "positive") for f in (False, True)]
+    sim = [{"K": k, "dist": d, "tile": 8, "gpu_fast_accum_false": 1e-4, "gpu_fast_accum_true": 3e-4,
+            "sim_toward_zero_fast": 3.1e-4, "sim_toward_zero_promote128": 1e-4, "sim_nearest_fast": 5e-5,
+            "sim_nearest_promote128": 4e-5} for k in ks for d in ("gaussian", "positive")]
+    return {"provenance": {"git_commit": "0" * 40, "dirty": False, "device": "test"},
+            "settings": {"M": 64, "N": 64, "ks": ks, "dists": ["gaussian", "positive"]},
+            "speed": speed, "error": error, "sim_check": sim}
+
+
+def test_gpu_record_readers_and_plots(tmp_path):
+    from fp8lab.store import DamagedFile, atomic_write_json
+
+    rec = _fake_record()
+    p = atomic_write_json(tmp_path / "r.json", rec)
+    assert A.load_gpu_record(p)["settings"]["ks"] == [256, 1024]
+    assert "speedup" in A.summarize_gpu(rec)
+    assert {r["closest_model"] for r in A.sim_verdict(rec)} == {"sim_toward_zero_fast"}
+    A.plot_gpu(rec)
+    A.plot_error_vs_k(A.error_vs_k(ks=(128, 256), m=4, n=4))
+    atomic_write_json(tmp_path / "bad.json", {"speed": []})
+    with pytest.raises(DamagedFile):
+        A.load_gpu_record(tmp_path / "bad.json")

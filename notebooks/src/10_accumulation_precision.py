@@ -96,7 +96,19 @@ themselves (notebook 01: a few percent per element, but it averages over K). `re
 against the unquantized inputs: print it to see which error dominates at each K.
 """),
 ("code", r"""
+print("against the UNQUANTIZED inputs (accumulation + the FP8 rounding of A and B):")
 print(acc.format_error_table([r for r in rows if r["dist"] == "gaussian"], key="rel_err_total"))
+print("\nshrink: the part of the accumulation error that is a uniform bias toward zero (1 - <C, C64> / <C64, C64>):")
+print(acc.format_error_table([r for r in rows if r["dist"] == "gaussian"], key="shrink"))
+"""),
+("md", r"""
+Two things to take from these tables. **At these sizes the FP8 rounding of the inputs dominates the total error**: with
+3 mantissa bits every input carries a few percent of noise, and every variant's total sits near that level; only the
+truncating accumulator at the longest sums adds visibly on top. **But the accumulator's error is a different kind of
+error**: the shrink row shows that the truncating accumulator's error is, almost all of it, a uniform bias — every output
+comes out slightly too small, in the same direction. Input rounding noise is random and partly averages out over the
+next layers; a bias does not. It grows with K, and K is largest in training (a weight-gradient GEMM sums over every
+token of the batch), which is where DeepSeek-V3 met it and why it promotes.
 """),
 ("md", r"""
 ## The two knobs: accumulator bits and chunk size
