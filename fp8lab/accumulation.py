@@ -344,9 +344,8 @@ def summarize_gpu(rec: dict) -> str:
 
 
 def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
+    # no matplotlib.use("Agg") here: it would stop a notebook from showing the figure (matplotlib picks Agg by
+    # itself on a machine without a display)
     import matplotlib.pyplot as plt
     return plt
 

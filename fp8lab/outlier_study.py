@@ -358,9 +358,8 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
+    # no matplotlib.use("Agg") here: it would stop a notebook from showing the figure (matplotlib picks Agg by
+    # itself on a machine without a display)
     import matplotlib.pyplot as plt
     return plt
 
@@ -502,6 +501,7 @@ def main(argv=None) -> int:
                 for name, fig in (("structure", plot_structure(res)), ("heatmaps", plot_heatmaps(res)),
                                   ("histograms", plot_histograms(res))):
                     save_figure(fig, out / f"{name}.png")
+                    _plt().close(fig)
                 over = [r for r in res["rows"] if r["n_over_448"]]
                 print(f"stats: {len(res['rows'])} inputs; {len(over)} hold values > 448: "
                       + ", ".join(f"layer {r['layer']} {r['kind']} (max {r['amax']:.0f})" for r in over))
@@ -511,7 +511,9 @@ def main(argv=None) -> int:
                 write_rows(rows, out / f"{part}.csv", CSV_FIELDS)
                 title = {"scaling": "W8A8 E4M3: how the activation scale is chosen",
                          "taming": "Taming outliers before static per-tensor W8A8 / W4A4 NVFP4"}[part]
-                save_figure(plot_quality(rows, title, note), out / f"{part}.png")
+                fig = plot_quality(rows, title, note)
+                save_figure(fig, out / f"{part}.png")
+                _plt().close(fig)
                 print(format_rows(rows))
             provs[part] = provenance(cmd, wall_s=round(time.time() - tp, 1), **su.settings)
             atomic_write_json(out / "provenance.json", provs)

@@ -22,6 +22,8 @@ on, recorded on a GPU by `python -m fp8lab.accumulation --gpu` (`outputs/accumul
 provenance — or "not recorded yet" where this checkout has no GPU record.
 """),
 ("code", r"""
+import logging, warnings
+logging.disable(logging.WARNING); warnings.filterwarnings("ignore")   # library import chatter, not results
 import os
 from pathlib import Path
 import torch

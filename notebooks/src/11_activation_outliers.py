@@ -32,6 +32,9 @@ The quality results come from `python -m fp8lab.outlier_study --out outputs/outl
 the cells that compute live run on a short slice.
 """),
 ("code", r"""
+import logging, warnings
+logging.disable(logging.WARNING); warnings.filterwarnings("ignore")   # library import chatter, not results
+import transformers; transformers.utils.logging.disable_progress_bar()
 import os
 from pathlib import Path
 import torch
@@ -116,18 +119,23 @@ print(S.format_sqnr(stats))
 """),
 ("md", r"""
 **Reading it.** On the channel-structured input, both transforms lift the bulk of the values towards the maximum: the
-maximum was set by a few channels, and now it is not. On the token-structured input the two differ: SmoothQuant
-shrinks the channels that are large *on that one token* (they are large in the calibration statistics), while a
-rotation spreads the huge token over its own channels — the token stays huge, so the max/bulk gap shrinks less
-than it would for a channel outlier.
+maximum was set by a few channels, and now it is not. On the token-structured input they differ: SmoothQuant shrinks
+the channels that are large on the massive token (they dominate its calibration statistics), while a rotation spreads
+the massive token over its own channels — the token stays far above every other token.
 
 Two signal-to-noise numbers per case, because they answer different questions: the tensor-wide SQNR is dominated by
-the largest values (a few massive elements carry most of the energy, and they are quantized well), while the median
-over tokens tells what a *typical* token keeps. Compare the columns: E4M3 per tensor barely changes with a transform —
-its exponent gives small values the same relative precision as large ones, as long as they stay above the dashed
-line — while INT8 per tensor, whose uniform grid spends almost all its levels on the range between the bulk and the
-outliers, is where SmoothQuant was invented and where it matters. NVFP4's 16-blocks already isolate most outliers.
+the largest values (a few massive elements carry most of the energy), the median over tokens says what a *typical*
+token keeps. Read the columns:
 
+* **E4M3 per tensor hardly moves.** Its exponent gives small values the same relative precision as large ones as long
+  as they stay above the dashed line; a transform only rescues the few that fell below it.
+* **INT8 per tensor is where the transforms matter** — on the channel-structured input. Its uniform grid spends its
+  levels on the gap between bulk and outliers; SmoothQuant closes part of the gap and the rotation closes it so well
+  that rotated INT8 overtakes E4M3 (a near-Gaussian tensor suits a uniform grid). On the token-structured input the
+  typical token keeps almost nothing with or without a transform: one token sets the scale, and no per-channel trick
+  changes that. Only a per-token scale does (last column, for E4M3).
+* **NVFP4 does not need them.** Its 16-element blocks give an outlier channel a scale of its own; spreading the outlier
+  over all channels makes every block look alike and removes that advantage.
 Each transform is exact in real arithmetic: on a window, the model's logits change only by float rounding.
 """),
 ("code", r"""
