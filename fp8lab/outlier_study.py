@@ -43,7 +43,7 @@ from .recipes import Recipe, applied
 from .scaling import QuantSpec, fake_quant
 
 __all__ = ["Setup", "setup", "Config", "scaling_configs", "taming_configs", "build_recipe", "run_stats", "run_quality",
-           "examples", "exactness", "read_csv", "format_rows", "format_sqnr", "plot_structure", "plot_heatmaps",
+           "examples", "exactness", "paired", "read_csv", "format_rows", "format_sqnr", "plot_structure", "plot_heatmaps",
            "plot_histograms", "plot_quality", "main"]
 
 PARTS = ("stats", "scaling", "taming")
@@ -332,6 +332,20 @@ def run_stats(su: Setup) -> dict:
 
 
 # ---- reading and showing --------------------------------------------------------------------------------------------
+def paired(out, a: str, b: str, n_boot: int = 2000) -> tuple[float, float, float]:
+    """Perplexity change of configuration `a` against `b` in %, with its 95 % paired interval, from the per-window
+    NLLs in <out>/per_window/ (both scored on the same windows)."""
+    from . import stats
+    from .evaluate import PplItems
+    from .store import read_json
+
+    ia, ib = (PplItems.from_json(read_json(Path(out) / "per_window" / f"{n}.json", required=("items",))["items"])
+              for n in (a, b))
+    if len(ia.nll) != len(ib.nll) or not np.array_equal(ia.ntok, ib.ntok):
+        raise ValueError(f"{a} and {b} were not scored on the same windows")
+    return stats.delta_with_ci(stats.ppl_delta_pct, (ia.nll, ib.nll, ia.ntok), n_boot=n_boot)
+
+
 def read_csv(path) -> list[dict]:
     from .store import read_rows
 

@@ -36,6 +36,9 @@ def test_every_configuration_runs_with_intervals(setup, tmp_path):
     # a rerun reuses the per-window results: same numbers, no recomputation
     again = S.run_quality(setup, cfgs[:2], tmp_path, progress=False, n_boot=200)
     assert [r["ppl"] for r in again] == [r["ppl"] for r in rows[:2]]
+    d, lo, hi = S.paired(tmp_path, "e4m3-wa-dyn-token", "e4m3-wa-dyn-tensor", n_boot=200)
+    assert lo <= d <= hi
+    assert S.paired(tmp_path, "e4m3-w", "e4m3-w", n_boot=200) == (0.0, 0.0, 0.0)
     write_rows(rows, tmp_path / "t.csv", S.CSV_FIELDS)
     back = S.read_csv(tmp_path / "t.csv")
     assert [r["config"] for r in back] == [r["config"] for r in rows]

@@ -208,6 +208,18 @@ def test_delayed_input_quant_uses_the_history(model, ids, stats):
     assert float(ds.scale) == pytest.approx(max(ds.history) / 448, rel=1e-6)
 
 
+def test_delayed_fast_path_equals_delayed_scaling():
+    from fp8lab.scaling import DelayedScaling, dequantize
+
+    g = torch.Generator().manual_seed(0)
+    ref, fast = DelayedScaling("e4m3", history_len=3), DelayedScaling("e4m3", history_len=3)
+    fn = AS._delayed_fn(fast, "e4m3")
+    for step in range(6):          # growing and shrinking maxima: saturation, stale scales, the first call
+        x = torch.randn(4, 9, 40, generator=g) * (10.0 ** ((step % 3) - 1))
+        assert torch.equal(fn(x), dequantize(ref.quantize(x)))
+        assert fast.history == ref.history
+
+
 def test_nvfp4_static_global_equals_dynamic_when_amax_matches():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(3, 7, 64, generator=g) * torch.logspace(-2, 1, 64)
