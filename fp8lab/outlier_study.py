@@ -129,11 +129,14 @@ def scaling_configs() -> list[Config]:
     ]
 
 
-def taming_configs(alphas=(0.25, 0.5, 0.75)) -> list[Config]:
+TAMING_FORMATS = ("e4m3", "int8", "nvfp4")
+
+
+def taming_configs(alphas=(0.25, 0.5, 0.75), formats=TAMING_FORMATS) -> list[Config]:
     out = []
     what = {"e4m3": "W8A8 E4M3 per tensor, static input scales", "int8": "W8A8 INT8 per tensor, static input scales",
             "nvfp4": "W4A4 NVFP4 (16-blocks, calibrated FP32 global input scale)"}
-    for fmt in ("e4m3", "int8", "nvfp4"):
+    for fmt in formats:
         base = f"{fmt}-wa-static"
         out.append(Config(base, "taming", fmt, "none", "static", True, what[fmt], ref=base))
         for a in (alphas if fmt == "e4m3" else (0.5,)):
@@ -474,6 +477,8 @@ def main(argv=None) -> int:
     p.add_argument("--cal-windows", type=int, default=8, help="held-out calibration windows (default 8)")
     p.add_argument("--calib", default="boolq", help="calibration text: boolq (held-out windows) or sciq")
     p.add_argument("--alphas", default="0.25,0.5,0.75", help="SmoothQuant alphas for E4M3 (taming)")
+    p.add_argument("--formats", default=",".join(TAMING_FORMATS),
+                   help="taming formats, from: e4m3,int8,nvfp4 (NVFP4 input quantization is the slowest)")
     p.add_argument("--quiet", action="store_true")
     argv = sys.argv[1:] if argv is None else argv
     a = p.parse_args(argv)
@@ -485,6 +490,11 @@ def main(argv=None) -> int:
         alphas = ()
     if bad or not parts:
         print(f"error: unknown part(s) {bad or '(none)'}; valid: {', '.join(PARTS)}", file=sys.stderr)
+        return 2
+    formats = [x.strip() for x in a.formats.split(",") if x.strip()]
+    if not formats or any(f not in TAMING_FORMATS for f in formats):
+        print(f"error: --formats must be a comma-separated subset of {','.join(TAMING_FORMATS)}, got {a.formats!r}",
+              file=sys.stderr)
         return 2
     if not alphas or any(not 0 <= x <= 1 for x in alphas):
         print(f"error: --alphas must be comma-separated numbers in [0, 1], got {a.alphas!r}", file=sys.stderr)
@@ -520,8 +530,13 @@ def main(argv=None) -> int:
                 print(f"stats: {len(res['rows'])} inputs; {len(over)} hold values > 448: "
                       + ", ".join(f"layer {r['layer']} {r['kind']} (max {r['amax']:.0f})" for r in over))
             else:
-                cfgs = scaling_configs() if part == "scaling" else taming_configs(alphas)
+                cfgs = scaling_configs() if part == "scaling" else taming_configs(alphas, formats)
                 rows = run_quality(su, cfgs, out, progress=not a.quiet)
+                if part == "taming" and (out / "taming.csv").is_file():   # keep the other formats' rows
+                    done = {r["config"] for r in rows}
+                    rows = [r for r in read_csv(out / "taming.csv") if r["config"] not in done
+                            and r["fmt"] not in formats] + rows
+                    rows.sort(key=lambda r: TAMING_FORMATS.index(r["fmt"]))
                 write_rows(rows, out / f"{part}.csv", CSV_FIELDS)
                 title = {"scaling": "W8A8 E4M3: how the activation scale is chosen",
                          "taming": "Taming outliers before static per-tensor W8A8 / W4A4 NVFP4"}[part]
@@ -529,7 +544,8 @@ def main(argv=None) -> int:
                 save_figure(fig, out / f"{part}.png")
                 _plt().close(fig)
                 print(format_rows(rows))
-            provs[part] = provenance(cmd, wall_s=round(time.time() - tp, 1), **su.settings)
+            key = part if part != "taming" or formats == list(TAMING_FORMATS) else f"taming:{','.join(formats)}"
+            provs[key] = provenance(cmd, wall_s=round(time.time() - tp, 1), **su.settings)
             atomic_write_json(out / "provenance.json", provs)
         print(f"wrote {', '.join(parts)} to {out} in {time.time() - t0:.0f} s")
     finally:

@@ -57,7 +57,7 @@ def test_stats_part_and_figures(setup):
 
 
 @pytest.mark.parametrize("argv", [["--parts", "nope"], ["--alphas", "2"], ["--alphas", "x"], ["--windows", "1"],
-                                  ["--calib", "wiki"]])
+                                  ["--calib", "wiki"], ["--formats", "fp8"]])
 def test_cli_bad_input_exits_2(argv, capsys, tmp_path):
     assert S.main(argv + ["--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err

@@ -226,7 +226,9 @@ each row with the same format without a transform.
 ("code", r"""
 if (OUT / "taming.csv").is_file():
     tm = S.read_csv(OUT / "taming.csv")
-    print(describe(prov["taming"]), "\n")
+    for k in (k for k in prov if k.startswith("taming")):
+        print(k, "|", describe(prov[k]))
+    print()
     print(S.format_rows(tm))
     fig = S.plot_quality(tm, "Taming outliers before static per-tensor W8A8 / W4A4 NVFP4", lm.model_note)
 else:
