@@ -43,7 +43,7 @@ from .recipes import Recipe, applied
 from .scaling import QuantSpec, fake_quant
 
 __all__ = ["Setup", "setup", "Config", "scaling_configs", "taming_configs", "build_recipe", "run_stats", "run_quality",
-           "examples", "exactness", "paired", "read_csv", "format_rows", "format_sqnr", "plot_structure", "plot_heatmaps",
+           "examples", "exactness", "merge_rows", "paired", "read_csv", "format_rows", "format_sqnr", "plot_structure", "plot_heatmaps",
            "plot_histograms", "plot_quality", "main"]
 
 PARTS = ("stats", "scaling", "taming")
@@ -335,6 +335,13 @@ def run_stats(su: Setup) -> dict:
 
 
 # ---- reading and showing --------------------------------------------------------------------------------------------
+def merge_rows(old: list[dict], new: list[dict], formats) -> list[dict]:
+    """Taming rows of a run over `formats` merged into an earlier table: the earlier rows of other formats are kept,
+    in format order."""
+    rows = [r for r in old if r["fmt"] not in formats] + list(new)
+    return sorted(rows, key=lambda r: TAMING_FORMATS.index(r["fmt"]))   # stable: keeps the order inside a format
+
+
 def paired(out, a: str, b: str, n_boot: int = 2000) -> tuple[float, float, float]:
     """Perplexity change of configuration `a` against `b` in %, with its 95 % paired interval, from the per-window
     NLLs in <out>/per_window/ (both scored on the same windows)."""
@@ -533,10 +540,7 @@ def main(argv=None) -> int:
                 cfgs = scaling_configs() if part == "scaling" else taming_configs(alphas, formats)
                 rows = run_quality(su, cfgs, out, progress=not a.quiet)
                 if part == "taming" and (out / "taming.csv").is_file():   # keep the other formats' rows
-                    done = {r["config"] for r in rows}
-                    rows = [r for r in read_csv(out / "taming.csv") if r["config"] not in done
-                            and r["fmt"] not in formats] + rows
-                    rows.sort(key=lambda r: TAMING_FORMATS.index(r["fmt"]))
+                    rows = merge_rows(read_csv(out / "taming.csv"), rows, formats)
                 write_rows(rows, out / f"{part}.csv", CSV_FIELDS)
                 title = {"scaling": "W8A8 E4M3: how the activation scale is chosen",
                          "taming": "Taming outliers before static per-tensor W8A8 / W4A4 NVFP4"}[part]

@@ -62,3 +62,10 @@ def test_cli_bad_input_exits_2(argv, capsys, tmp_path):
     assert S.main(argv + ["--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and err.count("\n") == 1
+
+
+def test_merge_rows_keeps_other_formats():
+    old = [{"fmt": f, "config": f"{f}-{i}"} for f in ("e4m3", "int8", "nvfp4") for i in (1, 2)]
+    new = [{"fmt": "int8", "config": "int8-new"}]
+    got = S.merge_rows(old, new, ["int8"])
+    assert [r["config"] for r in got] == ["e4m3-1", "e4m3-2", "int8-new", "nvfp4-1", "nvfp4-2"]
