@@ -282,6 +282,9 @@ def plan(recipe, fmt: str = "compressed-tensors") -> Plan:
     if getattr(rec, "kv_layers", None) is not None:
         raise _refuse(name, fmt, "it quantizes the KV cache of some layers only (kv_layers); kv_cache_scheme "
                       "covers every attention layer", "a per-layer kv_cache_scheme")
+    if getattr(rec, "transform", None) is not None:
+        raise _refuse(name, fmt, "it transforms the model before quantizing (static input scales, SmoothQuant or "
+                      "a rotation); the exporter writes plain quantized weights", "input scales / rotations")
     kv = _kv(name, fmt, rec.key, rec.value)
     weight = _weight_kind(name, fmt, rec.weight) if rec.weight is not None else None
     act = _act(name, fmt, rec.act)

@@ -155,6 +155,9 @@ class Recipe:
     include_embeddings: bool = False
     weight_map: tuple = ()                  # ((regex over the Linear's name, slot), ...): first match wins
     kv_layers: tuple | None = None          # layer indices whose keys/values are quantized; None = all
+    # transform(model) -> undo: installed before anything is quantized (SmoothQuant, a rotation, static input
+    # scales; fp8lab.outliers / fp8lab.activation_scaling), undone after everything else is removed
+    transform: Callable | None = field(default=None, compare=False)
     causal: bool = field(default=None, compare=False)    # derived from the slots (see `causality`)
     why: str = field(default="", compare=False)          # the one-line reason
 
@@ -166,7 +169,7 @@ class Recipe:
     @property
     def is_baseline(self) -> bool:
         return (self.weight is None and not self.weight_map and self.act is None and self.key is None
-                and self.value is None)
+                and self.value is None and self.transform is None)
 
     def weight_slot(self, linear_name: str) -> Slot:
         """The weight slot of the Linear called `linear_name`: the first matching `weight_map` entry, else `weight`."""
@@ -236,6 +239,34 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
     Recipe("e4m3-kv-cal256-channel", "E4M3 keys and values, per-(kv head, dim) channel scales from the first "
            "256 tokens the model sees, then frozen", key=_CAL256CH, value=_CAL256CH),
 ]}
+
+
+# ---- activation scaling and outliers (fp8lab.activation_scaling, fp8lab.outliers; notebook 11) ------------------
+# Calibrated transforms run when the recipe is applied, on 8 x 512 tokens of SciQ support passages: a corpus no lab
+# task scores, so the scales never see the text they are scored on.
+def _act_transform(kind: str, fmt: str = "e4m3"):
+    def transform(model):
+        from fp8lab.activation_scaling import recipe_transform
+        return recipe_transform(kind, fmt)(model)
+    return transform
+
+
+_NV4 = _S("e2m1", "nvfp4")
+RECIPES.update({r.name: r for r in [
+    Recipe("e4m3-wa-static", "E4M3 weights per tensor + Linear inputs with static per-tensor scales calibrated "
+           "on held-out SciQ text, then frozen (causal)", _E4T, transform=_act_transform("static")),
+    Recipe("e4m3-wa-delayed", "E4M3 weights per tensor + Linear inputs with delayed scaling: max amax of the last "
+           "16 forwards, primed on held-out SciQ text (causal)", _E4T, transform=_act_transform("delayed")),
+    Recipe("e4m3-wa-static-smoothquant", "e4m3-wa-static after SmoothQuant (alpha 0.5 on the q/k/v, gate/up and "
+           "down inputs, calibrated on held-out SciQ text) (causal)", _E4T,
+           transform=_act_transform("smoothquant+static")),
+    Recipe("e4m3-wa-static-hadamard", "e4m3-wa-static after a randomized Hadamard rotation of every Linear input "
+           "and weight (causal)", _E4T, transform=_act_transform("hadamard+static")),
+    Recipe("nvfp4-wa-static", "NVFP4 weights + NVFP4 Linear inputs: dynamic 16-blocks, FP32 global scale "
+           "calibrated on held-out SciQ text (causal)", _NV4, transform=_act_transform("static", "nvfp4")),
+    Recipe("nvfp4-wa-static-hadamard", "nvfp4-wa-static after a randomized Hadamard rotation of every Linear "
+           "input and weight (causal)", _NV4, transform=_act_transform("hadamard+static", "nvfp4")),
+]})
 ALIASES = {"fp32": "baseline", "none": "baseline"}
 SEED003_RECIPES = ["baseline", "e4m3-w", "e4m3-wa", "e4m3-wakv", "e5m2-w", "e4m3-w-noscale",
                    "e4m3-wa-noscale"]
@@ -328,6 +359,7 @@ class _Applied:
     handles: list
     act_hook: object
     kv: kv_hook.KVInstall | None = None
+    undo_transform: object = None
 
 
 def _linears(model: nn.Module, recipe: Recipe):
@@ -347,6 +379,8 @@ def apply_recipe(model: nn.Module, recipe: Recipe | str) -> _Applied:
     st = _Applied(recipe, [], [], None)
     try:
         with torch.no_grad():
+            if recipe.transform is not None:
+                st.undo_transform = recipe.transform(model)
             if recipe.weight is not None or recipe.weight_map:
                 targets = [(recipe.weight_slot(n), m) for n, m in _linears(model, recipe)]
                 if recipe.include_embeddings:
@@ -404,6 +438,9 @@ def _undo(st: _Applied):
         kv_hook.uninstall(st.kv)
     if st.act_hook is not None:
         st.act_hook.clear()
+    if st.undo_transform is not None:
+        st.undo_transform()
+        st.undo_transform = None
 
 
 def remove_recipe(model: nn.Module) -> None:
