@@ -418,8 +418,9 @@ class OnlineKV4(KV4Plan):
 
     def _calibrate(self, layer: int, which: str, x: torch.Tensor) -> None:
         k = (layer, which)
-        if self.cal is None:
-            self.cal = KVCalibration(x.shape[-1], groups=(32, 64))
+        if self.cal is None:        # fit only the codebooks this method reads
+            groups = {"turbo4": (32,), "turbo4-g64": (64,)}.get(self.method, ())
+            self.cal = KVCalibration(x.shape[-1], groups=groups)
             self.params = self.cal.params
         if self.method == "turbo4-gauss":
             self.positions[k] = self.n_tokens
