@@ -11,9 +11,10 @@ than NVFP4 at the same bits. One model load, four steps, every token in one role
                 sensitivity windows (--sens-windows x --sens-len).
  2. calibrate   one forward per calibration window records max |K|, |V| per layer (NVFP4's frozen global scale)
                 and the rotated coordinates that turbo4's Lloyd–Max codebooks are fitted to (fp8lab.kv_quant).
- 3. sensitivity NVFP4 K/V in ONE layer at a time on the sensitivity windows: perplexity change per layer with a
-                paired 95 % interval over windows. The K most sensitive layers give `nvfp4-sens{K}` (K layers kept
-                in high precision, chosen by data the test windows never saw) to set against `nvfp4-hp{K/2}`.
+ 3. sensitivity NVFP4 K/V in ONE layer at a time on the sensitivity windows: perplexity change and mean KL
+                divergence from the baseline's next-token distribution per layer, each with a 95 % interval over
+                windows. The K layers with the largest KL give `nvfp4-sens{K}` (K layers kept in high precision,
+                chosen on data the test windows never saw) to set against `nvfp4-hp{K/2}`.
  4. test        per-token NLL of every configuration on the test windows, perplexity by position bucket with
                 paired intervals (fp8lab.kv_drift's buckets and bootstrap); during the baseline forward each
                 layer's K/V are quantized by every method and the per-token relative error ||x - x^|| / ||x||
@@ -43,6 +44,7 @@ import argparse
 import io
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -226,27 +228,66 @@ def window_nll(model, ids, ctx) -> np.ndarray:
         return kv_drift.token_nll(model, ids)
 
 
-def sensitivity(model, windows, params, n_layers, progress=print, n_boot=2000) -> list[dict]:
-    """NVFP4 K/V in one layer at a time: perplexity change vs baseline per layer, paired 95 % CI over windows."""
-    base = np.stack([window_nll(model, windows[i:i + 1], kv_config(model, "baseline", None, params, n_layers))
-                     for i in range(len(windows))])
-    rows = []
+def _logprobs(model, ids: torch.Tensor) -> torch.Tensor:
+    """log-softmax of the next-token logits of one window [1, L] -> [L-1, vocab] (float32)."""
+    with torch.no_grad():
+        return torch.log_softmax(model(input_ids=ids, use_cache=False).logits[0, :-1].float(), dim=-1)
+
+
+def _nll_kl(lp_base: torch.Tensor, lp: torch.Tensor, targets: torch.Tensor, chunk: int = 512) -> tuple[float, float]:
+    """(sum of NLL under lp, mean per-token KL(base || lp) in nats), in chunks of positions to bound memory."""
+    nll = float(-lp.gather(1, targets[:, None]).sum())
+    kl = 0.0
+    for a in range(0, lp.shape[0], chunk):
+        b_, q = lp_base[a:a + chunk], lp[a:a + chunk]
+        kl += float((b_.exp() * (b_ - q)).sum())
+    return nll, kl / lp.shape[0]
+
+
+def sensitivity(model, windows, params, n_layers, progress=print, n_boot=2000, part=None) -> list[dict]:
+    """NVFP4 K/V in one layer at a time, every other layer untouched, on each sensitivity window.
+
+    Per layer: the perplexity change vs baseline and the mean per-token KL divergence of the next-token
+    distribution from the baseline's, each with a 95 % interval over windows. The KL is what the ranking uses:
+    it is >= 0 for every token, so it does not average away in sign noise the way a perplexity change of a few
+    tenths of a percent does (to first order the expected NLL increase IS the KL).
+    """
+    W = len(windows)
+    nll = np.zeros((n_layers + 1, W))           # last row: baseline
+    kl = np.zeros((n_layers, W))
     t0 = time.time()
+    for i in range(W):
+        ids = windows[i:i + 1]
+        done = part.load(f"sens-{i}") if part is not None else None
+        if done is not None:
+            nll[:, i], kl[:, i] = done
+            continue
+        tgt = ids[0, 1:]
+        lp_b = _logprobs(model, ids)
+        nll[n_layers, i] = float(-lp_b.gather(1, tgt[:, None]).sum())
+        for layer in range(n_layers):
+            with kv_config(model, f"nvfp4-L{layer}", ids, params, n_layers):
+                lp = _logprobs(model, ids)
+            nll[layer, i], kl[layer, i] = _nll_kl(lp_b, lp, tgt)
+            del lp
+        if part is not None:
+            part.save(f"sens-{i}", (nll[:, i].copy(), kl[:, i].copy()))
+        progress(f"  sensitivity window {i + 1}/{W}: {n_layers + 1} forwards of {ids.shape[1]} tokens "
+                 f"({time.time() - t0:.0f} s)")
+    ntok = np.full(W, windows.shape[1] - 1, np.float64)
+    rows = []
     for layer in range(n_layers):
-        name = f"nvfp4-L{layer}"
-        nll = np.stack([window_nll(model, windows[i:i + 1], kv_config(model, name, windows[i:i + 1], params, n_layers))
-                        for i in range(len(windows))])
-        ntok = np.full(len(windows), nll.shape[1], np.float64)
-        d, lo, hi = delta_with_ci(ppl_delta_pct, (nll.sum(1), base.sum(1), ntok), n_boot=n_boot)
-        rows.append({"layer": layer, "delta_pct": d, "ci95_low": lo, "ci95_high": hi, "n": len(windows),
-                     "seq_len": int(windows.shape[1])})
-        progress(f"  sensitivity layer {layer:2d}: {d:+.3f} % [{lo:+.3f}, {hi:+.3f}]  ({time.time() - t0:.0f} s)")
+        d, lo, hi = delta_with_ci(ppl_delta_pct, (nll[layer], nll[n_layers], ntok), n_boot=n_boot)
+        k_lo, k_hi = paired_bootstrap_ci(lambda x: np.mean(x, -1), (kl[layer],), n_boot=n_boot)
+        rows.append({"layer": layer, "delta_pct": d, "ci95_low": lo, "ci95_high": hi, "kl_mean": float(kl[layer].mean()),
+                     "kl_ci95_low": k_lo, "kl_ci95_high": k_hi, "n": W, "seq_len": int(windows.shape[1])})
     return rows
 
 
 def ranking_of(sens_rows: list[dict]) -> list[int]:
-    """Layers from most to least sensitive (by the point estimate)."""
-    return [r["layer"] for r in sorted(sens_rows, key=lambda r: -r["delta_pct"])]
+    """Layers from most to least sensitive, by the mean KL divergence (the perplexity change where absent)."""
+    key = "kl_mean" if "kl_mean" in sens_rows[0] else "delta_pct"
+    return [int(r["layer"]) for r in sorted(sens_rows, key=lambda r: -float(r[key]))]
 
 
 # ---- summaries ------------------------------------------------------------------------------------------
@@ -279,7 +320,8 @@ def error_ratio(per_window: list[dict], a: str, b: str, n_layers: int, layers=No
 
 def rmsnorm_stats(model) -> list[dict]:
     """Per layer: |gamma| of the RMSNorm in front of attention (it scales what k_proj/v_proj read) and of the one
-    in front of the MLP; layer -1 is the final norm. Large gammas in a few channels are what make K/V outliers."""
+    in front of the MLP (and of a k_norm where the model has one). Large gammas in a few channels are one way a
+    model gets outlier channels in its K/V."""
     rows = []
     layers = getattr(getattr(model, "model", model), "layers", [])
     for i, blk in enumerate(layers):
@@ -389,7 +431,7 @@ def run(lm, args, out: Path, say=print) -> dict:
     corpus = data.load_corpus(data.PPL_CORPORA.get(args.corpus, args.corpus))
     test, calw, sensw = split_windows(lm.tokenizer, corpus.text, args.seq_len, args.windows,
                                       (args.cal_windows, args.cal_len), (args.sens_windows, args.sens_len), args.seed)
-    settings = {k: v for k, v in vars(args).items() if k not in ("plot",)}
+    settings = {k: v for k, v in vars(args).items() if k not in ("plot", "threads")}
     settings.update(model_sha256=lm.file_sha256, model=lm.name)
     part = _Partial(out, settings)
 
@@ -407,7 +449,7 @@ def run(lm, args, out: Path, say=print) -> dict:
         sens_rows = part.load("sensitivity")
         if sens_rows is None:
             say(f"sensitivity: NVFP4 in one layer at a time, {len(sensw)} windows x {sensw.shape[1]} tokens")
-            sens_rows = sensitivity(model, sensw, params, n_layers, say, args.n_boot)
+            sens_rows = sensitivity(model, sensw, params, n_layers, say, args.n_boot, part)
             part.save("sensitivity", sens_rows)
         ranking = ranking_of(sens_rows)
         times["sensitivity_s"] = round(time.time() - t, 1)
@@ -491,7 +533,10 @@ def run(lm, args, out: Path, say=print) -> dict:
                                     n_boot=max(200, args.n_boot // 10))
             wins.append("lower" if hi < 1 else "higher" if lo > 1 else "tie")
         per_layer_wins[which] = wins
+    final = getattr(getattr(model, "model", model), "norm", None)
     summary = {
+        "final_norm_abs": ({"mean": float(final.weight.detach().abs().mean()), "max": float(final.weight.detach().abs().max())}
+                           if getattr(final, "weight", None) is not None else None),
         "model": lm.name, "model_note": lm.model_note, "n_layers": n_layers, "head_dim": head_dim,
         "kv_heads": int(getattr(cfg, "num_key_value_heads", cfg.num_attention_heads)),
         "test_windows": len(test), "seq_len": args.seq_len, "cal_windows": len(calw), "cal_len": int(calw.shape[1]),
@@ -612,23 +657,27 @@ def plot_errors(err_rows: list[dict], layer_rows: list[dict], note: str = ""):
 def plot_sensitivity(sens_rows: list[dict], note: str = ""):
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(12, 4.5))
     x = np.array([int(r["layer"]) for r in sens_rows])
-    y = np.array([float(r["delta_pct"]) for r in sens_rows])
-    lo = np.array([float(r["ci95_low"]) for r in sens_rows])
-    hi = np.array([float(r["ci95_high"]) for r in sens_rows])
     n = len(x)
     colors = ["C3" if (i < 2 or i >= n - 2) else "C0" for i in x]
-    ax.bar(x, y, color=colors, alpha=0.8)
-    ax.errorbar(x, y, yerr=[y - lo, hi - y], fmt="none", ecolor="black", capsize=2, lw=1)
-    ax.axhline(0, color="black", lw=0.8)
-    ax.set_xlabel("layer whose K/V alone is stored in NVFP4 (red: the first and last two)")
-    ax.set_ylabel("perplexity change vs baseline (%)")
-    ax.set_title(f"Sensitivity by layer: NVFP4 K/V in one layer at a time (95 % paired CI, n = {sens_rows[0]['n']} "
-                 f"windows x {sens_rows[0]['seq_len']} tokens)")
+    panels = [("kl_mean", "kl_ci95_low", "kl_ci95_high", "mean KL(baseline || quantized) per token (nats)")] \
+        if "kl_mean" in sens_rows[0] else []
+    panels.append(("delta_pct", "ci95_low", "ci95_high", "perplexity change vs baseline (%)"))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(12, 3.6 * len(panels)), sharex=True, squeeze=False)
+    for ax, (k, klo, khi, label) in zip(axes[:, 0], panels):
+        y = np.array([float(r[k]) for r in sens_rows])
+        lo = np.array([float(r[klo]) for r in sens_rows])
+        hi = np.array([float(r[khi]) for r in sens_rows])
+        ax.bar(x, y, color=colors, alpha=0.8)
+        ax.errorbar(x, y, yerr=[y - lo, hi - y], fmt="none", ecolor="black", capsize=2, lw=1)
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_ylabel(label, fontsize=9)
+    axes[-1, 0].set_xlabel("layer whose K/V alone is stored in NVFP4 (red: the first and last two)")
+    axes[0, 0].set_title(f"Sensitivity by layer: NVFP4 K/V in one layer at a time (95 % CI over n = "
+                         f"{sens_rows[0]['n']} windows x {sens_rows[0]['seq_len']} tokens)")
     if note:
-        fig.text(0.01, 0.01, note, fontsize=9, color="dimgray")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+        fig.text(0.01, 0.005, note, fontsize=9, color="dimgray")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
 
 
@@ -652,7 +701,7 @@ def load(out) -> dict:
         for k in ("pos_lo", "pos_hi", "n"):
             r[k] = int(r[k])
     for r in res["sensitivity"]:
-        for k in ("delta_pct", "ci95_low", "ci95_high"):
+        for k in ("delta_pct", "ci95_low", "ci95_high", "kl_mean", "kl_ci95_low", "kl_ci95_high"):
             r[k] = float(r[k])
         r["layer"], r["n"] = int(r["layer"]), int(r["n"])
     return res
@@ -754,6 +803,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n-boot", type=int, default=2000)
+    p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
+                   help="torch CPU threads (on a machine shared with other jobs, 1 can be much faster than 2)")
     p.add_argument("--out", default="runs/kv_bits")
     p.add_argument("--plot", action="store_true", help="only redraw the figures from <out>/*.csv")
     return p
@@ -770,6 +821,8 @@ def _validate(a) -> None:
         raise UsageError("need --sens-windows 0 (skip) or >= 2, and 16 <= --sens-len <= --seq-len")
     if a.n_boot < 100:
         raise UsageError("--n-boot must be >= 100")
+    if a.threads < 1:
+        raise UsageError("--threads must be >= 1")
     for c in a.configs:
         parse_config(c)
     if any(c != "baseline" and c not in FP8_CONFIGS and parse_config(c)[1] == "sens" for c in a.configs) \
@@ -807,6 +860,7 @@ def main(argv=None) -> int:
 
     try:
         with store.FolderLock(out, a.command):
+            torch.set_num_threads(a.threads)
             lm = models.load_model(a.model)
             torch.manual_seed(a.seed)
             summary = run(lm, a, out, say=lambda s: print(s, flush=True))
