@@ -13,6 +13,9 @@ No weights are real: the payload is zeros, and the labels are illustrations, not
 >>> paths = make_all(tmp_path)           # {"deepseek_block_fp8": Path(...), ...}
 >>> sorted(paths)[:2]
 ['bf16_plain', 'deepseek_block_fp8']
+
+To add a fixture: write a builder ``name(folder, quantization_config=None) -> Path`` from the w_* helpers
+(one Linear's tensors in a layout) and ``write_shards`` / ``_write_checkpoint``, then list it in FIXTURES.
 """
 
 from __future__ import annotations
@@ -52,18 +55,29 @@ def write_safetensors(path, tensors, metadata=None) -> Path:
 
 
 def _write_checkpoint(folder: Path, tensors, config: dict, shards: int = 1, extra_json=None) -> Path:
+    """config.json (+ ``extra_json`` files) and the tensors in one file, or split evenly into ``shards``."""
+    if shards == 1:
+        return write_shards(folder, [tensors], config, extra_json)
+    per = math.ceil(len(tensors) / shards)
+    return write_shards(folder, [tensors[i * per:(i + 1) * per] for i in range(shards)], config, extra_json)
+
+
+def write_shards(folder, parts, config: dict | None, extra_json=None) -> Path:
+    """A checkpoint folder with the tensor lists ``parts`` as its shards: one part -> model.safetensors;
+    several -> model-0000i-of-0000n.safetensors plus model.safetensors.index.json, the way HF shards them.
+    ``config=None`` writes no config.json (an unlabelled checkpoint)."""
+    folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(config, indent=1))
+    if config is not None:
+        (folder / "config.json").write_text(json.dumps(config, indent=1))
     for name, obj in (extra_json or {}).items():
         (folder / name).write_text(json.dumps(obj, indent=1))
-    if shards == 1:
-        write_safetensors(folder / "model.safetensors", tensors)
+    if len(parts) == 1:
+        write_safetensors(folder / "model.safetensors", parts[0])
         return folder
-    per = math.ceil(len(tensors) / shards)
     weight_map, total = {}, 0
-    for i in range(shards):
-        part = tensors[i * per:(i + 1) * per]
-        fname = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+    for i, part in enumerate(parts):
+        fname = f"model-{i + 1:05d}-of-{len(parts):05d}.safetensors"
         write_safetensors(folder / fname, part)
         for name, dtype, shape in part:
             weight_map[name] = fname

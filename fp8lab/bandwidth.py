@@ -4,6 +4,9 @@ Decode reads every weight once per step and the whole KV cache of every sequence
 does ~2 FLOPs per weight per sequence. So a decode step is memory-bound until the batch is large,
 and its ceiling is ``tokens/s per sequence = bandwidth / bytes read per step``.
 
+Every config field is read strictly (integers in range, JSON booleans, lists that hold what they claim);
+anything else is a ConfigError naming the field, and the CLI turns it into one line and exit status 2.
+
 Llama-3-8B (tests/data/llama3_8b_config.json), batch 32, 8k context, GB = 1e9 bytes, under seed 003's
 conventions (every parameter counted as read, ``policy="all", embedding_read="table"``)::
 
@@ -30,24 +33,27 @@ Conventions (and why):
 Counted: embeddings, lm_head (unless tied), q/k/v/o (and MLA's low-rank q/kv projections), MLP or
 experts + shared experts + router, RMSNorm weights (incl. Gemma-2/3 pre/post norms and Qwen3/Gemma-3
 q/k norms), q/k/v(/o) biases (Qwen2, ``attention_bias``) and gpt-oss expert/router biases.
-gpt-oss attention sinks. Not counted: MTP / next-n layers, vision towers, rotary buffers; sliding-window
+gpt-oss attention sinks; hybrid models (Qwen3-Next, Qwen3.5: Gated DeltaNet linear-attention layers beside
+gated full attention) with their fixed-size recurrent state read once per step instead of a KV cache.
+Counts agree with transformers' own models parameter for parameter (tests/test_bandwidth.py, and for the
+full-size published configs tests/test_serving_claims.py). Not counted: MTP / next-n layers, vision towers,
+rotary buffers; sliding-window
 attention is *not* modelled (KV counted for every token in every layer: an upper bound for
 Mistral-v0.1 / Gemma-2/3 / gpt-oss); activations and their quantization scales.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
+import os
 import re
-import subprocess
+import stat
 import sys
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
-from fp8lab.gpus import GPU, GPUS, get_gpu
+from fp8lab.gpus import GPU, NAMES, get_gpu
 
 GB = 1e9  # seed 003's "GB" matches 1e9 bytes (16.06e9 -> "16.1 GB"); GiB would give 14.96
 
@@ -79,6 +85,8 @@ class WeightFormat:
     global_scale_bytes: int = 0
     compute: tuple = ("bf16",)  # tensor-core dtypes that can run it natively, preferred first
     description: str = ""
+    element: str | None = None       # the fp8lab.formats name of the element type ("e4m3", "e2m1", "int8")
+    scale_format: str | None = None  # the scale's storage: "f32" or an fp8lab.formats name ("e4m3", "e8m0")
 
     def n_scales(self, rows: int, cols: int) -> int:
         if self.scale == "none":
@@ -104,20 +112,27 @@ class WeightFormat:
         return per
 
 
+# Storage layouts: bits per element, bits per scale and the block each scale covers. Why a small table here
+# and not fp8lab.formats itself: formats imports torch (about a second), and this module (and its CLI) must
+# stay instant and torch-free for pure arithmetic. The table names the fp8lab.formats element and scale type
+# of every row, and tests/test_bandwidth.py checks bits and block sizes against fp8lab.formats and
+# fp8lab.scaling, so the two cannot drift apart.
 FORMATS: dict[str, WeightFormat] = {f.name: f for f in [
     WeightFormat("bf16", 16, description="BF16, no scales"),
     WeightFormat("fp8_tensor", 8, "tensor", 32, compute=("fp8",),
-                 description="FP8 E4M3 + one F32 weight_scale per tensor"),
+                 description="FP8 E4M3 + one F32 weight_scale per tensor", element="e4m3", scale_format="f32"),
     WeightFormat("fp8_block128", 8, "block", 32, (128, 128), compute=("fp8_block", "fp8"),
-                 description="FP8 E4M3 + F32 weight_scale_inv per 128x128 block (DeepSeek-V3)"),
+                 description="FP8 E4M3 + F32 weight_scale_inv per 128x128 block (DeepSeek-V3)",
+                 element="e4m3", scale_format="f32"),
     WeightFormat("int8_channel", 8, "channel", 32, compute=("int8",),
-                 description="INT8 + one scale per output channel (assumed F32)"),
+                 description="INT8 + one scale per output channel (assumed F32)", element="int8", scale_format="f32"),
     WeightFormat("mxfp8", 8, "block", 8, (1, 32), compute=("fp8",),
-                 description="MXFP8: E4M3 + E8M0 scale per 32 along K"),
+                 description="MXFP8: E4M3 + E8M0 scale per 32 along K", element="e4m3", scale_format="e8m0"),
     WeightFormat("nvfp4", 4, "block", 8, (1, 16), global_scale_bytes=4, compute=("fp4",),
-                 description="NVFP4: E2M1 packed 2/byte + E4M3 scale per 16 + F32 global scale"),
+                 description="NVFP4: E2M1 packed 2/byte + E4M3 scale per 16 + F32 global scale",
+                 element="e2m1", scale_format="e4m3"),
     WeightFormat("mxfp4", 4, "block", 8, (1, 32), compute=("fp4",),
-                 description="MXFP4: E2M1 packed 2/byte + E8M0 scale per 32"),
+                 description="MXFP4: E2M1 packed 2/byte + E8M0 scale per 32", element="e2m1", scale_format="e8m0"),
 ]}
 
 # KV-cache element bytes. fp8: per-layer k/v scales are a constant 8 B/layer (not per token) and are
@@ -175,6 +190,45 @@ class ModelShape:
     attention: str = "gqa"
     notes: list | None = None
     max_position_embeddings: int | None = None
+    state_bytes_per_seq: int = 0    # linear-attention (Gated DeltaNet) recurrent + conv state, all layers
+    state_flops_per_token: int = 0  # FLOPs to update and read that state for one token
+
+
+#: a config.json is kilobytes; anything this large is not one (and is not read into memory)
+MAX_CONFIG_BYTES = 16 * 2**20
+#: every size field (hidden_size, layers, heads, vocabulary, experts, ...) must fit the int32 range the
+#: frameworks store them in; larger values are corrupt input, and refusing them keeps every product finite
+MAX_SIZE = 2**31 - 1
+
+
+def _read_config_file(p: Path) -> dict:
+    """A regular file's JSON object; never opens a FIFO or device for reading (which could block for ever)."""
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read ({e.strerror or e})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{p}: not a regular file")
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{p}: {st.st_size:,} bytes is not a model config (limit {MAX_CONFIG_BYTES:,})")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            raw = fh.read(st.st_size + 1)  # read(n) allocates n bytes up front: ask for what is there
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{p}: grew past {MAX_CONFIG_BYTES:,} bytes while being read")
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read ({e.strerror or e})") from None
+    finally:
+        os.close(fd)
+    try:
+        cfg = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError, >4300-digit integers
+        kind = "nested too deeply" if isinstance(e, RecursionError) else str(e)[:160]
+        raise ConfigError(f"{p}: not valid JSON ({kind})") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{p}: expected a JSON object, got {type(cfg).__name__}")
+    return cfg
 
 
 def load_config(src) -> dict:
@@ -186,40 +240,129 @@ def load_config(src) -> dict:
     if isinstance(src, dict):
         return dict(src)
     s = str(src)
+    if "\x00" in s:
+        raise ConfigError(f"{s[:60]!r}: not a file name (holds a NUL byte)")
     p = Path(s)
     if p.is_dir():
         p = p / "config.json"
-        if not p.is_file():
+        if not p.exists():
             raise ConfigError(f"{src}: folder has no config.json")
-    if p.is_file():
-        try:
-            cfg = json.loads(p.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{p}: not valid JSON ({e})") from None
-        if not isinstance(cfg, dict):
-            raise ConfigError(f"{p}: expected a JSON object, got {type(cfg).__name__}")
-        return cfg
+    if p.exists() or p.is_symlink():
+        return _read_config_file(p)
     if s.endswith(".json") or not re.fullmatch(r"[\w.\-]+/[\w.\-]+", s):
-        raise ConfigError(f"{s}: file not found")
+        raise ConfigError(f"{s[:200]}: file not found")
     try:  # a hub id such as "meta-llama/Meta-Llama-3-8B" -- only where a hub is reachable
         from transformers import AutoConfig
         return AutoConfig.from_pretrained(s).to_dict()
     except Exception as e:  # noqa: BLE001 -- any failure here means "could not load"
         raise ConfigError(f"{s}: not a local file or folder, and loading it as a hub id failed "
-                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+                          f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
+
+
+def _show(v) -> str:
+    """A config value for an error message: short, with its JSON type."""
+    r = repr(v)
+    return (r[:40] + "...") if len(r) > 43 else r
 
 
 def _get_int(cfg: dict, key: str, default=None, *, allow_zero=False):
-    v = cfg.get(key, default)
+    """An integer size field: absent or null -> ``default``; anything but an integer in range -> ConfigError."""
+    v = cfg.get(key)
     if v is None:
-        return None
+        return default
     if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (v == 0 and not allow_zero):
-        raise ConfigError(f"config field {key!r} must be a positive integer, got {v!r}")
+        raise ConfigError(f"config field {key!r} must be a {'non-negative' if allow_zero else 'positive'} "
+                          f"integer, got {_show(v)} ({type(v).__name__})")
+    if v > MAX_SIZE:
+        raise ConfigError(f"config field {key!r} = {v if v < 10**30 else f'~2**{v.bit_length() - 1}'} is beyond "
+                          f"any model (limit {MAX_SIZE:,}): a corrupt config")
     return v
+
+
+def _get_bool(cfg: dict, key: str, default=None):
+    """A boolean field, parsed strictly: true/false only. The string "false" is an error, never True."""
+    v = cfg.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ConfigError(f"config field {key!r} must be true or false (a JSON boolean), got {_show(v)} "
+                          f"({type(v).__name__})")
+    return v
+
+
+def _get_str(cfg: dict, key: str, default=None):
+    v = cfg.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, str):
+        raise ConfigError(f"config field {key!r} must be a string, got {_show(v)} ({type(v).__name__})")
+    return v
+
+
+def _layer_list(cfg: dict, key: str, L: int) -> set:
+    """A list of layer indices (``mlp_only_layers``), each in 0..L-1."""
+    v = cfg.get(key)
+    if v is None:
+        return set()
+    if not isinstance(v, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < L
+                                          for i in v):
+        raise ConfigError(f"config field {key!r} must be a list of layer indices 0..{L - 1}, got {_show(v)}")
+    return set(v)
+
+
+def count_moe_layers(n_layers: int, first_dense: int = 0, freq: int = 1, step: int = 1, mlp_only=()) -> int:
+    """How many layers ``i`` in ``[first_dense, n_layers)`` are MoE: ``i % freq == 0``, ``(i + 1) % step == 0``
+    (DeepSeek's ``moe_layer_freq``, Qwen's ``decoder_sparse_step``) and ``i`` not in ``mlp_only``.
+
+    Counted by arithmetic (the two conditions are one residue modulo lcm(freq, step), by the Chinese
+    remainder theorem), never by walking ``range(n_layers)``: a corrupt config with 10**9 layers costs
+    nothing.
+
+    >>> count_moe_layers(61, first_dense=3), count_moe_layers(48, step=2), count_moe_layers(10, 0, 2, 2)
+    (58, 24, 0)
+    """
+    g = math.gcd(freq, step)
+    if (step - 1) % g:  # i = 0 (mod freq) and i = -1 (mod step) cannot both hold
+        return 0
+    m, n = freq // g, step // g
+    t = ((step - 1) // g * pow(m, -1, n)) % n if n > 1 else 0
+    x0, M = freq * t, freq * n  # the solutions are x0 + k * M, M = lcm(freq, step)
+
+    def upto(hi):  # solutions in [0, hi)
+        return 0 if hi <= x0 else (hi - x0 - 1) // M + 1
+
+    lo = min(first_dense, n_layers)
+    count = upto(n_layers) - upto(lo)
+    return count - sum(1 for i in set(mlp_only) if lo <= i < n_layers and i % freq == 0 and (i + 1) % step == 0)
+
+
+_HYBRID_TYPES = ("qwen3_next", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_5_moe", "qwen3_5")
+_LAYER_TYPES = ("full_attention", "linear_attention", "sliding_attention")
+_STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def _layer_kinds(cfg: dict, L: int, mt: str):
+    """(full-attention layers, linear-attention layers) from ``layer_types`` or ``full_attention_interval``."""
+    lt = cfg.get("layer_types")
+    if lt is not None:
+        if not isinstance(lt, list) or len(lt) != L or not all(isinstance(x, str) and x in _LAYER_TYPES
+                                                                for x in lt):
+            raise ConfigError(f"config field 'layer_types' must list one of {', '.join(_LAYER_TYPES)} for each of "
+                              f"the {L} layers, got {_show(lt)}")
+        n_lin = sum(x == "linear_attention" for x in lt)
+        return L - n_lin, n_lin
+    if mt in _HYBRID_TYPES:
+        interval = _get_int(cfg, "full_attention_interval", 4)
+        return L // interval, L - L // interval  # layer i is full attention when (i + 1) % interval == 0
+    return L, 0
 
 
 def model_shape(config) -> ModelShape:
     """Turn an HF config (dict, path or hub id) into the list of weight tensors it implies.
+
+    Every field is validated: sizes must be integers in range, booleans must be JSON booleans, lists must
+    hold what they claim; anything else raises ConfigError naming the field. Nothing here loops over a
+    count the config chooses (layers are counted by arithmetic).
 
     >>> s = model_shape("tests/data/llama3_8b_config.json")
     >>> sum(t.params for t in s.tensors), s.kv_elems_per_token
@@ -227,22 +370,29 @@ def model_shape(config) -> ModelShape:
     """
     cfg = load_config(config)
     notes = []
-    if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), dict):
-        cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
+    if cfg.get("hidden_size") is None and cfg.get("text_config") is not None:
+        tc = cfg["text_config"]
+        if not isinstance(tc, dict):
+            raise ConfigError(f"config field 'text_config' must be an object, got {_show(tc)}")
+        outer = {k: cfg[k] for k in ("tie_word_embeddings", "architectures", "_name_or_path") if k in cfg}
+        cfg = {**outer, **tc, "model_type": tc.get("model_type", cfg.get("model_type"))}
         notes.append("read the nested text_config (multimodal wrapper); vision weights not counted")
+    arch = cfg.get("architectures")
+    if arch is not None and not (isinstance(arch, list) and all(isinstance(a, str) for a in arch)):
+        raise ConfigError(f"config field 'architectures' must be a list of strings, got {_show(arch)}")
+    mt = _get_str(cfg, "model_type", "unknown")
     required = ["hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"]
-    is_moe = any(cfg.get(k) for k in ("num_local_experts", "n_routed_experts", "num_experts"))
-    if not (is_moe and cfg.get("moe_intermediate_size")):
+    expert_key = next((k for k in ("num_local_experts", "n_routed_experts", "num_experts") if cfg.get(k)), None)
+    if not (expert_key and cfg.get("moe_intermediate_size")):
         required.append("intermediate_size")
     missing = [k for k in required if cfg.get(k) is None]
     if missing:
         raise ConfigError(f"config missing required field(s): {', '.join(missing)} "
                           "(expected a llama/mistral/qwen2/gemma-style decoder config)")
-    mt = str(cfg.get("model_type", "unknown"))
     H = _get_int(cfg, "hidden_size")
     L = _get_int(cfg, "num_hidden_layers")
     nh = _get_int(cfg, "num_attention_heads")
-    nkv = _get_int(cfg, "num_key_value_heads", nh)
+    nkv = _get_int(cfg, "num_key_value_heads", nh)  # null or absent: MHA, as transformers reads it
     V = _get_int(cfg, "vocab_size")
     I = _get_int(cfg, "intermediate_size")
     hd = _get_int(cfg, "head_dim")
@@ -253,14 +403,22 @@ def model_shape(config) -> ModelShape:
         hd = H // nh
     if nh % nkv:
         raise ConfigError(f"num_attention_heads {nh} is not a multiple of num_key_value_heads {nkv}")
-    if "tie_word_embeddings" in cfg:
-        tied = bool(cfg["tie_word_embeddings"])
-    else:
+    tied = _get_bool(cfg, "tie_word_embeddings")
+    if tied is None:
         tied = _TIE_DEFAULT.get(mt, False)
         notes.append(f"tie_word_embeddings absent: assumed {tied} for model_type {mt!r}")
-    if cfg.get("sliding_window") and cfg.get("use_sliding_window", True) is not False:
-        notes.append(f"sliding_window={cfg['sliding_window']} not modelled: KV counted for every "
+    sw = _get_int(cfg, "sliding_window", allow_zero=True)
+    if sw and _get_bool(cfg, "use_sliding_window", True) is not False:
+        notes.append(f"sliding_window={sw} not modelled: KV counted for every "
                      "token in every layer (upper bound)")
+    attention_bias = _get_bool(cfg, "attention_bias")
+    max_pos = _get_int(cfg, "max_position_embeddings")
+    n_full, n_lin = _layer_kinds(cfg, L, mt)
+    hybrid = n_lin > 0 or mt in _HYBRID_TYPES
+    mtp = _get_int(cfg, "mtp_num_hidden_layers", 0, allow_zero=True) or \
+        _get_int(cfg, "num_nextn_predict_layers", 0, allow_zero=True)
+    if mtp:
+        notes.append(f"{mtp} multi-token-prediction layer(s) in the checkpoint are not counted")
 
     T: list[Tensor] = []
 
@@ -273,8 +431,9 @@ def model_shape(config) -> ModelShape:
         add("lm_head", V, H, 1)
     add("norm", 1, H, 1)  # final norm
 
-    # --- attention (same in every layer) ---
+    # --- attention (same in every full-attention layer) ---
     mla = cfg.get("kv_lora_rank") is not None
+    state_bytes, state_flops = 0, 0
     if mla:
         r_kv = _get_int(cfg, "kv_lora_rank")
         r_q = _get_int(cfg, "q_lora_rank")
@@ -298,30 +457,59 @@ def model_shape(config) -> ModelShape:
         # absorbed decode: scores over (r_kv + d_rope), output over r_kv, per head
         attn_flops = 2 * nh * (r_kv + d_rope) + 2 * nh * r_kv
         attention = "mla"
+        n_full = L
     else:
-        add("attention", nh * hd, H, L)   # q_proj
-        add("attention", nkv * hd, H, 2 * L)  # k_proj, v_proj
-        add("attention", H, nh * hd, L)   # o_proj
+        gated = hybrid and _get_bool(cfg, "attn_output_gate", True)  # Qwen3-Next / 3.5: q_proj also makes a gate
+        add("attention", nh * hd * (2 if gated else 1), H, n_full)  # q_proj
+        add("attention", nkv * hd, H, 2 * n_full)  # k_proj, v_proj
+        add("attention", H, nh * hd, n_full)   # o_proj
         kv_per_layer = 2 * nkv * hd
         attn_flops = 4 * nh * hd          # q.k and p.v: 2 FLOPs per multiply-add each
         attention = "mha" if nkv == nh else ("mqa" if nkv == 1 else "gqa")
-        if cfg.get("attention_bias") is True:
-            add("bias", 1, nh * hd + 2 * nkv * hd + H, L)
-        elif "attention_bias" not in cfg and mt in ("qwen2", "qwen2_moe"):
-            add("bias", 1, nh * hd + 2 * nkv * hd, L)  # Qwen2: q/k/v biases, no o bias
+        if attention_bias is True:
+            add("bias", 1, nh * hd + 2 * nkv * hd + H, n_full)
+        elif attention_bias is None and mt in ("qwen2", "qwen2_moe"):
+            add("bias", 1, nh * hd + 2 * nkv * hd, n_full)  # Qwen2: q/k/v biases, no o bias
         if mt == "gpt_oss":
-            add("attention", 1, nh, L)  # attention sinks: one learned logit per head
+            add("attention", 1, nh, n_full)  # attention sinks: one learned logit per head
+        if hybrid:
+            add("norm", 1, hd, 2 * n_full)  # q_norm, k_norm
+    if n_lin:  # Gated DeltaNet layers (Qwen3-Next, Qwen3.5): fixed-size recurrent state instead of a KV cache
+        nk = _get_int(cfg, "linear_num_key_heads")
+        nv = _get_int(cfg, "linear_num_value_heads")
+        dk = _get_int(cfg, "linear_key_head_dim")
+        dv = _get_int(cfg, "linear_value_head_dim")
+        kern = _get_int(cfg, "linear_conv_kernel_dim", 4)
+        if None in (nk, nv, dk, dv):
+            raise ConfigError("linear-attention layers need linear_num_key_heads, linear_num_value_heads, "
+                              "linear_key_head_dim and linear_value_head_dim")
+        key_dim, value_dim = nk * dk, nv * dv
+        conv_dim = 2 * key_dim + value_dim
+        add("attention", 2 * key_dim + 2 * value_dim, H, n_lin)  # in_proj_qkvz (or qkv + z)
+        add("attention", 2 * nv, H, n_lin)                       # in_proj_ba (or b + a)
+        add("attention", H, value_dim, n_lin)                    # out_proj
+        add("ssm", conv_dim, kern, n_lin)                        # depthwise conv1d (not a Linear)
+        add("ssm", 1, 2 * nv, n_lin)                             # A_log, dt_bias
+        add("norm", 1, dv, n_lin)                                # gated RMSNorm over the value head
+        sdt = _get_str(cfg, "mamba_ssm_dtype")
+        if sdt is not None and sdt not in _STATE_DTYPE_BYTES:
+            raise ConfigError(f"config field 'mamba_ssm_dtype' must be one of {', '.join(_STATE_DTYPE_BYTES)}, "
+                              f"got {_show(sdt)}")
+        sb = _STATE_DTYPE_BYTES[sdt] if sdt else 2
+        if sdt is None:
+            notes.append("mamba_ssm_dtype absent: recurrent state assumed bf16 (2 bytes)")
+        state_bytes = n_lin * (nv * dk * dv * sb + conv_dim * (kern - 1) * 2)
+        state_flops = n_lin * 4 * nv * dk * dv  # read-update-read of a dk x dv state per value head
+        attention = f"hybrid ({n_full} {attention} + {n_lin} linear-attention layers)"
     norms_per_layer = 4 if mt in ("gemma2", "gemma3", "gemma3_text") else 2
     add("norm", 1, H, norms_per_layer * L)
     if mt in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text"):
         add("norm", 1, hd, 2 * L)  # q_norm, k_norm
 
     # --- MLP / MoE ---
-    E = next((cfg[k] for k in ("num_local_experts", "n_routed_experts", "num_experts") if cfg.get(k)), None)
-    k_top = None
-    if E:
-        E = _get_int(cfg, next(k for k in ("num_local_experts", "n_routed_experts", "num_experts")
-                               if cfg.get(k)))
+    E, k_top = None, None
+    if expert_key:
+        E = _get_int(cfg, expert_key)
         k_top = _get_int(cfg, "num_experts_per_tok") or _get_int(cfg, "experts_per_token")
         if k_top is None:
             raise ConfigError("MoE config needs num_experts_per_tok (top-k)")
@@ -329,25 +517,25 @@ def model_shape(config) -> ModelShape:
             raise ConfigError(f"num_experts_per_tok {k_top} > number of experts {E}")
         Ie = _get_int(cfg, "moe_intermediate_size") or I
         first_dense = _get_int(cfg, "first_k_dense_replace", 0, allow_zero=True)
-        freq = _get_int(cfg, "moe_layer_freq", 1) or 1
-        step = _get_int(cfg, "decoder_sparse_step", 1) or 1
-        mlp_only = set(cfg.get("mlp_only_layers") or [])
-        moe_layers = [i for i in range(L)
-                      if i >= first_dense and i % freq == 0 and (i + 1) % step == 0 and i not in mlp_only]
-        n_moe, n_dense = len(moe_layers), L - len(moe_layers)
+        freq = _get_int(cfg, "moe_layer_freq", 1)
+        step = _get_int(cfg, "decoder_sparse_step", 1)
+        mlp_only = _layer_list(cfg, "mlp_only_layers", L)
+        n_moe = count_moe_layers(L, first_dense, freq, step, mlp_only)
+        n_dense = L - n_moe
         for _ in range(3):  # gate, up, down (gpt-oss fuses gate+up: same count)
             add("expert", Ie, H, n_moe * E, routed=True)
         add("router", E, H, n_moe)
         if mt == "gpt_oss":
             add("bias", 1, E, n_moe)                         # router bias
             add("expert", 1, 2 * Ie + H, n_moe * E, routed=True)  # gate_up and down biases
-        n_shared = _get_int(cfg, "n_shared_experts", 0, allow_zero=True) or 0
-        Is = n_shared * Ie or (_get_int(cfg, "shared_expert_intermediate_size", 0, allow_zero=True) or 0)
+        n_shared = _get_int(cfg, "n_shared_experts", 0, allow_zero=True)
+        Is_cfg = _get_int(cfg, "shared_expert_intermediate_size", 0, allow_zero=True)
+        Is = n_shared * Ie or Is_cfg
         if Is:
             for _ in range(3):
                 add("shared_expert", Is, H, n_moe)
-            if cfg.get("shared_expert_intermediate_size"):
-                add("router", 1, H, n_moe)  # Qwen2-MoE shared_expert_gate
+            if Is_cfg:
+                add("router", 1, H, n_moe)  # Qwen2-MoE / Qwen3-Next shared_expert_gate
         if n_dense:
             if I is None:
                 raise ConfigError("config has dense layers but no intermediate_size")
@@ -358,13 +546,17 @@ def model_shape(config) -> ModelShape:
     else:
         for _ in range(3):
             add("mlp", I, H, L)
+    if n_lin:
+        notes.append(f"linear-attention state: {state_bytes:,} bytes per sequence, read once per decode step "
+                     "(its write-back is not counted, as for K/V writes)")
 
+    name = cfg.get("_name_or_path") if isinstance(cfg.get("_name_or_path"), str) else None
     return ModelShape(
-        name=str(cfg.get("_name_or_path") or (cfg.get("architectures") or [mt])[0]),
+        name=name or ((arch or [None])[0] or mt),
         model_type=mt, hidden_size=H, n_layers=L, vocab_size=V, tied=tied, tensors=T,
-        kv_elems_per_token=kv_per_layer * L, attn_flops_per_pos=attn_flops * L,
+        kv_elems_per_token=kv_per_layer * n_full, attn_flops_per_pos=attn_flops * n_full,
         n_experts=E, top_k=k_top, attention=attention, notes=notes,
-        max_position_embeddings=cfg.get("max_position_embeddings"),
+        max_position_embeddings=max_pos, state_bytes_per_seq=state_bytes, state_flops_per_token=state_flops,
     )
 
 
@@ -441,7 +633,11 @@ def distinct_expert_fraction(n_experts: int, top_k: int, batch: int) -> float:
 
 def bytes_per_decode_step(model, fmt="bf16", kv_dtype="bf16", batch=1, context=8192,
                           policy="linear", embedding_read="rows") -> float:
-    """Bytes read from memory by one decode step of ``batch`` sequences at ``context`` tokens."""
+    """Bytes read from memory by one decode step of ``batch`` sequences at ``context`` tokens.
+
+    Weights (routed experts: the expected distinct share a batch touches), the KV cache of the
+    full-attention layers at ``context`` for every sequence, and the fixed-size linear-attention state
+    (Qwen3-Next / Qwen3.5 Gated DeltaNet) of every sequence."""
     s, f = _shape(model), _fmt(fmt)
     if embedding_read not in ("rows", "table"):
         raise ValueError(f"embedding_read must be 'rows' or 'table', got {embedding_read!r}")
@@ -453,7 +649,7 @@ def bytes_per_decode_step(model, fmt="bf16", kv_dtype="bf16", batch=1, context=8
         if t.routed:
             b *= distinct_expert_fraction(s.n_experts, s.top_k, batch)
         total += b
-    return total + kv_cache_bytes(s, kv_dtype, batch, context)
+    return total + kv_cache_bytes(s, kv_dtype, batch, context) + batch * s.state_bytes_per_seq
 
 
 def _matmul_params_per_token(s: ModelShape) -> float:
@@ -469,7 +665,7 @@ def _matmul_params_per_token(s: ModelShape) -> float:
 def decode_flops(model, batch=1, context=8192) -> float:
     """FLOPs of one decode step: 2 per weight per sequence + attention over ``context`` positions."""
     s = _shape(model)
-    return batch * (2 * _matmul_params_per_token(s) + s.attn_flops_per_pos * context)
+    return batch * (2 * _matmul_params_per_token(s) + s.attn_flops_per_pos * context + s.state_flops_per_token)
 
 
 def compute_dtype(gpu: GPU, fmt) -> tuple:
@@ -559,13 +755,23 @@ def implied_bf16_params(n_params: float, total_bytes: float, fmt="nvfp4") -> flo
 # Report, table, seed check
 # --------------------------------------------------------------------------------------------------
 
+#: a decode batch of more sequences than this, or a context longer than this, is a typo, not a workload
+MAX_BATCH = 2**20
+MAX_CONTEXT = 2**31 - 1
+
+
+def check_batch_context(batch, context) -> None:
+    """ValueError unless 1 <= batch <= MAX_BATCH and 0 <= context <= MAX_CONTEXT (integers, not bools)."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+        raise ValueError(f"batch must be an integer from 1 to {MAX_BATCH:,}, got {_show(batch)}")
+    if isinstance(context, bool) or not isinstance(context, int) or not 0 <= context <= MAX_CONTEXT:
+        raise ValueError(f"context must be an integer from 0 to {MAX_CONTEXT:,}, got {_show(context)}")
+
+
 def analyze(config, batch=1, context=8192, gpu="H200", kv_dtype="bf16", policy="linear",
             embedding_read="rows", formats=None) -> dict:
     """Everything above for one model, batch, context and GPU, as a JSON-ready dict."""
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch must be a positive integer, got {batch!r}")
-    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
-        raise ValueError(f"context must be a non-negative integer, got {context!r}")
+    check_batch_context(batch, context)
     s = _shape(config)
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     _kv(kv_dtype)
@@ -589,11 +795,12 @@ def analyze(config, batch=1, context=8192, gpu="H200", kv_dtype="bf16", policy="
         "weight_bytes": {f: weight_bytes(s, f, policy) for f in fmts},
         "kv_bytes_per_token": {kv: kv_bytes_per_token(s, kv) for kv in KV_DTYPES},
         "kv_cache_bytes": {kv: kv_cache_bytes(s, kv, batch, context) for kv in KV_DTYPES},
+        "state_bytes_per_seq": s.state_bytes_per_seq,
         "bytes_per_decode_step": step[kv_dtype],
         "bytes_per_decode_step_by_kv": step,
         "flops_per_decode_step": flops,
         "arithmetic_intensity": {f: flops / step[kv_dtype][f] for f in fmts},
-        "gpu": {"name": g.name, "source": g.source, "bandwidth_TBps": g.bandwidth_TBps,
+        "gpu": {"name": g.name, "source": g.source, "label": g.label, "bandwidth_TBps": g.bandwidth_TBps,
                 "tflops_dense": g.tflops, "citation": g.citation},
         "tokens_per_s_ceiling": {f: bw / step[kv_dtype][f] for f in fmts},
         "aggregate_tokens_per_s_ceiling": {f: batch * bw / step[kv_dtype][f] for f in fmts},
@@ -625,7 +832,10 @@ def format_table(report: dict) -> str:
     lines.append("KV cache        per token   for batch x context")
     for kv, v in report["kv_cache_bytes"].items():
         lines.append(f"  {kv:<12} {report['kv_bytes_per_token'][kv]:>10,.0f} B  {_gb(v):>10} GB")
-    lines += ["", f"GPU {g['name']} ({g['source']}): {g['bandwidth_TBps']:.3f} TB/s", ""]
+    if report.get("state_bytes_per_seq"):
+        lines.append(f"  {'lin. state':<12} {'':>12}  {_gb(report['state_bytes_per_seq'] * a['batch']):>10} GB"
+                     "  (linear-attention state, fixed size)")
+    lines += ["", f"GPU {g['name']} ({g.get('label', g['source'])}): {g['bandwidth_TBps']:.3f} TB/s", ""]
     hdr = (f"{'format':<14}{'weights GB':>11}{'step GB':>10}{'FLOP/B':>9}{'tok/s/seq':>11}"
            f"{'tok/s total':>13}  {'math':<10}{'compute-bound from batch (ctx / no ctx)':>12}")
     lines.append(hdr)
@@ -737,20 +947,6 @@ def overhead_budget(config, gpu="H200", formats=("bf16", "fp8_tensor"), batch=1,
 # Roofline figure
 # --------------------------------------------------------------------------------------------------
 
-def provenance(command: str) -> dict:
-    here = Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                                cwd=here).stdout.strip() or "no commit yet"
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", ":/fp8lab"], capture_output=True,
-                                    text=True, timeout=10, cwd=here).stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        commit, dirty = "unknown", None
-    return {"git_commit": commit, "fp8lab_uncommitted_changes": dirty, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": command, "device": "none: arithmetic from the config and fp8lab.gpus",
-            "python": sys.version.split()[0]}
-
-
 def roofline_points(config, gpu="H200", formats=("bf16", "fp8_tensor"), batches=(1, 8, 32, 128, 512),
                     context=8192, prefill_tokens=8192, policy="linear", kv_dtype="bf16") -> list:
     """Model points for a roofline: decode at each batch (at ``context`` and with no context) and
@@ -784,16 +980,37 @@ def _check_measured(points):
     return out
 
 
+#: the committed results this module's writer must not overwrite unless asked (``overwrite=True``)
+COMMITTED_OUTPUTS = Path(__file__).resolve().parents[1] / "outputs"
+
+
+def _check_targets(paths, overwrite: bool) -> None:
+    """Refuse to replace an existing file under the repository's outputs/ unless ``overwrite`` (a notebook
+    re-run must not silently replace a committed result; pass a runs/ path, or overwrite=True on purpose)."""
+    for p in paths:
+        if p is None:
+            continue
+        p = Path(p).resolve()
+        if p.exists() and not p.is_file():
+            raise ValueError(f"{p} exists and is not a file")
+        if not overwrite and p.exists() and p.is_relative_to(COMMITTED_OUTPUTS.resolve()):
+            raise ValueError(f"{p} is a committed result under outputs/; pass overwrite=True (CLI: --overwrite) "
+                             "to replace it, or write to another folder")
+
+
 def roofline_figure(config, gpus=("H200", "H200-measured"), formats=("bf16", "fp8_tensor"),
                     batches=(1, 8, 32, 128, 512), context=8192, prefill_tokens=8192, policy="linear",
                     kv_dtype="bf16", measured_points=None, out_png=None, out_json=None,
-                    table_batch=32, command="fp8lab.bandwidth.roofline_figure"):
+                    table_batch=32, command="fp8lab.bandwidth.roofline_figure", overwrite=False):
     """Draw the roofline of ``gpus`` with the model's decode/prefill points; optionally save PNG+JSON.
 
     ``measured_points``: kernels measured by the lab, ``[{"name", "intensity", "tflops"}, ...]``,
     drawn as filled stars (the model points are hollow: they are ceilings, not measurements).
-    Returns ``(figure, data)``; ``data`` is what ``out_json`` holds.
+    Returns ``(figure, data)``; ``data`` is what ``out_json`` holds. Nothing is written unless a path is
+    given; both files go through the atomic writers of fp8lab.store with fp8lab.provenance's record, and an
+    existing file under the repository's outputs/ is replaced only with ``overwrite=True``.
     """
+    _check_targets((out_png, out_json), overwrite)
     import matplotlib
     if out_png is not None and "inline" not in matplotlib.get_backend().lower():
         matplotlib.use("Agg")
@@ -844,16 +1061,62 @@ def roofline_figure(config, gpus=("H200", "H200-measured"), formats=("bf16", "fp
     ax.legend(fontsize=6, loc="upper left")
     ax.grid(True, which="both", alpha=0.2)
     fig.tight_layout()
-    data = {"provenance": provenance(command),
+    from fp8lab.provenance import provenance
+    from fp8lab.store import atomic_write_json, save_figure
+
+    data = {"provenance": provenance(command, cuda=False,
+                                     computed_on="arithmetic from the config and fp8lab.gpus; no device timed"),
             "table": analyze(s, batch=table_batch, context=context, gpu=gs[0], kv_dtype=kv_dtype, policy=policy),
             "roofline": {"gpus": roofs, "points": pts, "measured_points": measured}}
     if out_png is not None:
-        Path(out_png).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out_png, dpi=120)
+        save_figure(fig, out_png, dpi=120)
     if out_json is not None:
-        Path(out_json).parent.mkdir(parents=True, exist_ok=True)
-        Path(out_json).write_text(json.dumps(data, indent=1) + "\n")
+        atomic_write_json(out_json, data)
     return fig, data
+
+
+# --------------------------------------------------------------------------------------------------
+# Decode ceilings on several GPUs side by side (the GB10 next to the H200)
+# --------------------------------------------------------------------------------------------------
+
+def decode_ceilings(config, gpus=("H200", "H200-measured", "GB10"), formats=("bf16", "fp8_block128", "nvfp4"),
+                    batch=1, context=8192, kv_dtype="bf16", policy="linear", embedding_read="rows") -> list:
+    """Memory-bound decode ceilings of one model on several GPUs: one row per (gpu, format).
+
+    The bytes per step depend only on the model and the format; the GPU sets the bandwidth, so on a
+    273 GB/s GB10 every ceiling is 4.8 / 0.273 = 17.6x lower than on a datasheet H200 -- bytes per token
+    matter even more there. Each row says where its bandwidth comes from ("spec, not measured" or
+    "measured <date> on <device>").
+
+    >>> rows = decode_ceilings("tests/data/llama3_8b_config.json", gpus=("GB10",), formats=("bf16",), context=0)
+    >>> round(rows[0]["tokens_per_s"], 1)          # 0.273e12 / 15.01e9 bytes (BF16, no KV cache)
+    18.2
+    """
+    check_batch_context(batch, context)
+    s = _shape(config)
+    rows = []
+    for name in gpus:
+        g = get_gpu(name) if isinstance(name, str) else name
+        for f in formats:
+            step = bytes_per_decode_step(s, f, kv_dtype, batch, context, policy, embedding_read)
+            tps = g.bandwidth_TBps * 1e12 / step
+            rows.append({"gpu": g.name, "source": g.source, "label": g.label, "bandwidth_TBps": g.bandwidth_TBps,
+                         "format": f, "batch": batch, "context": context, "kv_dtype": kv_dtype,
+                         "bytes_per_step": step, "tokens_per_s": tps, "aggregate_tokens_per_s": batch * tps})
+    return rows
+
+
+def format_decode_ceilings(rows) -> str:
+    """The rows of :func:`decode_ceilings` as a table (GB = 1e9 bytes)."""
+    lines = [f"{'gpu':<15}{'TB/s':>7}  {'format':<14}{'step GB':>9}{'tok/s/seq':>11}{'tok/s total':>13}  source"]
+    for r in rows:
+        lines.append(f"{r['gpu']:<15}{r['bandwidth_TBps']:>7.3f}  {r['format']:<14}{_gb(r['bytes_per_step']):>9}"
+                     f"{r['tokens_per_s']:>11.1f}{r['aggregate_tokens_per_s']:>13.0f}  {r['label']}")
+    if rows:
+        r = rows[0]
+        lines.append(f"batch {r['batch']}, context {r['context']}, KV {r['kv_dtype']}; ceilings = bandwidth / "
+                     "bytes read per decode step (one token per weight read, no speculation)")
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -861,27 +1124,71 @@ def roofline_figure(config, gpus=("H200", "H200-measured"), formats=("bf16", "fp
 # --------------------------------------------------------------------------------------------------
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fp8lab.bandwidth",
-                                 description="Weight, KV-cache and decode-bandwidth math for an HF config.")
+    """``python -m fp8lab.bandwidth CONFIG [...]``: exit 0 with the table (or JSON), 2 with one error line."""
+    from fp8lab.cli import OneLineParser, emit, fail, parse
+
+    ap = OneLineParser(prog="python -m fp8lab.bandwidth",
+                       description="Weight, KV-cache and decode-bandwidth math for an HF config.")
     ap.add_argument("config", help="config.json path, a folder holding one, or a hub id")
     ap.add_argument("--batch", type=int, default=1, help="sequences decoded together (default 1)")
-    ap.add_argument("--context", type=int, default=8192, help="tokens in each sequence's KV cache (default 8192)")
-    ap.add_argument("--gpu", default="H200", help=f"one of {', '.join(GPUS)} (default H200)")
+    ap.add_argument("--context", type=int, default=8192,
+                    help="tokens in each sequence's KV cache (default 8192)")
+    ap.add_argument("--gpu", default="H200", help=f"one of {', '.join(NAMES)} (default H200)")
     ap.add_argument("--kv-dtype", default="bf16", help=f"KV cache dtype for the step: {', '.join(KV_DTYPES)}")
     ap.add_argument("--policy", default="linear", help=f"which tensors a format converts: {', '.join(POLICIES)}")
     ap.add_argument("--embedding-read", default="rows", choices=("rows", "table"),
                     help="rows: one embedding row per sequence (default); table: the whole table (seed 003)")
+    ap.add_argument("--compare-gpus", default=None, metavar="GPU,GPU,...",
+                    help="also print the decode ceilings on these GPUs side by side, e.g. H200,H200-measured,GB10")
+    ap.add_argument("--roofline", default=None, metavar="DIR",
+                    help="also write roofline.png and roofline.json (with provenance) into DIR")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="let --roofline replace files already committed under outputs/")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = ap.parse_args(argv)
+    args, status = parse(ap, argv)
+    if args is None:
+        return status
     try:
         report = analyze(args.config, batch=args.batch, context=args.context, gpu=args.gpu,
                          kv_dtype=args.kv_dtype, policy=args.policy, embedding_read=args.embedding_read)
-    except ValueError as e:  # ConfigError included
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(report, indent=1) if args.json else format_table(report))
+        ceilings = None
+        if args.compare_gpus is not None:
+            names = [n.strip() for n in args.compare_gpus.split(",") if n.strip()]
+            if not names:
+                raise ValueError("--compare-gpus needs at least one GPU name")
+            ceilings = decode_ceilings(args.config, names, batch=args.batch, context=args.context,
+                                       kv_dtype=args.kv_dtype, policy=args.policy,
+                                       embedding_read=args.embedding_read)
+        written = []
+        if args.roofline is not None:
+            if not args.roofline.strip() or "\x00" in args.roofline:
+                raise ValueError(f"--roofline needs a folder name, got {args.roofline[:40]!r}")
+            out = Path(args.roofline)
+            if out.exists() and not out.is_dir():
+                raise ValueError(f"--roofline {out}: exists and is not a folder")
+            png, js = out / "roofline.png", out / "roofline.json"
+            cmd = "python -m fp8lab.bandwidth " + " ".join(sys.argv[1:] if argv is None else map(str, argv))
+            fig, _ = roofline_figure(args.config, gpus=(args.gpu,), context=args.context, policy=args.policy,
+                                     kv_dtype=args.kv_dtype, out_png=png, out_json=js, table_batch=args.batch,
+                                     command=cmd, overwrite=args.overwrite)
+            import matplotlib.pyplot as plt
+            plt.close(fig)
+            written = [png, js]
+    except (ValueError, OSError) as e:  # ConfigError included
+        return fail(str(e))
+    if args.json:
+        if ceilings is not None:
+            report["decode_ceilings"] = ceilings
+        emit(json.dumps(report, indent=1))
+    else:
+        emit(format_table(report))
+        if ceilings is not None:
+            emit("\n" + format_decode_ceilings(ceilings))
+    for p in written:
+        emit(f"wrote {p}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from fp8lab.cli import run
+    run(main)

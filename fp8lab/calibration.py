@@ -19,7 +19,7 @@ fix k_scale before decoding starts. Three ways to get it (seed 000, seed 004):
         model(ids)
 
 Keys are observed and quantized where the attention reads them: after RoPE, after the cache update
-(the same hook as the sweep's KV recipes, fp8lab.recipes).
+(fp8lab.kv_hook, the same hook as the sweep's KV recipes in fp8lab.recipes).
 """
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 import torch
 
 from . import formats as _f
+from .kv_hook import kv_functions
+from .scaling import QuantSpec, fake_quant
 
 GRANULARITIES = ("tensor", "head", "channel")
 
@@ -76,12 +78,20 @@ def static_fake_quant(x: torch.Tensor, scale: torch.Tensor, fmt: str = "e4m3") -
 
 
 def dynamic_fake_quant(x: torch.Tensor, fmt: str = "e4m3") -> torch.Tensor:
-    """Per-token, per-head scales (one amax per [b, h, s] row of D values): the dynamic reference."""
-    f = _f.get(fmt)
-    xf = x.float()
-    s = xf.abs().amax(dim=-1, keepdim=True) / f.max
-    s = torch.where(s > 0, s, torch.ones_like(s))
-    return (f.round(xf / s) * s).to(x.dtype)
+    """Per-token, per-head scales (one amax per [b, h, s] row of D values): the dynamic reference.
+
+    This is `fake_quant` at "token" granularity (the last dimension is head_dim), the same call the sweep's
+    `e4m3-kv-tok` recipe makes: one scale rule in the lab, fp8lab.scaling's."""
+    return fake_quant(x, QuantSpec(fmt, "token"))
+
+
+def scale_from_amax(amax: torch.Tensor, fmt: str = "e4m3") -> torch.Tensor:
+    """A frozen scale from an observed max: amax / fmt.max, and 1.0 where that is not > 0.
+
+    fp8lab.scaling's rule (an all-zero group keeps scale 1), applied to an amax seen earlier."""
+    # a divisor on amax's own device: on CUDA a CPU 0-d divisor becomes a multiply by its reciprocal
+    s = amax.float() / torch.tensor(_f.get(fmt).max, dtype=torch.float32, device=amax.device)
+    return torch.where(s > 0, s, torch.ones_like(s))
 
 
 class KVObserver:
@@ -111,14 +121,8 @@ class KVObserver:
     def scales(self, fmt: str = "e4m3") -> StaticKVScales:
         if not self.k_amax:
             raise RuntimeError("nothing observed: run the model inside observe_kv(model, observer) first")
-        f = _f.get(fmt)
-
-        def conv(a):
-            s = a / f.max
-            return torch.where(s > 0, s, torch.ones_like(s))
-
-        return StaticKVScales(fmt, {i: conv(a) for i, a in self.k_amax.items()},
-                              {i: conv(a) for i, a in self.v_amax.items()},
+        return StaticKVScales(fmt, {i: scale_from_amax(a, fmt) for i, a in self.k_amax.items()},
+                              {i: scale_from_amax(a, fmt) for i, a in self.v_amax.items()},
                               f"calibrated on {self.n_tokens} tokens, per {self.granularity}")
 
 
@@ -135,25 +139,15 @@ class OnlineKVCalibration:
         self.fmt = fmt
 
     def make(self, layer: int, which: str):
-        f = _f.get(self.fmt)
-
         def apply(x: torch.Tensor) -> torch.Tensor:
             self.observer.observe(layer, which, x)
             store = self.observer.k_amax if which == "key" else self.observer.v_amax
-            s = store[layer] / f.max
-            s = torch.where(s > 0, s, torch.ones_like(s))
-            return static_fake_quant(x, s, self.fmt)
+            return static_fake_quant(x, scale_from_amax(store[layer], self.fmt), self.fmt)
 
         return apply
 
 
-@contextmanager
-def _kv_functions(model, make):
-    """Install per-layer key/value functions in the attention hook of fp8lab.recipes; restore on exit."""
-    from .recipes import install_kv_functions
-
-    with install_kv_functions(model, make):
-        yield model
+_kv_functions = kv_functions      # the attention hook (fp8lab.kv_hook), shared with the sweep's KV recipes
 
 
 @contextmanager

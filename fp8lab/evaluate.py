@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from fp8lab import data
 
-__all__ = ["PplItems", "eval_ppl", "eval_mc", "make_hflm", "check_mc_backend", "MC_METRICS"]
+__all__ = ["PplItems", "eval_ppl", "model_device", "check_device", "eval_mc", "make_hflm", "check_mc_backend", "MC_METRICS"]
 
 MC_METRICS = {"mmlu": ("acc",), "hellaswag": ("acc", "acc_norm"), "arc_easy": ("acc", "acc_norm"),
               "piqa": ("acc", "acc_norm")}
@@ -52,14 +52,41 @@ class PplItems:
                    np.asarray(d["nbytes"], np.int64))
 
 
+def check_device(dev: str) -> str:
+    """`dev` if torch can compute there ("cpu", "cuda", "cuda:N"); ValueError with a one-line reason if not."""
+    import re
+    if dev == "cpu":
+        return dev
+    if not re.fullmatch(r"cuda(:\d+)?", dev or ""):
+        raise ValueError(f"--device {dev!r}: use cpu or cuda[:N]")
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device {dev}: no CUDA device is visible to torch (torch.cuda.is_available() is "
+                         "False); run on the CPU (the default) or on a GPU machine")
+    idx = int(dev.split(":")[1]) if ":" in dev else 0
+    if idx >= torch.cuda.device_count():
+        raise ValueError(f"--device {dev}: only {torch.cuda.device_count()} CUDA device(s)")
+    return dev
+
+
+def model_device(model) -> torch.device:
+    """The device the model's parameters live on (the sweep moves the whole model with --device)."""
+    try:
+        return next(model.parameters()).device
+    except (StopIteration, AttributeError):
+        return torch.device("cpu")
+
+
 @torch.no_grad()
 def eval_ppl(model, windows: torch.Tensor, nbytes: torch.Tensor, desc: str = "ppl",
              progress: bool = True) -> PplItems:
-    """Summed next-token NLL of every window (float64 sums of float32 log-softmax terms)."""
+    """Summed next-token NLL of every window (float64 sums of float32 log-softmax terms).
+
+    Windows go to the model's device one at a time; the sums come back to the CPU as float64."""
     from tqdm import tqdm
+    dev = model_device(model)
     nll = np.zeros(len(windows), np.float64)
-    for i in tqdm(range(len(windows)), desc=desc, disable=not progress, leave=False):
-        ids = windows[i:i + 1]
+    for i in tqdm(range(len(windows)), desc=desc, disable=not progress, leave=False, unit="window"):
+        ids = windows[i:i + 1].to(dev)
         logits = model(input_ids=ids, use_cache=False).logits.float()
         nll[i] = F.cross_entropy(logits[0, :-1], ids[0, 1:], reduction="sum").double().item()
     if not np.all(np.isfinite(nll)):
@@ -102,7 +129,8 @@ def make_hflm(model, tokenizer, batch_size: int = 1):
     from lm_eval.models.huggingface import HFLM
     model.tie_weights = lambda *a, **k: None       # instance attribute shadows the method for a moment
     try:
-        return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device="cpu")
+        return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size,
+                    device=str(model_device(model)))
     finally:
         del model.tie_weights
 

@@ -2,27 +2,35 @@
 
 Two kinds of entry, never mixed in one record:
 
-* ``source="spec"`` -- numbers from NVIDIA's public datasheets. NVIDIA quotes
-  tensor-core rates *with 2:4 structured sparsity*; a dense model cannot use
-  that, so every rate below is the **dense** figure (the datasheet number / 2).
-* ``source="measured"`` -- numbers the lab measured itself, copied from a file
-  in ``/work/shared/reference`` (that folder is not part of the package, so the
-  values are copied here with the file, date and device named). A rate the lab
-  did not measure is ``None`` -- never filled in from the spec.
+* ``source="spec"`` -- numbers from NVIDIA's public datasheets, **spec, not measured**. NVIDIA quotes
+  tensor-core rates *with 2:4 structured sparsity*; a dense model cannot use that, so every rate below is
+  the **dense** figure (the datasheet number / 2). A rate NVIDIA does not publish is ``None``.
+* ``source="measured"`` -- numbers the lab measured itself, read from a committed file under
+  ``outputs/reference/`` (with the file's date and device). A rate the lab did not measure is ``None`` --
+  never filled in from the spec.
 
-Example (the H200's ridge point: below this many FLOPs per byte, a kernel
-waits on memory)::
+Example (the H200's ridge point: below this many FLOPs per byte, a kernel waits on memory)::
 
     >>> g = get_gpu("H200")
     >>> round(g.ridge("bf16"), 1)     # 989.5e12 FLOP/s / 4.8e12 B/s
     206.1
-    >>> get_gpu("H200-measured").tflops["fp8"]   # torch._scaled_mm, 8192^3
+    >>> get_gpu("H200-measured").tflops["fp8"]   # torch._scaled_mm, 8192^3, from the committed file
     1319.9545793735435
+    >>> get_gpu("GB10").bandwidth_TBps, get_gpu("GB10").tflops["fp4"]   # spec, not measured
+    (0.273, 500.0)
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+#: the lab's own H200 ceilings, copied into the repository (outputs/reference/README.md says from where)
+H200_REFERENCE = REPO / "outputs" / "reference" / "h200_ceilings_2026-11-29.json"
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,15 @@ class GPU:
     native_formats: frozenset = field(default_factory=frozenset)
     citation: str = ""
     notes: str = ""
+    date: str | None = None      # measured entries: the day of the run
+    device: str | None = None    # measured entries: the device the run saw
+
+    @property
+    def label(self) -> str:
+        """'spec, not measured' or 'measured <date> on <device>': the words every printed number carries."""
+        if self.source == "measured":
+            return f"measured {self.date or '?'} on {self.device or '?'}"
+        return "spec, not measured"
 
     def rate(self, dtype: str) -> float | None:
         """Dense TFLOP/s for a compute dtype, or None when unknown."""
@@ -51,6 +68,20 @@ class GPU:
 
 _HOPPER_NATIVE = frozenset({"bf16", "fp8_tensor", "fp8_block128", "int8_channel"})
 _BLACKWELL_NATIVE = _HOPPER_NATIVE | {"nvfp4", "mxfp4", "mxfp8"}
+
+# GB10 (DGX Spark, sm_121). NVIDIA's DGX Spark page lists "1 PFLOP - theoretical FP4 TOPS using the sparsity
+# feature", 128 GB LPDDR5x unified memory and 273 GB/s memory bandwidth:
+#   https://www.nvidia.com/en-us/products/workstations/dgx-spark/
+# (the FP4 line is quoted from that page in https://github.com/huggingface/huggingface.js/pull/1861; the 273 GB/s
+# figure as "verified against the NVIDIA DGX Spark product page" in https://ai-infrastructure.net/dgx-spark/).
+# NVIDIA publishes no FP8 or BF16 tensor rate for the GB10, so those stay None rather than being derived from the
+# FP4 figure by an assumed 2x/4x ladder. (At Hot Chips 2025 NVIDIA gave ~31 TFLOPS of FP32 on the CUDA cores,
+# https://afnnews.qaasid.com/145463 -- not a tensor-core rate, not used here.)
+GB10_SOURCES = (
+    "https://www.nvidia.com/en-us/products/workstations/dgx-spark/",
+    "https://github.com/huggingface/huggingface.js/pull/1861",
+    "https://ai-infrastructure.net/dgx-spark/",
+)
 
 GPUS: dict[str, GPU] = {
     "H100": GPU(
@@ -80,49 +111,98 @@ GPUS: dict[str, GPU] = {
     ),
     "GB10": GPU(
         name="GB10", source="spec", bandwidth_TBps=0.273, memory_GB=128,
-        # DGX Spark: "up to 1 petaFLOP FP4 AI performance" (with sparsity); NVIDIA's
-        # datasheet gives no BF16/FP8 tensor rate, so those stay None.
+        # 1 PFLOP FP4 with sparsity -> 500 TFLOP/s dense. FP8 / BF16 / INT8: not published by NVIDIA.
         tflops={"bf16": None, "fp8": None, "int8": None, "fp4": 500.0},
         native_formats=_BLACKWELL_NATIVE,
-        citation="NVIDIA DGX Spark datasheet (GB10, 128 GB LPDDR5x, 273 GB/s)",
-        notes="unified LPDDR5x memory shared with the CPU; only the FP4 rate is published",
-    ),
-    # Measured by the lab: /work/shared/reference/h200_ceilings_2026-11-29.json,
-    # one run on 2026-11-29 on the lent "NVIDIA H200" (132 SMs, torch 2.11.0+cu130).
-    # copy_TBps = device-to-device copy; GEMM rates at 8192^3. Values copied verbatim.
-    "H200-measured": GPU(
-        name="H200-measured", source="measured", bandwidth_TBps=4.196927022165589,
-        memory_GB=139.80072021484375,
-        tflops={
-            "bf16": 745.136573254463,            # bf16_gemm_TFLOPs
-            "fp8": 1319.9545793735435,           # fp8_scaled_mm_tensorwise_TFLOPs
-            "fp8_rowwise": 1289.4411689606263,   # fp8_scaled_mm_rowwise_TFLOPs
-            "fp8_block": 1129.4000543744182,     # fp8_blockwise_TFLOPs
-            "int8": None,                        # not measured
-            "fp4": None,                         # Hopper: no FP4 tensor cores
-        },
-        native_formats=_HOPPER_NATIVE,
-        citation="/work/shared/reference/h200_ceilings_2026-11-29.json (2026-11-29, NVIDIA H200)",
-        notes="one run on a shared machine; the reference README says figures vary run to run",
+        citation="NVIDIA DGX Spark specifications (GB10, 128 GB LPDDR5x, 273 GB/s, 1 PFLOP FP4 sparse): "
+                 + GB10_SOURCES[0],
+        notes="spec, not measured; unified LPDDR5x shared with the CPU; NVIDIA publishes only the FP4 rate "
+              "(FP8/BF16 tensor rates: not published, left unknown)",
     ),
 }
 
 
+# ---- the lab's measured H200, from the committed file ---------------------------------------------------
+
+def _reference_date(path: Path, data: dict) -> str | None:
+    """The run's day: the file's own "date" field, else the YYYY-MM-DD in its name."""
+    if isinstance(data.get("date"), str):
+        return data["date"][:10]
+    m = re.search(r"\d{4}-\d{2}-\d{2}", path.name)
+    return m.group(0) if m else None
+
+
+def _num(data: dict, key: str, path: Path):
+    v = data.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        raise ValueError(f"{path}: field {key!r} must be a positive number, got {v!r}")
+    return float(v)
+
+
+def measured_h200(path: Path | str = H200_REFERENCE) -> GPU:
+    """The "H200-measured" entry, read from the committed reference file (copy bandwidth, GEMM rates).
+
+    Raises ValueError naming the file when it is missing or damaged: a measured ceiling is never invented."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the measured H200 ceilings ({e.strerror or e})") from None
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{path}: not valid JSON ({str(e)[:120]})") from None
+    if not isinstance(data, dict) or _num(data, "copy_TBps", path) is None:
+        raise ValueError(f"{path}: expected a JSON object with copy_TBps")
+    dev = data.get("device") if isinstance(data.get("device"), dict) else {}
+    device = str(dev.get("name") or "unknown device")
+    rel = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+    return GPU(
+        name="H200-measured", source="measured", bandwidth_TBps=_num(data, "copy_TBps", path),
+        memory_GB=_num(dev, "mem_gb", path),
+        tflops={
+            "bf16": _num(data, "bf16_gemm_TFLOPs", path),
+            "fp8": _num(data, "fp8_scaled_mm_tensorwise_TFLOPs", path),
+            "fp8_rowwise": _num(data, "fp8_scaled_mm_rowwise_TFLOPs", path),
+            "fp8_block": _num(data, "fp8_blockwise_TFLOPs", path),
+            "int8": None,  # not measured
+            "fp4": None,   # Hopper: no FP4 tensor cores
+        },
+        native_formats=_HOPPER_NATIVE,
+        citation=f"{rel} (one run, {_reference_date(path, data)}, {device}, torch {dev.get('torch', '?')})",
+        notes="one run on a shared machine; figures vary run to run (outputs/reference/README.md)",
+        date=_reference_date(path, data), device=device,
+    )
+
+
+@lru_cache(maxsize=1)
+def _measured() -> GPU:
+    return measured_h200()
+
+
+def _all() -> dict:
+    return {**GPUS, "H200-measured": _measured()}
+
+
+#: every name get_gpu accepts (the measured entry is read from its file on first use)
+NAMES = (*GPUS, "H200-measured")
+
+
 def get_gpu(name: str) -> GPU:
     """Look a GPU up by name (case-insensitive); ValueError lists the valid names."""
-    for key, gpu in GPUS.items():
+    for key in NAMES:
         if key.lower() == str(name).lower():
-            return gpu
-    raise ValueError(f"unknown GPU {name!r}; valid names: {', '.join(GPUS)}")
+            return _measured() if key == "H200-measured" else GPUS[key]
+    raise ValueError(f"unknown GPU {str(name)[:40]!r}; valid names: {', '.join(NAMES)}")
 
 
 def format_gpu_table() -> str:
-    """One line per GPU: bandwidth, dense rates, source. None prints as '-' (not published / measured)."""
+    """One line per GPU: bandwidth, dense rates, where the numbers come from. None prints as '-'."""
     keys = ["bf16", "fp8", "fp8_block", "int8", "fp4"]
-    lines = [f"{'name':<15}{'source':<10}{'TB/s':>7}{'GB':>7}" + "".join(f"{k:>11}" for k in keys)]
-    for g in GPUS.values():
-        rates = "".join(f"{'-' if g.rate(k) is None else f'{g.rate(k):.0f}':>11}" for k in keys)
+    lines = [f"{'name':<15}{'TB/s':>7}{'GB':>7}" + "".join(f"{k:>10}" for k in keys) + "  source"]
+    for g in _all().values():
+        rates = "".join(f"{'-' if g.rate(k) is None else f'{g.rate(k):.0f}':>10}" for k in keys)
         mem = "-" if g.memory_GB is None else f"{g.memory_GB:.0f}"
-        lines.append(f"{g.name:<15}{g.source:<10}{g.bandwidth_TBps:>7.3f}{mem:>7}{rates}")
+        lines.append(f"{g.name:<15}{g.bandwidth_TBps:>7.3f}{mem:>7}{rates}  {g.label}")
     lines.append("rates: dense TFLOP/s (datasheet sparse figures halved); '-': not published or not measured")
     return "\n".join(lines)

@@ -9,11 +9,10 @@ tensor living at 3e-4 sits below E4M3's and E2M1's windows unless it is scaled u
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from . import formats
+from .store import save_figure
 
 
 def positive_grid(name: str) -> np.ndarray:
@@ -23,10 +22,10 @@ def positive_grid(name: str) -> np.ndarray:
 
 
 def grid_figure(names=("e4m3", "e5m2", "e2m1"), marks=None, path=None):
-    """Dots at every representable magnitude per format on a log axis; optional vertical marks {label: value}."""
-    import matplotlib
+    """Dots at every representable magnitude per format on a log axis; optional vertical marks {label: value}.
 
-    matplotlib.use("Agg", force=False)
+    pyplot without choosing a backend: in a notebook the figure shows inline (forcing Agg here hid it), on a
+    machine without a display matplotlib falls back to Agg by itself. `path` also saves it, atomically."""
     import matplotlib.pyplot as plt
 
     marks = marks if marks is not None else {"typical activation ~1.0": 1.0, "small activation ~3e-4": 3e-4}
@@ -47,6 +46,5 @@ def grid_figure(names=("e4m3", "e5m2", "e2m1"), marks=None, path=None):
     ax.set_title("Representable positive values: each format is a fixed window", fontsize=13)
     fig.tight_layout()
     if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path, dpi=120)
     return fig

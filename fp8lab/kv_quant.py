@@ -38,7 +38,7 @@ for that shape (no level is spent on the rare extreme coordinate, which is clipp
     >>> k_hat = plan.make(layer, "key")(k)        # what the attention reads from a turbo4 cache
 
 NVFP4 goes through fp8lab.scaling (the one copy of the NVFP4 scale rule and of E2M1); this module only decides
-which amax that rule sees (`nvfp4_quantize`).
+which amax the global scale comes from (`nvfp4_quantize`).
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import scaling
+from . import formats, scaling
 from .hadamard import RandomHadamard
 
 __all__ = ["METHODS", "bits_per_element", "nvfp4_quantize", "nvfp4_fake_quant", "lloyd_max", "gaussian_codebook",
@@ -80,33 +80,22 @@ def bits_per_element(method: str, head_dim: int = 64) -> float:
 def nvfp4_quantize(x: torch.Tensor, amax) -> scaling.Quantized:
     """NVFP4 of x (16-blocks along the last dim) with the global scale frozen at amax / (6 * 448).
 
-    fp8lab.scaling's NVFP4 rule takes the global scale from the amax of the tensor it is given. We hand it a
-    tensor whose amax is exactly `amax`: x clamped to +-amax, plus one sentinel row [amax, 0, ...] that is
-    dropped afterwards. Clamping changes nothing a frozen scale would not do anyway: a block whose amax
-    exceeds amax has its E4M3 block scale saturate at 448 (decoded, 448 * global = amax / 6), and its
-    elements saturate at E2M1's 6, i.e. at +-amax — exactly where the clamp puts them. Blocks inside the range
-    get the same global scale, hence the same block scale and codes, as under the plain rule.
-
-    The block scale of each 16-block comes from that block alone, so each token's codes depend on that token
-    alone. Returns a Quantized of x's shape (float32 scales, E4M3 scale codes, the global scale).
+    fp8lab.scaling's NVFP4 rule with a calibrated `global_amax` (scaling.quantize_nvfp4): each block's E4M3 scale
+    comes from that block alone, so each token's codes depend on that token alone. A block above the calibrated
+    range saturates: its scale at E4M3's 448 (decoded: 448 * global = amax / 6) and its elements at E2M1's 6,
+    i.e. at +-amax. Returns a Quantized of x's shape (unpacked codes, float32 scales, E4M3 scale codes, global).
     """
     a = torch.as_tensor(amax, dtype=torch.float32)
-    if a.dim() != 0 or not bool(torch.isfinite(a)) or float(a) < 0:
+    if a.numel() != 1 or not bool(torch.isfinite(a).all()) or float(a) < 0:
         raise ValueError(f"amax must be one finite non-negative number, got {amax}")
     if x.dim() < 1 or x.shape[-1] == 0:
         raise ValueError(f"need a tensor with a non-empty last dimension, got shape {tuple(x.shape)}")
-    d = x.shape[-1]
-    xf = x.detach().float().reshape(-1, d)
-    if not bool(torch.isfinite(xf).all()):
+    if not bool(torch.isfinite(x).all()):
         raise ValueError("K/V hold NaN or Inf values: refusing to quantize them")
-    sentinel = torch.zeros(1, d, dtype=torch.float32, device=xf.device)
-    sentinel[0, 0] = a
-    rows = torch.cat([xf.clamp(-a, a), sentinel], 0)
-    q = scaling.quantize(rows, NVFP4_SPEC)
-    shape = tuple(x.shape)
-    nb = q.scale.shape[-1]
-    return scaling.Quantized(q.codes[:-1].reshape(shape), q.scale[:-1].reshape(*shape[:-1], nb), NVFP4_SPEC, shape,
-                             scale_codes=q.scale_codes[:-1].reshape(*shape[:-1], nb), global_scale=q.global_scale)
+    packed, sc, gs = scaling.quantize_nvfp4(x.detach(), global_amax=a.reshape(()))
+    codes = scaling.unpack_nibbles(packed, x.shape[-1])
+    return scaling.Quantized(codes, formats.E4M3.decode(sc) * gs, NVFP4_SPEC, tuple(x.shape), scale_codes=sc,
+                             global_scale=gs)
 
 
 def nvfp4_fake_quant(x: torch.Tensor, amax) -> torch.Tensor:
@@ -455,9 +444,14 @@ class OnlineKV4(KV4Plan):
         return apply
 
 
-def kv4_slot(method: str, n_tokens: int = 256, keep_ends: int = 0) -> tuple:
-    """(new, label) for a `fp8lab.recipes.KVFunctions` slot: a fresh OnlineKV4 each time a recipe is applied."""
+def kv4_slot(method: str, n_tokens: int = 256, keep_ends: int = 0) -> dict:
+    """The fields of a `fp8lab.recipes.KVFunctions` slot (`KVFunctions(**kv4_slot("nvfp4"))`): a fresh OnlineKV4
+    each time a recipe is applied, its label, and its causality (declared: the functions are opaque to recipes)."""
     if method not in METHODS:
         raise ValueError(f"unknown 4-bit KV method {method!r}; valid: {', '.join(METHODS)}")
     label = f"{method}, constants frozen after {n_tokens} tokens" + (f", first/last {keep_ends} layers kept" if keep_ends else "")
-    return (lambda: OnlineKV4(method, n_tokens, keep_ends).make), label
+    why = ("each token stored from its own values; " +
+           ("a fixed codebook (no calibration)" if method == "turbo4-gauss"
+            else f"per-layer constants calibrated on the first {n_tokens} tokens, then frozen"))
+    return {"new": lambda: OnlineKV4(method, n_tokens, keep_ends).make, "label": label, "causal": True, "why": why,
+            "fmt": "nvfp4" if method.startswith("nvfp4") else method}

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["OFFLINE_MODELS", "DEFAULT_MODEL", "LoadedModel", "ModelError", "MissingPackageError",
-           "load_model", "locate_gguf", "cache_root", "sha256_file", "weights_sha256"]
+           "load_model", "locate_gguf", "cache_root", "sha256_file", "weights_sha256", "context_length"]
 
 
 class ModelError(ValueError):
@@ -246,6 +246,33 @@ def load_model(name_or_path: str | None = None, use_cache: bool = True, verbose:
     note = f"checkpoint {name} loaded and computed in float32"
     sha = weights_sha256(path) if path.is_dir() else ""
     return LoadedModel(model, tok, short, name, sha, note, time.time() - t0, "")
+
+
+def context_length(name_or_path: str | None = None) -> int | None:
+    """The longest sequence the model was built for (`max_position_embeddings`), from its config alone.
+
+    context_length("smollm2-135m") -> 8192. Read before any weights are loaded, so a CLI can refuse a
+    `--seq-len` beyond it up front; None where the config cannot be read without a hub (checked after load).
+    """
+    name = name_or_path or DEFAULT_MODEL
+    cfg = None
+    try:
+        if name in OFFLINE_MODELS:
+            gguf = locate_gguf(name)
+            for marker in sorted(cache_root().glob(f"{name}-*/config.json")):
+                cfg = json.loads(marker.read_text())
+                break
+            if cfg is None:
+                from transformers import AutoConfig
+                cfg = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name).to_dict()
+        elif (Path(name) / "config.json").is_file():
+            cfg = json.loads((Path(name) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not cfg:
+        return None
+    n = cfg.get("max_position_embeddings") or (cfg.get("text_config") or {}).get("max_position_embeddings")
+    return int(n) if isinstance(n, (int, float)) and n > 0 else None
 
 
 def weights_sha256(folder: str | Path) -> str:

@@ -9,9 +9,20 @@ A recipe has up to four slots, each a `QuantSpec` from fp8lab.scaling (or "bf16"
 
 lm_head and the token embeddings are left alone unless `include_lm_head` / `include_embeddings` are set.
 
-    >>> with applied(model, get_recipe("e4m3-wakv")):
+    >>> with applied(model, get_recipe("e4m3-wakv-tok")):
     ...     logits = model(ids).logits           # fake-quantized forward
     >>> # here the model is bit-identical to before: original Parameters and attention restored, hooks gone
+    >>> get_recipe("e4m3-wakv").causal, get_recipe("e4m3-wakv").why
+    (False, 'oracle: one activation scale per Linear input over the whole window (future tokens included)')
+
+Causal or oracle. Perplexity scores every position of a window in one forward. A scale computed from the
+whole forward -- per tensor or per channel over all tokens -- lets position 10 be rounded with a scale that
+already knows the maximum of position 400: no decoder generating token by token can do that. Such recipes
+are **oracles**: useful as a bound, not a method. A recipe is **causal** (a serving engine could run it) when
+every scale is fixed before the tokens arrive (weights; a calibrated-then-frozen KV scale; scale 1.0) or is
+computed from one token alone (dynamic per-token / per-group scales along the hidden or head dimension).
+`Recipe.causal` and `Recipe.why` are derived from the slots by `causality()`, so they cannot drift from
+what the recipe does; each oracle recipe has a causal counterpart (`-tok`: per-token scales).
 
 How the pieces are attached, and why:
   * weights: each Linear's `weight` attribute is pointed at a new Parameter holding fake_quant(W); the
@@ -19,15 +30,12 @@ How the pieces are attached, and why:
     drift, and a weight tied to the embedding stays tied).
   * activations: a forward pre-hook on each Linear. q/k/v (and gate/up) read the same tensor; the hook
     remembers the last input object and reuses its result, so a per-tensor scale is not computed 3 times.
-  * KV: transformers >= 5 calls attention through `ALL_ATTENTION_FUNCTIONS[config._attn_implementation]`
-    with `key`/`value` already rotated by RoPE and concatenated with the cache. We register one wrapper
-    per inner implementation ("fp8lab_kv_sdpa", "fp8lab_kv_eager") that fake-quantizes key/value and then
-    calls the original function, and switch the config to it. The mask function is registered under the
-    same name so masks are built exactly as for the inner implementation.
+  * KV: fp8lab.kv_hook runs a function on key/value where the attention reads them (after RoPE).
 
 KV granularity: "tensor" = one dynamic scale per layer per forward over all heads and tokens (an oracle
 for a calibrated static per-layer scale: it always fits this forward's max); "channel" = one scale per
-(kv head, head dim) channel over all tokens (K outliers are channel-structured).
+(kv head, head dim) channel over all tokens (K outliers are channel-structured; also an oracle);
+"token" = one scale per (token, kv head) over head_dim (causal: vLLM-style dynamic per-token KV).
 
 Dynamic scales see the whole forward batch: with batched lm-eval requests (right-padded, sorted by length)
 one per-tensor scale covers every sequence of the batch, as in a serving engine that batches requests.
@@ -35,18 +43,22 @@ one per-tensor scale covers every sequence of the batch, as in a serving engine 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Union
 
 import torch
 from torch import nn
 
+from fp8lab import kv_hook
+from fp8lab.calibration import OnlineKVCalibration, static_fake_quant
 from fp8lab.formats import bf16_round
 from fp8lab.kv_quant import kv4_slot
 from fp8lab.scaling import QuantSpec, fake_quant
 
-__all__ = ["Recipe", "KVFunctions", "install_kv_functions", "RECIPES", "ALIASES", "RecipeError", "get_recipe", "apply_recipe", "remove_recipe",
-           "applied", "list_recipes", "kv_fake_quant"]
+__all__ = ["Recipe", "KVFunctions", "install_kv_functions", "RECIPES", "ALIASES", "RecipeError", "get_recipe",
+           "apply_recipe", "remove_recipe", "applied", "list_recipes", "kv_fake_quant", "causality",
+           "recipe_formats", "SEED003_RECIPES", "CAUSAL_COUNTERPART"]
+
 
 @dataclass(frozen=True)
 class KVFunctions:
@@ -55,10 +67,14 @@ class KVFunctions:
     `new()` is called once each time the recipe is applied and returns `make(layer_idx, "key"|"value")`,
     which returns the function applied to that layer's keys or values ([batch, kv_heads, seq, head_dim]).
     Fresh state per application: a calibrated recipe re-calibrates every time it is applied.
+    `causal` must be declared (the functions are opaque): None reads as "not declared", i.e. not causal.
     """
 
     new: Callable
     label: str = ""
+    causal: bool | None = None
+    why: str = ""
+    fmt: str = ""
 
 
 Slot = Union[QuantSpec, str, KVFunctions, None]   # a QuantSpec, "bf16", KVFunctions, or None (leave alone)
@@ -66,6 +82,58 @@ Slot = Union[QuantSpec, str, KVFunctions, None]   # a QuantSpec, "bf16", KVFunct
 
 class RecipeError(ValueError):
     """Unknown recipe name or a recipe that does not fit the model."""
+
+
+# Granularities whose scale is computed along the last (hidden / head) dimension of ONE token: causal.
+_PER_TOKEN = ("none", "token", "group", "nvfp4", "mx")
+
+
+_NAMES = {"act": "Linear inputs", "key": "keys", "value": "values"}
+
+
+def _slot_causality(slot: Slot, where: str) -> tuple[bool, str]:
+    """(causal, reason) of one slot; reasons of the same kind are merged by `causality`."""
+    if slot == "bf16":
+        return True, "bf16 rounding, no scale"
+    if isinstance(slot, KVFunctions):
+        if slot.causal is None:
+            return False, f"{_NAMES[where]}: causality not declared ({slot.label or 'custom functions'})"
+        return bool(slot.causal), slot.why or slot.label
+    if not isinstance(slot, QuantSpec):
+        raise RecipeError(f"bad recipe slot {slot!r}")
+    g = slot.granularity
+    if where == "weight":
+        return True, "weights are quantized once, before any token is seen"
+    if g == "none":
+        return True, "no scales: each value is rounded on its own"
+    if g in _PER_TOKEN:
+        return True, f"{'per-token' if g == 'token' else g} scales from each token alone for %s"
+    what = {"act": "activation scale per Linear input", "key": "key scale", "value": "value scale"}[where]
+    span = {"tensor": "over the whole window", "channel": "per channel over every token of the window",
+            "block": "per block spanning several tokens"}.get(g, f"({g}) over several tokens")
+    return False, f"oracle: one {what} {span} (future tokens included)"
+
+
+def causality(recipe: "Recipe") -> tuple[bool, str]:
+    """(causal, one-line reason) from a recipe's slots: an oracle if any slot's scale spans tokens.
+
+    causality(get_recipe("e4m3-wakv-tok")) -> (True, "static weights; per-token scales from each token alone
+    for Linear inputs, keys, values")"""
+    slots = [(w, s) for w, s in (("weight", recipe.weight), ("act", recipe.act), ("key", recipe.key),
+                                 ("value", recipe.value)) if s is not None]
+    if not slots:
+        return True, "nothing is quantized"
+    res = [(w, *_slot_causality(s, w)) for w, s in slots]
+    oracle = [why for _, ok, why in res if not ok]
+    if oracle:
+        return False, oracle[0]
+    merged: dict[str, list[str]] = {}
+    for w, _, why in res:
+        merged.setdefault(why, []).append(_NAMES.get(w, w))
+    whys = [why % ", ".join(ws) if "%s" in why else why for why, ws in merged.items()]
+    if len(whys) > 1 and whys[0].startswith("weights"):
+        whys[0] = "static weights"
+    return True, "; ".join(whys)
 
 
 @dataclass(frozen=True)
@@ -78,6 +146,13 @@ class Recipe:
     value: Slot = None
     include_lm_head: bool = False
     include_embeddings: bool = False
+    causal: bool = field(default=None, compare=False)    # derived from the slots (see `causality`)
+    why: str = field(default="", compare=False)          # the one-line reason
+
+    def __post_init__(self):
+        c, why = causality(self)
+        object.__setattr__(self, "causal", c)
+        object.__setattr__(self, "why", why)
 
     @property
     def is_baseline(self) -> bool:
@@ -88,30 +163,34 @@ def _S(fmt, gran, **kw) -> QuantSpec:
     return QuantSpec(fmt=fmt, granularity=gran, **kw)
 
 
-_E4T, _E5T = _S("e4m3", "tensor"), _S("e5m2", "tensor")
+_E4T, _E5T, _E4TOK, _E5TOK = _S("e4m3", "tensor"), _S("e5m2", "tensor"), _S("e4m3", "token"), _S("e5m2", "token")
 _E4N = _S("e4m3", "none")
 
+
 def _online(n_tokens: int, granularity: str = "tensor", fmt: str = "e4m3") -> KVFunctions:
-    from fp8lab.calibration import OnlineKVCalibration
     return KVFunctions(lambda: OnlineKVCalibration(n_tokens, granularity, fmt).make,
-                       f"{fmt} calibrated on {n_tokens} tokens per {granularity}")
+                       f"{fmt} calibrated on {n_tokens} tokens per {granularity}", causal=True,
+                       why=f"KV scales calibrated on the first {n_tokens} tokens, then frozen", fmt=fmt)
 
 
 def _unit_scale(fmt: str = "e4m3") -> KVFunctions:
-    from fp8lab.calibration import static_fake_quant
     one = torch.tensor(1.0)
-    return KVFunctions(lambda: (lambda layer, which: (lambda x: static_fake_quant(x, one, fmt))), f"{fmt} scale 1.0")
+    return KVFunctions(lambda: (lambda layer, which: (lambda x: static_fake_quant(x, one, fmt))),
+                       f"{fmt} scale 1.0", causal=True, why="fixed KV scale 1.0", fmt=fmt)
 
 
-_UNCAL, _CAL256 = _unit_scale("e4m3"), _online(256)
+_UNCAL, _CAL256, _CAL256CH = _unit_scale("e4m3"), _online(256), _online(256, "channel")
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in [
     Recipe("baseline", "the model as loaded, float32 compute; every delta is against this"),
     Recipe("bf16", "weights and Linear inputs rounded to bf16 (RNE), float32 accumulate", "bf16", "bf16"),
     Recipe("e4m3-w", "E4M3 weights, one scale per weight tensor", _E4T),
     Recipe("e4m3-wa", "E4M3 weights + Linear inputs, per-tensor scales (dynamic for inputs)", _E4T, _E4T),
+    Recipe("e4m3-wa-tok", "E4M3 weights (per tensor) + Linear inputs with dynamic per-token scales", _E4T, _E4TOK),
     Recipe("e4m3-wakv", "e4m3-wa + E4M3 keys (after RoPE) and values, per-tensor dynamic scales",
            _E4T, _E4T, _E4T, _E4T),
+    Recipe("e4m3-wakv-tok", "e4m3-wa-tok + E4M3 keys (after RoPE) and values, dynamic per-token-and-head "
+           "scales", _E4T, _E4TOK, _E4TOK, _E4TOK),
     Recipe("e5m2-w", "E5M2 weights, one scale per weight tensor", _E5T),
     Recipe("e4m3-w-noscale", "E4M3 weights rounded as-is, no scale (values below 2**-10 flush to 0)", _E4N),
     Recipe("e4m3-wa-noscale", "E4M3 weights + Linear inputs rounded as-is, no scales", _E4N, _E4N),
@@ -125,35 +204,44 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            key=_E4T, value=_E4T),
     Recipe("e4m3-kv-perchannel", "E4M3 keys and values only, one scale per (kv head, dim) channel",
            key=_S("e4m3", "channel", axis=0), value=_S("e4m3", "channel", axis=0)),
+    Recipe("e4m3-kv-tok", "E4M3 keys and values only, dynamic per-token-and-head scales", key=_E4TOK,
+           value=_E4TOK),
     Recipe("e5m2-kv", "E5M2 keys (after RoPE) and values only, per-tensor dynamic scale per layer",
            key=_E5T, value=_E5T),
+    Recipe("e5m2-kv-tok", "E5M2 keys and values only, dynamic per-token-and-head scales", key=_E5TOK,
+           value=_E5TOK),
     Recipe("int8-w", "INT8 weights, symmetric, one scale per output channel", _S("int8", "channel", axis=0)),
     # Static KV scales (fp8lab.calibration): what a serving engine actually stores the cache with.
     Recipe("e4m3-kv-uncal", "E4M3 keys and values with k_scale = v_scale = 1.0 (vLLM's default without "
            "checkpoint scales)", key=_UNCAL, value=_UNCAL),
     Recipe("e4m3-kv-cal256", "E4M3 keys and values, per-layer scales from max |K|, |V| over the first 256 "
            "tokens the model sees, then frozen (online calibration)", key=_CAL256, value=_CAL256),
+    Recipe("e4m3-kv-cal256-channel", "E4M3 keys and values, per-(kv head, dim) channel scales from the first "
+           "256 tokens the model sees, then frozen", key=_CAL256CH, value=_CAL256CH),
     # ---- 4-bit KV caches (fp8lab.kv_quant; measured by `python -m fp8lab.kv_bits`) ----------------------------
     # Causal: each token's codes depend on that token alone; the per-layer constants (NVFP4's global scale,
     # turbo4's codebook) come from the first 256 tokens the model sees, then freeze (a calibration pass, as in
     # e4m3-kv-cal256). 4.5 bits per element each: NVFP4 4 + 8/16, turbo4 4 + 16/32.
     Recipe("nvfp4-kv", "NVFP4 keys and values (causal): E2M1 in 16-blocks along head_dim, E4M3 block scales, "
            "global scale frozen after 256 tokens; 4.5 bits/element",
-           key=KVFunctions(*kv4_slot("nvfp4")), value=KVFunctions(*kv4_slot("nvfp4"))),
+           key=KVFunctions(**kv4_slot("nvfp4")), value=KVFunctions(**kv4_slot("nvfp4"))),
     *(Recipe(f"nvfp4-kv-hp{n}", f"nvfp4-kv, but the first and last {n} layers' K/V stay in high precision "
              f"(seed 002's --kv-high-precision-layers {n}; causal)",
-             key=KVFunctions(*kv4_slot("nvfp4", keep_ends=n)), value=KVFunctions(*kv4_slot("nvfp4", keep_ends=n)))
+             key=KVFunctions(**kv4_slot("nvfp4", keep_ends=n)), value=KVFunctions(**kv4_slot("nvfp4", keep_ends=n)))
       for n in (1, 2, 4)),
     Recipe("turbo4-kv", "K/V rotated by a randomised Hadamard transform, 16-level Lloyd-Max codebook fitted on "
            "256 tokens, fp16 RMS per 32 coordinates (causal); 4.5 bits/element",
-           key=KVFunctions(*kv4_slot("turbo4")), value=KVFunctions(*kv4_slot("turbo4"))),
+           key=KVFunctions(**kv4_slot("turbo4")), value=KVFunctions(**kv4_slot("turbo4"))),
     Recipe("turbo4-kv-gauss", "turbo4-kv with the Lloyd-Max levels of a standard normal: no calibration at all "
            "(causal); 4.5 bits/element",
-           key=KVFunctions(*kv4_slot("turbo4-gauss")), value=KVFunctions(*kv4_slot("turbo4-gauss"))),
+           key=KVFunctions(**kv4_slot("turbo4-gauss")), value=KVFunctions(**kv4_slot("turbo4-gauss"))),
 ]}
 ALIASES = {"fp32": "baseline", "none": "baseline"}
 SEED003_RECIPES = ["baseline", "e4m3-w", "e4m3-wa", "e4m3-wakv", "e5m2-w", "e4m3-w-noscale",
                    "e4m3-wa-noscale"]
+#: each oracle recipe and the causal recipe that answers the same question
+CAUSAL_COUNTERPART = {"e4m3-wa": "e4m3-wa-tok", "e4m3-wakv": "e4m3-wakv-tok", "e4m3-kv": "e4m3-kv-tok",
+                      "e4m3-kv-perchannel": "e4m3-kv-cal256-channel", "e5m2-kv": "e5m2-kv-tok"}
 
 
 def get_recipe(name: str) -> Recipe:
@@ -164,8 +252,26 @@ def get_recipe(name: str) -> Recipe:
 
 
 def list_recipes() -> str:
+    """One line per recipe: name, causal or ORACLE, description, and (in brackets) why it is causal or not.
+
+    e4m3-wa      ORACLE  E4M3 weights + Linear inputs, per-tensor scales (dynamic for inputs) [oracle: one ...]
+    """
     w = max(map(len, RECIPES))
-    return "\n".join(f"{r.name:<{w}}  {r.description}" for r in RECIPES.values())
+    return "\n".join(f"{r.name:<{w}}  {'causal' if r.causal else 'ORACLE':<6}  {r.description} [{r.why}]"
+                     for r in RECIPES.values())
+
+
+def recipe_formats(name: str) -> list[str]:
+    """The element formats a recipe stores tensors in: recipe_formats("w8a8-block") -> ["e4m3"]."""
+    r = get_recipe(name)
+    out = []
+    for s in (r.weight, r.act, r.key, r.value):
+        f = s.fmt if isinstance(s, QuantSpec) else ("bf16" if s == "bf16" else getattr(s, "fmt", "") or None)
+        if isinstance(s, QuantSpec) and s.granularity in ("nvfp4", "mx"):
+            f = ("nvfp4" if s.granularity == "nvfp4" else "mx" + s.fmt.replace("e2m1", "fp4"))
+        if f and f not in out:
+            out.append(f)
+    return out
 
 
 # ---- the tensor-level operations ------------------------------------------------------------------------
@@ -181,60 +287,15 @@ def kv_fake_quant(x: torch.Tensor, spec: Slot) -> torch.Tensor:
     """Fake-quantize a key or value tensor laid out as attention reads it: [batch, kv_heads, seq, head_dim].
 
     "channel" means one scale per (kv head, dim) pair over every token and sequence: the tensor is viewed as
-    [heads*dim, batch*seq] and scaled per row (axis 0).
+    [heads*dim, batch*seq] and scaled per row (axis 0). "token" is one scale per (batch, kv head, token) row
+    over head_dim: the last dimension, as `fake_quant` defines it.
     """
-    if callable(spec) and not isinstance(spec, (QuantSpec, str)):
-        return spec(x)          # a per-layer function installed from a KVFunctions slot
     if isinstance(spec, QuantSpec) and spec.granularity == "channel":
         b, h, s, d = x.shape
         rows = x.permute(1, 3, 0, 2).reshape(h * d, b * s)
         q = fake_quant(rows, spec)
         return q.reshape(h, d, b, s).permute(2, 0, 3, 1).contiguous()
     return _quantizer(spec)(x)
-
-
-# ---- the KV hook: a wrapper registered in transformers' attention interface ---------------------------
-_KV_PREFIX = "fp8lab_kv_"
-
-
-def _ensure_kv_wrapper(inner: str) -> str:
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    name = _KV_PREFIX + inner
-    if name in ALL_ATTENTION_FUNCTIONS._global_mapping:
-        return name
-    if inner == "eager":
-        inner_fn = None      # eager is the module's own default, looked up per call (see below)
-    elif inner in ALL_ATTENTION_FUNCTIONS._global_mapping:
-        inner_fn = ALL_ATTENTION_FUNCTIONS._global_mapping[inner]
-    else:
-        raise RecipeError(f"cannot wrap attention implementation {inner!r} for KV quantization")
-
-    def attention(module, query, key, value, attention_mask, **kwargs):
-        st = getattr(module, "_fp8lab_kv", None)
-        if st is not None:
-            key = kv_fake_quant(key, st["key"]) if st["key"] is not None else key
-            value = kv_fake_quant(value, st["value"]) if st["value"] is not None else value
-            if st.get("capture") is not None:       # tests read back what the attention really saw
-                st["capture"].append((key.detach().clone(), value.detach().clone()))
-        fn = inner_fn
-        if fn is None:    # the eager function lives in the model's own modeling file
-            import sys
-            fn = getattr(sys.modules[type(module).__module__], "eager_attention_forward")
-        return fn(module, query, key, value, attention_mask, **kwargs)
-
-    ALL_ATTENTION_FUNCTIONS.register(name, attention)
-    mask_fn = ALL_MASK_ATTENTION_FUNCTIONS._global_mapping.get(inner)
-    if mask_fn is not None:
-        ALL_MASK_ATTENTION_FUNCTIONS.register(name, mask_fn)
-    return name
-
-
-def _attention_modules(model: nn.Module):
-    """Modules that call the attention interface: they have k_proj and v_proj and a config."""
-    return [m for m in model.modules() if hasattr(m, "k_proj") and hasattr(m, "v_proj")
-            and hasattr(m, "config")]
 
 
 # ---- apply / remove -------------------------------------------------------------------------------------
@@ -263,11 +324,10 @@ class _ActHook:
 @dataclass
 class _Applied:
     recipe: Recipe
-    weights: list          # (module, attr, original Parameter)
+    weights: list          # (module, original Parameter)
     handles: list
     act_hook: object
-    attn: list             # (config, original implementation name)
-    kv_modules: list
+    kv: kv_hook.KVInstall | None = None
 
 
 def _linears(model: nn.Module, recipe: Recipe):
@@ -284,7 +344,7 @@ def apply_recipe(model: nn.Module, recipe: Recipe | str) -> _Applied:
     recipe = get_recipe(recipe) if isinstance(recipe, str) else recipe
     if getattr(model, "_fp8lab_applied", None) is not None:
         raise RecipeError(f"recipe {model._fp8lab_applied.recipe.name!r} is already applied; remove it first")
-    st = _Applied(recipe, [], [], None, [], [])
+    st = _Applied(recipe, [], [], None)
     try:
         with torch.no_grad():
             if recipe.weight is not None:
@@ -303,35 +363,20 @@ def apply_recipe(model: nn.Module, recipe: Recipe | str) -> _Applied:
                 # the cache of the last input must not outlive a forward (frees memory, no stale reuse)
                 st.handles.append(model.register_forward_hook(lambda *a: st.act_hook.clear()))
             if recipe.key is not None or recipe.value is not None:
-                mods = _attention_modules(model)
-                if not mods:
-                    raise RecipeError(f"{type(model).__name__}: found no attention modules with k_proj/v_proj")
-                seen = set()
                 makers = {id(sl): sl.new() for sl in (recipe.key, recipe.value) if isinstance(sl, KVFunctions)}
 
-                def resolve(slot, m, which):
+                def make(layer, which):
+                    slot = recipe.key if which == "key" else recipe.value
+                    if slot is None:
+                        return None
                     if isinstance(slot, KVFunctions):
-                        return makers[id(slot)](int(getattr(m, "layer_idx", 0) or 0), which)
-                    return slot
+                        return makers[id(slot)](layer, which)
+                    return lambda x: kv_fake_quant(x, slot)
 
-                for m in mods:
-                    cfg = m.config
-                    if id(cfg) not in seen:
-                        seen.add(id(cfg))
-                        inner = cfg._attn_implementation or "eager"
-                        if inner.startswith(_KV_PREFIX):
-                            raise RecipeError("a KV wrapper is already installed on this model")
-                        st.attn.append((cfg, inner))
-                        cfg._attn_implementation = _ensure_kv_wrapper(inner)
-                    m._fp8lab_kv = {"key": resolve(recipe.key, m, "key"), "value": resolve(recipe.value, m, "value"),
-                                    "capture": None}
-                    st.kv_modules.append(m)
-                # the top-level config decides how masks are built; keep it in step with the layers'
-                top = model.config
-                if id(top) not in seen:
-                    inner = top._attn_implementation or "eager"
-                    st.attn.append((top, inner))
-                    top._attn_implementation = _ensure_kv_wrapper(inner)
+                try:
+                    st.kv = kv_hook.install(model, make)
+                except kv_hook.KVHookError as e:
+                    raise RecipeError(str(e)) from None
     except Exception:
         _undo(st)
         raise
@@ -344,11 +389,8 @@ def _undo(st: _Applied):
         h.remove()
     for m, orig in reversed(st.weights):
         m.weight = orig
-    for cfg, inner in reversed(st.attn):
-        cfg._attn_implementation = inner
-    for m in st.kv_modules:
-        if hasattr(m, "_fp8lab_kv"):
-            del m._fp8lab_kv
+    if st.kv is not None:
+        kv_hook.uninstall(st.kv)
     if st.act_hook is not None:
         st.act_hook.clear()
 
@@ -371,13 +413,5 @@ def applied(model: nn.Module, recipe: Recipe | str):
         remove_recipe(model)
 
 
-@contextmanager
-def install_kv_functions(model: nn.Module, make: Callable):
-    """Run the attention with `make(layer_idx, "key"|"value")(x)` applied to the keys (after RoPE) and values.
-
-    The hook of the KV recipes, open to any function: fp8lab.calibration uses it to observe max |K|, |V|
-    and to apply frozen scales.
-    """
-    fn = KVFunctions(lambda: make, "custom KV functions")
-    with applied(model, Recipe("kv-functions", "per-layer functions on the keys and values", key=fn, value=fn)):
-        yield model
+#: the hook of the KV recipes, open to any function (kept here for callers that found it in this module)
+install_kv_functions = kv_hook.kv_functions

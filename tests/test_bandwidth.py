@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 
 from fp8lab import bandwidth as bw
-from fp8lab.gpus import GPUS, get_gpu
+from fp8lab.gpus import get_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA3 = ROOT / "tests" / "data" / "llama3_8b_config.json"
 SMOL = ROOT / "tests" / "data" / "smollm2_135m_config.json"
-REFERENCE = Path("/work/shared/reference/h200_ceilings_2026-11-29.json")
 
 
 def dense(mt, H, I, L, nh, nkv, V, **kw):
@@ -90,6 +89,18 @@ TINY = {
     "gpt_oss": dense("gpt_oss", 64, 64, 2, 4, 2, 128, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
                      tie_word_embeddings=False, attention_bias=True,              # biases, sinks, fused experts
                      layer_types=["sliding_attention", "full_attention"]),
+    # hybrid: Gated DeltaNet layers + gated full attention every 4th layer, MoE with a shared expert
+    "qwen3_next": dense("qwen3_next", 64, 96, 8, 4, 2, 128, head_dim=16, linear_num_key_heads=2,
+                        linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8,
+                        linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                        shared_expert_intermediate_size=48, decoder_sparse_step=2, mlp_only_layers=[3],
+                        tie_word_embeddings=False),                                # + dense MLP layers
+    "qwen3_5_moe_text": dense("qwen3_5_moe_text", 64, 96, 4, 4, 2, 128, head_dim=16, linear_num_key_heads=2,
+                              linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8,
+                              linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
+                              moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                              layer_types=["linear_attention", "full_attention", "linear_attention",
+                                           "full_attention"], tie_word_embeddings=False),
 }
 
 
@@ -233,26 +244,6 @@ def test_roofline_figure_writes_png_and_json(tmp_path):
         bw.roofline_figure(SMOL, measured_points=[{"name": "x"}])
 
 
-# ---- GPU table --------------------------------------------------------------------------------------
-
-def test_gpu_table_sources():
-    assert {g.source for g in GPUS.values()} == {"spec", "measured"}
-    for g in GPUS.values():
-        assert g.citation and g.bandwidth_TBps > 0
-    with pytest.raises(ValueError, match="valid names: H100, H200, B200, GB10"):
-        get_gpu("A100")
-
-
-@pytest.mark.skipif(not REFERENCE.exists(), reason="lab reference file not present")
-def test_measured_h200_equals_reference_file():
-    ref = json.loads(REFERENCE.read_text())
-    g = get_gpu("H200-measured")
-    assert g.bandwidth_TBps == ref["copy_TBps"]
-    assert g.tflops["bf16"] == ref["bf16_gemm_TFLOPs"]
-    assert g.tflops["fp8"] == ref["fp8_scaled_mm_tensorwise_TFLOPs"]
-    assert g.tflops["fp8_block"] == ref["fp8_blockwise_TFLOPs"]
-
-
 # ---- bad input --------------------------------------------------------------------------------------
 
 BAD_CONFIGS = [
@@ -326,3 +317,229 @@ def test_cli_errors(args, msg, tmp_path):
     r = cli(*args)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and r.stderr.startswith("error:") and msg in r.stderr, r.stderr
+
+
+# ---- the storage table against the one format description --------------------------------------------
+
+def test_storage_table_matches_fp8lab_formats():
+    formats = pytest.importorskip("fp8lab.formats")
+    scaling = pytest.importorskip("fp8lab.scaling")
+    blocks = {"nvfp4": scaling.QuantSpec("e2m1", "nvfp4").block_len,       # 16 along K
+              "mxfp4": scaling.QuantSpec("e2m1", "mx").block_len,          # 32 along K
+              "mxfp8": scaling.QuantSpec("e4m3", "mx").block_len,
+              "fp8_block128": tuple(scaling.QuantSpec("e4m3", "block").block)}
+    for name, f in bw.FORMATS.items():
+        if f.element is None:
+            assert name == "bf16" and f.element_bits == 16
+            continue
+        assert f.element_bits == formats.get(f.element).bits, name
+        if f.scale != "none":
+            want = 32 if f.scale_format == "f32" else formats.get(f.scale_format).bits
+            assert f.scale_bits == want, name
+        if name in blocks:
+            b = blocks[name]
+            assert (f.block == b) if isinstance(b, tuple) else (f.block == (1, b)), name
+    e2m1, e4m3 = formats.get("e2m1"), formats.get("e4m3")
+    assert bw.KV_DTYPES["fp8"] == e4m3.bits / 8
+    assert bw.KV_DTYPES["nvfp4"] == e2m1.bits / 8 + e4m3.bits / 8 / blocks["nvfp4"]
+
+
+# ---- hybrid models (Gated DeltaNet + gated attention), checked against transformers above ---------------
+
+def test_hybrid_state_and_kv():
+    c = TINY["qwen3_5_moe_text"]
+    s = bw.model_shape(c)
+    # 2 full-attention layers hold a KV cache; 2 linear-attention layers hold a fixed state:
+    # 4 value heads x 8 x 8 (bf16, no mamba_ssm_dtype) + conv (2*16 + 32) x 3 positions, both 2 bytes
+    assert s.kv_elems_per_token == 2 * 2 * 2 * 16
+    assert s.state_bytes_per_seq == 2 * (4 * 8 * 8 * 2 + 64 * 3 * 2)
+    step0 = bw.bytes_per_decode_step(c, "bf16", "bf16", 1, 0)
+    assert bw.bytes_per_decode_step(c, "bf16", "bf16", 3, 0) > step0
+    assert bw.bytes_per_decode_step(c, "bf16", "bf16", 1, 100) - step0 == pytest.approx(100 * 2 * 2 * 2 * 16 * 2)
+    s32 = bw.model_shape({**c, "mamba_ssm_dtype": "float32"})
+    assert s32.state_bytes_per_seq - s.state_bytes_per_seq == 2 * 4 * 8 * 8 * 2
+
+
+# ---- bad configs: each reproduction the lab was handed, as a regression test ---------------------------
+
+LLAMA_TINY = dense("llama", 64, 96, 2, 4, 2, 128, tie_word_embeddings=False)
+
+
+def test_regression_num_key_value_heads_null():
+    # null means "not given", as transformers reads it: MHA (was: TypeError in nh % None)
+    s = bw.model_shape({**LLAMA_TINY, "num_key_value_heads": None})
+    assert s.attention == "mha"
+    assert bw.param_counts(s)["total"] == bw.param_counts({**LLAMA_TINY, "num_key_value_heads": 4})["total"]
+
+
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", 5, {"a": 1}, [1, 2], True])
+def test_regression_architectures_not_a_list_of_strings(arch):
+    # a string used to give the model name "L"; an int or dict a TypeError / KeyError
+    with pytest.raises(bw.ConfigError, match="'architectures' must be a list of strings"):
+        bw.model_shape({**LLAMA_TINY, "architectures": arch})
+
+
+@pytest.mark.parametrize("bad", [5, [[1]], ["a"], [99], [-1], {"0": 1}, [True]])
+def test_regression_bad_mlp_only_layers(bad):
+    moe = dense("qwen2_moe", 64, 96, 4, 4, 4, 128, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2)
+    with pytest.raises(bw.ConfigError, match="mlp_only_layers"):
+        bw.model_shape({**moe, "mlp_only_layers": bad})
+
+
+def test_regression_deeply_nested_json(tmp_path):
+    f = tmp_path / "deep.json"
+    f.write_text('{"hidden_size": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(bw.ConfigError, match="nested too deeply"):
+        bw.model_shape(f)
+    assert main_cli(str(f)) == (2, "")
+
+
+def test_regression_moe_with_a_billion_layers_is_counted_not_walked():
+    # a config claiming 10**9 MoE layers used to build range(L) in memory; now it is arithmetic (and answers
+    # in milliseconds), and a count beyond any model is refused with a clear error. Run in a child with a
+    # 1 GB address-space limit and a timeout, so the old behaviour fails the test instead of the machine.
+    code = ("import resource, time; resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30)); "
+            "from fp8lab import bandwidth as bw; t = time.perf_counter(); "
+            "c = dict(model_type='deepseek_v3', hidden_size=64, num_hidden_layers=10**9, num_attention_heads=4, "
+            "num_key_value_heads=4, vocab_size=128, intermediate_size=96, moe_intermediate_size=32, "
+            "n_routed_experts=4, num_experts_per_tok=2, first_k_dense_replace=3, moe_layer_freq=2, "
+            "tie_word_embeddings=False); s = bw.model_shape(c); "
+            "print(s.notes[-1], round(time.perf_counter() - t, 3))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr[-500:]
+    # layers 3..10**9-1 with i % 2 == 0: (10**9 - 4) / 2 of them
+    assert "499999998 MoE layers, 500000002 dense layers" in r.stdout
+    assert float(r.stdout.split()[-1]) < 1.0
+    with pytest.raises(bw.ConfigError, match="beyond any model"):
+        bw.model_shape({**LLAMA_TINY, "num_hidden_layers": 10**12})
+
+
+@pytest.mark.parametrize("value", ["false", "true", 0, 1, "no", [], {}])
+def test_regression_booleans_are_strict(value):
+    # "tie_word_embeddings": "false" used to count as tied (4.76 GB instead of 5.81 GB for Llama-3-8B)
+    with pytest.raises(bw.ConfigError, match="'tie_word_embeddings' must be true or false"):
+        bw.model_shape({**LLAMA_TINY, "tie_word_embeddings": value})
+    for key in ("attention_bias", "use_sliding_window"):
+        with pytest.raises(bw.ConfigError, match=f"'{key}' must be true or false"):
+            bw.model_shape({**LLAMA_TINY, "sliding_window": 16, key: value})
+
+
+def test_regression_tie_false_string_never_tied():
+    untied = bw.weight_bytes({**LLAMA_TINY, "tie_word_embeddings": False}, "bf16")
+    tied = bw.weight_bytes({**LLAMA_TINY, "tie_word_embeddings": True}, "bf16")
+    assert untied - tied == 128 * 64 * 2
+    with pytest.raises(bw.ConfigError):
+        bw.weight_bytes({**LLAMA_TINY, "tie_word_embeddings": "false"}, "bf16")
+
+
+@pytest.mark.parametrize("field,value,msg", [
+    ("hidden_size", 10**400, "beyond any model"),            # huge integers: refused, not overflowed
+    ("hidden_size", 1e999, "positive integer"),              # Infinity from JSON's 1e999
+    ("vocab_size", float("nan"), "positive integer"),
+    ("model_type", ["llama"], "'model_type' must be a string"),
+    ("text_config", [1], "'text_config' must be an object"),
+    ("layer_types", ["full_attention"], "'layer_types' must list"),
+    ("mamba_ssm_dtype", "float64", "mamba_ssm_dtype"),
+])
+def test_wrong_types_are_config_errors(field, value, msg):
+    c = {**LLAMA_TINY, field: value}
+    if field == "text_config":
+        c.pop("hidden_size")
+    if field == "mamba_ssm_dtype":
+        c = {**TINY["qwen3_5_moe_text"], field: value}
+    with pytest.raises(bw.ConfigError, match=msg):
+        bw.model_shape(c)
+
+
+@pytest.mark.parametrize("L,first,freq,step,only", [(61, 3, 1, 1, ()), (48, 0, 1, 2, (1, 3)), (10, 0, 2, 2, ()),
+                                                     (7, 9, 1, 1, ()), (100, 5, 3, 4, (11, 23, 35, 47))])
+def test_count_moe_layers_matches_the_walk(L, first, freq, step, only):
+    walk = sum(1 for i in range(L) if i >= first and i % freq == 0 and (i + 1) % step == 0 and i not in only)
+    assert bw.count_moe_layers(L, first, freq, step, only) == walk
+
+
+def test_count_moe_layers_property():
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+
+    @hypothesis.settings(max_examples=300, deadline=None, derandomize=True)
+    @hypothesis.given(L=st.integers(1, 300), first=st.integers(0, 320), freq=st.integers(1, 12),
+                      step=st.integers(1, 12), only=st.sets(st.integers(0, 299), max_size=8))
+    def check(L, first, freq, step, only):
+        only = {i for i in only if i < L}
+        walk = sum(1 for i in range(L) if i >= first and i % freq == 0 and (i + 1) % step == 0 and i not in only)
+        assert bw.count_moe_layers(L, first, freq, step, only) == walk
+
+    check()
+
+
+def test_fifo_config_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    r = subprocess.run([sys.executable, "-m", "fp8lab.bandwidth", str(fifo)], capture_output=True, text=True,
+                       timeout=60, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2 and "not a regular file" in r.stderr and "Traceback" not in r.stderr
+
+
+# ---- the roofline writer: provenance, atomic files, committed outputs kept ----------------------------
+
+def test_roofline_refuses_to_overwrite_committed_outputs(tmp_path):
+    committed = ROOT / "outputs" / "bandwidth" / "llama3_8b.json"
+    if not committed.exists():
+        pytest.skip("no committed roofline in this checkout")
+    before = committed.read_bytes()
+    with pytest.raises(ValueError, match="committed result under outputs/"):
+        bw.roofline_figure(SMOL, batches=(1,), out_json=committed)
+    assert committed.read_bytes() == before
+    fig, data = bw.roofline_figure(SMOL, batches=(1,), out_json=tmp_path / "r.json", command="test")
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["provenance"]["command"] == "test" and "dirty" in saved["provenance"]
+    assert "computed_on" in saved["provenance"]
+    assert not list(tmp_path.glob(".*.tmp"))  # the atomic writer left no temporary file
+
+
+def test_cli_roofline_and_compare(tmp_path):
+    code, out = main_cli(str(SMOL), "--roofline", str(tmp_path / "rf"), "--compare-gpus", "H200,GB10")
+    assert code == 0, out
+    assert (tmp_path / "rf" / "roofline.png").stat().st_size > 10_000
+    assert "spec, not measured" in out and "GB10" in out
+    js = json.loads((tmp_path / "rf" / "roofline.json").read_text())
+    assert js["provenance"]["command"].startswith("python -m fp8lab.bandwidth")
+
+
+def test_decode_ceilings_gb10_next_to_h200():
+    rows = bw.decode_ceilings(LLAMA3, gpus=("H200", "H200-measured", "GB10"), formats=("bf16", "nvfp4"))
+    by = {(r["gpu"], r["format"]): r for r in rows}
+    for f in ("bf16", "nvfp4"):
+        assert by[("H200", f)]["bytes_per_step"] == by[("GB10", f)]["bytes_per_step"]
+        assert by[("H200", f)]["tokens_per_s"] / by[("GB10", f)]["tokens_per_s"] == pytest.approx(4.8 / 0.273)
+    assert by[("GB10", "bf16")]["label"] == "spec, not measured"
+    assert by[("H200-measured", "bf16")]["label"] == "measured 2026-11-29 on NVIDIA H200"
+    assert "spec, not measured" in bw.format_decode_ceilings(rows)
+
+
+def main_cli(*argv):
+    """(exit status, stdout + stderr) of bw.main in-process."""
+    import contextlib
+    import io
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = bw.main(list(argv))
+    if code == 2:
+        e = err.getvalue()
+        assert e.startswith("error:") and e.count("\n") == 1 and "Traceback" not in e, e
+        return code, ""
+    return code, out.getvalue() + err.getvalue()
+
+
+@pytest.mark.parametrize("argv", [
+    ["{cfg}", "--batch", "0"], ["{cfg}", "--batch", "x"], ["{cfg}", "--context", "-1"],
+    ["{cfg}", "--batch", "9" * 5000], ["{cfg}", "--gpu", "A100"], ["{cfg}", "--kv-dtype", "int4"],
+    ["{cfg}", "--policy", "most"], ["{cfg}", "--embedding-read", "cols"], ["{cfg}", "--nope"], [],
+    ["{cfg}", "--compare-gpus", ","], ["{cfg}", "--compare-gpus", "H200,Z"], ["{cfg}", "--roofline", ""],
+    ["{cfg}", "--context", str(2**40)], ["{cfg}", "--batch", str(2**30)],
+])
+def test_cli_bad_arguments_one_line(argv):
+    argv = [a.replace("{cfg}", str(LLAMA3)) for a in argv]
+    assert main_cli(*argv)[0] == 2

@@ -1,6 +1,6 @@
 """fp8lab.formats against ml_dtypes and torch, exhaustively (ml_dtypes-test style).
 
-Counts checked, per format: every bf16 pattern (65,536), every fp16 pattern (65,536), every code,
+Formats: E4M3, E5M2, E2M1, E8M0 and the fnuz FP8s (E4M3FNUZ, E5M2FNUZ). Counts checked, per format: every bf16 pattern (65,536), every fp16 pattern (65,536), every code,
 1,000,000 random float32 values spread over 60 binades, every midpoint between neighbouring values
 (the ties) and the values one float32 ulp either side of each midpoint, plus hypothesis-drawn bit patterns.
 """
@@ -13,11 +13,12 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from fp8lab import formats
-from fp8lab.formats import E2M1, E4M3, E5M2, E8M0, INT8
+from fp8lab.formats import E2M1, E4M3, E4M3FNUZ, E5M2, E5M2FNUZ, E8M0, INT8
 
 ML = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2,
-      "e2m1": ml_dtypes.float4_e2m1fn, "e8m0": ml_dtypes.float8_e8m0fnu}
-FMTS = [E4M3, E5M2, E2M1, E8M0]
+      "e2m1": ml_dtypes.float4_e2m1fn, "e8m0": ml_dtypes.float8_e8m0fnu,
+      "e4m3fnuz": ml_dtypes.float8_e4m3fnuz, "e5m2fnuz": ml_dtypes.float8_e5m2fnuz}
+FMTS = [E4M3, E5M2, E2M1, E8M0, E4M3FNUZ, E5M2FNUZ]
 
 
 def all_bf16() -> torch.Tensor:
@@ -94,7 +95,11 @@ def test_round_equals_decode_encode(fmt, saturate):
     assert bool(same.all()), x[~same][:5].tolist()
 
 
-@pytest.mark.parametrize("fmt,tdtype", [(E4M3, torch.float8_e4m3fn), (E5M2, torch.float8_e5m2)], ids=["e4m3", "e5m2"])
+TORCH_FP8 = [(E4M3, torch.float8_e4m3fn), (E5M2, torch.float8_e5m2), (E4M3FNUZ, torch.float8_e4m3fnuz),
+             (E5M2FNUZ, torch.float8_e5m2fnuz)]
+
+
+@pytest.mark.parametrize("fmt,tdtype", TORCH_FP8, ids=lambda v: getattr(v, "name", ""))
 def test_matches_torch_cast_after_clamp(fmt, tdtype):
     """torch's cast saturates E4M3 but not always E5M2 (version dependent): clamp to +-max first, then compare."""
     x = torch.cat([all_bf16(), all_fp16(), random_f32(200_000, 2)])
@@ -102,6 +107,16 @@ def test_matches_torch_cast_after_clamp(fmt, tdtype):
     ours = fmt.encode(x, saturate=True)
     ref = x.to(tdtype).view(torch.uint8)
     assert torch.equal(ours, ref), int((ours != ref).sum())
+
+
+@pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.name)
+@pytest.mark.parametrize("inputs", ["bf16", "fp16", "random", "ties"])
+def test_encode_fast_equals_encode(fmt, inputs):
+    """encode_fast (torch's cast / seven compares) is the saturating reference encode, NaN and Inf included."""
+    x = {"bf16": all_bf16, "fp16": all_fp16, "random": random_f32, "ties": lambda: ties_and_neighbours(fmt)}[inputs]()
+    x = torch.cat([x, torch.tensor([float("nan"), -float("nan"), float("inf"), -float("inf"), 0.0, -0.0])])
+    ours, ref = fmt.encode_fast(x), fmt.encode(x, saturate=True)
+    assert torch.equal(ours, ref), x[ours != ref][:5].tolist()
 
 
 def test_e8m0_torch_agrees_on_positive_values_and_differs_where_documented():
@@ -148,6 +163,19 @@ EDGE = [
     (E8M0, 2.0 ** 127, False, 254),   # max
     (E8M0, 2.0 ** 127 * 1.5, False, 255),  # overflow -> NaN
     (E8M0, 2.0 ** 127 * 1.5, True, 254),   # saturating
+    (E4M3FNUZ, 240.0, False, 0x7F),   # max: S.1111.111 is finite in fnuz (1.875 * 2**7)
+    (E4M3FNUZ, 1.0, False, 0x40),     # bias 8: 1.0 is exponent field 8
+    (E4M3FNUZ, 248.0, False, 0x80),   # tie between 240 (odd code) and the virtual 256 (even): overflow -> NaN 0x80
+    (E4M3FNUZ, 247.9, False, 0x7F),   # below the tie
+    (E4M3FNUZ, -1e9, True, 0xFF),     # saturating: -240 (0xFF is a number in fnuz, not NaN)
+    (E4M3FNUZ, -0.0, False, 0x00),    # no negative zero: -0.0 -> +0
+    (E4M3FNUZ, -1e-4, False, 0x00),   # a negative value that flushes is +0 too (2**-11 is the flush point)
+    (E4M3FNUZ, 2.0 ** -10, False, 0x01),  # min subnormal
+    (E4M3FNUZ, math.nan, False, 0x80),    # the only NaN
+    (E4M3FNUZ, -math.inf, False, 0x80),   # no Inf: overflow is NaN without saturation
+    (E5M2FNUZ, 57344.0, False, 0x7F),     # max, same as E5M2 (E5M2 spends exponent 31 on Inf/NaN, fnuz does not)
+    (E5M2FNUZ, 2.0 ** -17, False, 0x01),  # min subnormal: bias 16
+    (E5M2FNUZ, math.inf, True, 0x7F),     # saturating
 ]
 
 
@@ -161,6 +189,11 @@ def test_descriptions():
     assert (E5M2.max, E5M2.min_normal, E5M2.min_subnormal) == (57344.0, 2.0 ** -14, 2.0 ** -16)
     assert (E2M1.max, E2M1.min_subnormal) == (6.0, 0.5)
     assert E8M0.max == 2.0 ** 127 and E8M0.min_subnormal == 2.0 ** -127
+    assert (E4M3FNUZ.max, E4M3FNUZ.min_normal, E4M3FNUZ.min_subnormal) == (240.0, 2.0 ** -7, 2.0 ** -10)
+    assert (E5M2FNUZ.max, E5M2FNUZ.min_normal, E5M2FNUZ.min_subnormal) == (57344.0, 2.0 ** -15, 2.0 ** -17)
+    assert E4M3FNUZ.nan_codes == [0x80] == E5M2FNUZ.nan_codes and E4M3.nan_codes == [0x7F, 0xFF]
+    assert [f.emax for f in FMTS] == [8, 15, 2, 127, 7, 15]
+    assert (E5M2.inf_code, E4M3.inf_code) == (0x7C, None) and len(E5M2.nan_codes) == 6
     for f in FMTS:  # ml_dtypes invariant
         assert int(f.signed) + f.exp_bits + f.man_bits == f.bits
         fi = ml_dtypes.finfo(ML[f.name])
@@ -172,6 +205,7 @@ def test_descriptions():
 def test_get_and_errors():
     assert formats.get("e4m3") is E4M3 and formats.get("E5M2") is E5M2
     assert formats.get("float8_e4m3fn") is E4M3 and formats.get("e8m0fnu") is E8M0
+    assert formats.get("float8_e4m3fnuz") is E4M3FNUZ and formats.get("E5M2FNUZ") is E5M2FNUZ
     with pytest.raises(ValueError, match="valid: e4m3, e5m2"):
         formats.get("e3m4")
     with pytest.raises(TypeError):
@@ -253,3 +287,71 @@ def test_fixed_branchless_e2m1_is_exhaustively_rne(inputs):
     ours = formats.e2m1_branchless(x.numpy())
     ref = E2M1.encode(x).numpy()
     assert np.array_equal(ours, ref), int((ours != ref).sum())
+
+
+# ---- anatomy and the GPU constants ----------------------------------------------------------------------
+@pytest.mark.parametrize("fmt", FMTS, ids=lambda f: f.name)
+def test_anatomy_against_ml_dtypes_finfo(fmt):
+    """Every field of the anatomy row from an independent source: ml_dtypes' finfo and its value table."""
+    a, fi = fmt.anatomy(), ml_dtypes.finfo(ML[fmt.name])
+    assert (a["max"], a["min_normal"], a["min_subnormal"]) == (float(fi.max), float(fi.smallest_normal),
+                                                               float(fi.smallest_subnormal))
+    assert (a["exp_bits"], a["man_bits"]) == (fi.nexp, fi.nmant) and a["bits"] == fi.bits
+    ref = np.array([np.uint8(c).view(ML[fmt.name]) for c in range(1 << fmt.bits)]).astype(np.float64)
+    assert a["finite_codes"] == int(np.isfinite(ref).sum())
+    assert fmt.nan_codes == [c for c in range(1 << fmt.bits) if np.isnan(ref[c])]
+    assert a["negative_zero"] == any(ref[c] == 0 and np.signbit(ref[c]) for c in range(1 << fmt.bits))
+    assert a["emax"] == int(np.floor(np.log2(float(fi.max))))
+
+
+def _parse_c(v: str):
+    if v.endswith("u"):
+        return int(v[:-1], 16) if v.startswith("0x") else int(v[:-1])
+    if v.endswith("f"):
+        return float.fromhex(v[:-1]) if "0x" in v else float(v[:-1])
+    return int(v)
+
+
+def test_cuda_defines_are_the_format_description():
+    d = formats.cuda_defines()
+    assert all(" " not in v and " " not in k for k, v in d.items())    # safe as NVRTC -D options
+    for f in FMTS:
+        p = f"FP8LAB_{f.name.upper()}"
+        assert _parse_c(d[f"{p}_MAX"]) == f.max and _parse_c(d[f"{p}_MAX_CODE"]) == f.max_code
+        assert _parse_c(d[f"{p}_MAX_BITS"]) == int(np.float32(f.max).view(np.uint32))
+        assert _parse_c(d[f"{p}_MIN_NORMAL"]) == f.min_normal and _parse_c(d[f"{p}_EMAX"]) == f.emax
+        assert _parse_c(d[f"{p}_BIAS"]) == f.bias and _parse_c(d[f"{p}_MAN_BITS"]) == f.man_bits
+        if f.nan_code is not None:
+            assert math.isnan(float(f.decode(torch.tensor([_parse_c(d[f"{p}_NAN_CODE"])], dtype=torch.uint8))[0]))
+        if f.special != "nan_only":  # decode by bit placement, as the kernels do, equals the table
+            mags = np.arange(f.magnitude_mask + 1, dtype=np.uint32)
+            vals = (mags << np.uint32(_parse_c(d[f"{p}_DECODE_SHIFT"]))).view(np.float32).astype(np.float64) \
+                * _parse_c(d[f"{p}_DECODE_MUL"])
+            t = f.table().numpy()[: f.magnitude_mask + 1]
+            ok = np.isfinite(t)
+            assert np.array_equal(vals[ok], t[ok])
+    vals = [_parse_c(v) for v in d["FP8LAB_E2M1_VALUES"].strip("{}").split(",")]
+    assert np.array_equal(np.array(vals), E2M1.table().numpy()) and str(vals[8]) == "-0.0"
+    for i, (m, strict) in enumerate(formats.e2m1_midpoints()):
+        assert _parse_c(d[f"FP8LAB_E2M1_MID{i}"]) == m and _parse_c(d[f"FP8LAB_E2M1_MID{i}_STRICT"]) == strict
+        assert _parse_c(d[f"FP8LAB_E2M1_MID{i}_BITS"]) == int(np.float32(m).view(np.uint32))
+    assert _parse_c(d["FP8LAB_NVFP4_GLOBAL_DIV"]) == 2688.0 == formats.NVFP4_GLOBAL_DIV
+    assert (_parse_c(d["FP8LAB_NVFP4_BLOCK"]), _parse_c(d["FP8LAB_MX_BLOCK"])) == (16, 32)
+    assert formats.cuda_define_options()[:2] == ("FP8LAB_FORMATS_DEFINED=1", "FP8LAB_E4M3_EXP_BITS=4")
+    mids = [int(v.rstrip("u"), 16) for v in d["FP8LAB_E2M1_MIDS"].split(",")]   # the list form formats.cuh reads
+    assert mids == [int(np.float32(m).view(np.uint32)) for m, _ in formats.e2m1_midpoints()]
+    assert _parse_c(d["FP8LAB_E2M1_TIES_DOWN"]) == sum(1 << i for i, (_, s) in enumerate(formats.e2m1_midpoints()) if s)
+    hdr = formats.cuda_header()
+    assert hdr.count("#define ") == len(d) and "#define FP8LAB_E4M3_MAX 0x1.cp+8f" in hdr
+
+
+def test_e2m1_midpoints_from_the_table():
+    assert formats.e2m1_midpoints() == [(0.25, True), (0.75, False), (1.25, True), (1.75, False), (2.5, True),
+                                        (3.5, False), (5.0, True)]
+
+
+def test_bit_helpers():
+    e = torch.tensor([0, -1, -126, -127, -149, 127])
+    assert formats.pow2_f32(e).tolist() == [2.0 ** int(v) for v in e]
+    a = torch.tensor([1.0, 1.5, 2 ** -126, 2 ** -130, 0.0, 3e38])
+    assert formats.floor_log2_f32(a).tolist() == [0, 0, -126, -127, -127, 127]

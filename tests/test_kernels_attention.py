@@ -14,27 +14,21 @@ import torch
 from fp8lab import formats
 from fp8lab.kernels import cuda_available
 from fp8lab.kernels import attention_fp8kv as att
-from fp8lab.scaling import QuantSpec, quantize
+from fp8lab.kernels import reference as REF
+from fp8lab.kernels import tolerances
 
-GPU = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device (run on the GPU machine)")
+def GPU(test):
+    """A GPU test: marked `gpu` (pytest -m gpu selects it) and skipped where there is no CUDA device."""
+    return pytest.mark.gpu(pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device (run on the GPU machine)")(test))
 
-# Tolerance table: |out - ref| <= ATOL * max|V| + RTOL * |ref| elementwise, and ||out - ref|| / ||ref|| <= RMS.
-TOL = {
-    # bf16 output: RNE with 8 significant bits has unit roundoff 2**-8 (relative) -> RTOL 2**-7 (2x margin).
-    # P is rounded to f16 before the P.V MMA (P in [0, 2**15], unit roundoff 2**-11), which moves the output
-    # by <= 2**-11 * max|V| -> ATOL 2**-10. K, V (E4M3 -> f16) and Q (power-of-two prescale to f16) are exact;
-    # fp32 accumulation order and ex2.approx (~2 ulp) are ~1e-6, far below these.
-    # RMS: rounding the exact answer to bf16 alone gives ~0.0019 relative (measured on these inputs: an
-    # E4M3 value times an fp32 scale is rarely a bf16) -> 2**-8 = 0.0039.
-    "fp8": dict(rtol=2**-7, atol=2**-10, rms=2**-8),
-    # bf16 cache: P is rounded to bf16 for the MMA (FlashAttention does the same): <= 2**-8 * max|V| -> ATOL 2**-7.
-    # RMS: output rounding + P rounding, ~0.002 relative each -> 2**-7.
-    "bf16": dict(rtol=2**-7, atol=2**-7, rms=2**-7),
-}
+# Tolerances: fp8lab.kernels.tolerances.attention (one table, the bench uses it too); every context here is
+# <= L_MAX tokens, and the bound grows with L, so the table at L_MAX covers them all.
+L_MAX = 4096
+TOL = {kind: tolerances.attention(kind, L_MAX) for kind in ("fp8", "bf16")}
 
 
 def assert_close(out, ref, vmax, kind, what=""):
-    tol = TOL[kind]
+    tol = TOL[kind].__dict__
     out = out.float().cpu()
     ref = ref.float().cpu()
     assert torch.isfinite(out).all(), f"{what}: {int((~torch.isfinite(out)).sum())} non-finite outputs (poison left?)"
@@ -76,8 +70,8 @@ def case(B=3, Hq=8, Hk=2, D=128, lens=(1, 37, 300), dist="normal", kind="fp8", p
     q = torch.randn(B, Hq, D, generator=gen).to(torch.bfloat16)
     k, v = make_kv(B, Hk, L, D, dist, gen)
     if kind == "fp8":
-        kc, ks = att.quantize_kv(k, per_head)
-        vc, vs = att.quantize_kv(v, per_head)
+        kc, ks = REF.quantize_kv(k, "head" if per_head else "tensor")
+        vc, vs = REF.quantize_kv(v, "head" if per_head else "tensor")
         poison, kw = 0x7F, dict(k_scale=ks, v_scale=vs)  # 0x7F: an E4M3 NaN code
     else:
         kc, vc = k.to(torch.bfloat16), v.to(torch.bfloat16)
@@ -118,8 +112,8 @@ def test_reference_matches_naive_softmax(G):
     B, Hk, L, D = 3, 2, 40, 64
     q = torch.randn(B, Hk * G, D, generator=gen).to(torch.bfloat16)
     k, v = make_kv(B, Hk, L, D, "outlier", gen)
-    kc, ks = att.quantize_kv(k)
-    vc, vs = att.quantize_kv(v, per_head=True)
+    kc, ks = REF.quantize_kv(k)
+    vc, vs = REF.quantize_kv(v, "head")
     lens = [1, 17, 40]
     ref = att.reference_decode_attention(q, kc, vc, ks, vs, seq_lens=lens)
     kd = formats.E4M3.decode(kc) * ks
@@ -157,18 +151,6 @@ def test_paged_gather_roundtrip_and_reference(page):
     p = att.reference_decode_attention(q, pool, pool, seq_lens=lens, block_table=bt)
     assert torch.isfinite(p).all()  # the poisoned slots and pages were never read
     torch.testing.assert_close(a, p, rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("per_head", [False, True])
-def test_quantize_kv_equals_scaling(per_head):
-    """The fast cache quantizer gives the codes and scales of fp8lab.scaling's reference encoder."""
-    gen = torch.Generator().manual_seed(3)
-    x = torch.randn(2, 3, 20, 64, generator=gen) * torch.exp(2 * torch.randn(2, 3, 20, 64, generator=gen))
-    codes, s = att.quantize_kv(x, per_head)
-    spec = QuantSpec("e4m3", "channel", axis=1) if per_head else QuantSpec("e4m3", "tensor")
-    qz = quantize(x, spec)
-    assert torch.equal(codes, qz.codes)
-    torch.testing.assert_close(s.reshape(-1), qz.scale.reshape(-1), rtol=0, atol=0)
 
 
 def test_plan_splits():
@@ -342,8 +324,8 @@ def test_fp8_and_bf16_kernels_agree_on_the_same_values():
     gen = torch.Generator().manual_seed(7)
     B, Hq, Hk, L, D = 3, 32, 8, 900, 128
     k, v = make_kv(B, Hk, L, D, "outlier", gen)
-    kc, _ = att.quantize_kv(k)
-    vc, _ = att.quantize_kv(v)
+    kc, _ = REF.quantize_kv(k)
+    vc, _ = REF.quantize_kv(v)
     ks, vs = 2.0**-5, 2.0**-7
     q = torch.randn(B, Hq, D, generator=gen).to(torch.bfloat16)
     lens = [900, 1, 457]

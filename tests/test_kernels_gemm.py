@@ -1,12 +1,13 @@
 """FP8 / NVFP4 weights inside the matrix multiply: GEMV (W8A16, W4A16) and the W8A8 block-scaled GEMM.
 
-CPU part (runs everywhere): argument validation fails with a clear error before any CUDA call; the
-torch quantizers the benchmarks use equal fp8lab.scaling bit for bit; the float64 references agree
-with each other; seed 001's accuracy gate (W8A8 vs W8A16) on realistic and outlier-heavy inputs.
+CPU part (runs everywhere): argument validation fails with a clear error before any CUDA call; the compiled
+configuration lists are the Python sets; the float64 references agree with each other; seed 001's accuracy gate
+(W8A8 vs W8A16) on realistic and outlier-heavy inputs (quantized through fp8lab.kernels.reference).
 GPU part (skipped without a CUDA device): every kernel against the float64 reference, output poisoned
-first, within the tolerance table below.
+first, within fp8lab.kernels.tolerances.
 """
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,42 +17,26 @@ from fp8lab.kernels import cuda_available
 from fp8lab.kernels import gemm_w8a8 as G
 from fp8lab.kernels import gemv_fp8 as F8
 from fp8lab.kernels import gemv_nvfp4 as F4
-from fp8lab.scaling import QuantSpec, pack_nibbles, quantize
+from fp8lab.kernels import reference as REF
+from fp8lab.kernels import tolerances
+from fp8lab.scaling import QuantSpec, quantize
 
-gpu = pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device (run on the GPU machine)")
+def gpu(test):
+    """A GPU test: marked `gpu` (pytest -m gpu selects it) and skipped where there is no CUDA device."""
+    return pytest.mark.gpu(pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device (run on the GPU machine)")(test))
 
-# ---- tolerance table ---------------------------------------------------------------------------------
-# |y - ref| <= REL * |ref| + ACC * sum_k |terms_k|  per output element, ref in float64.
-TOLERANCES = {
-    # bf16 output rounding: half an ULP is 2**-9 relative; 2**-8 (one ULP) leaves room for the fp32
-    # result sitting next to a rounding boundary. fp32 accumulation (mma.sync bf16, fp32 adds in any
-    # order, split-K sums) of K <= 2048 products: worst case K * 2**-24 = 2**-13 of sum |terms|.
-    "gemv_fp8": dict(rel=2**-8, acc=2**-13),
-    "gemv_nvfp4": dict(rel=2**-8, acc=2**-13),
-    # mma.sync paths: fp32 accumulation inside each k-block and one fp32 promotion (part * (sa*sb):
-    # two more roundings) per k-block: the same 2**-13 bound for K <= 2048.
-    "mma_bf16": dict(rel=2**-8, acc=2**-13),
-    "mma_fp8": dict(rel=2**-8, acc=2**-13),
-    # wgmma FP8: Hopper's FP8 tensor cores keep only ~14 mantissa bits while accumulating inside one
-    # wgmma (DeepSeek-V3 report, sec. 3.3.2); promotion every 128 k caps it at a few 2**-14 of the
-    # block's sum |terms|: 2**-11 is that with 8x margin.
-    "wgmma": dict(rel=2**-8, acc=2**-11),
-    "wgmma_pipe": dict(rel=2**-8, acc=2**-11),
-    "wgmma_256": dict(rel=2**-8, acc=2**-11),
-    "wgmma_ws": dict(rel=2**-8, acc=2**-11),
-}
-
-
-def assert_close(y, ref, abs_terms, name):
-    tol = TOLERANCES[name]
+# ---- tolerances: fp8lab.kernels.tolerances (one table, the benches use it too) -------------------------
+def assert_close(y, ref, abs_terms, name, K):
+    """|y - ref| <= rel |ref| + acc(K) sum |terms| per element (tolerances.matmul); prints yours / spec."""
+    tol = tolerances.matmul(name, K)
     y = y.double()
-    bound = tol["rel"] * ref.abs() + tol["acc"] * abs_terms
+    bound = tol.bound(ref, abs_terms)
     err = (y - ref).abs()
     bad = ~(err <= bound)  # NaN counts as bad
     if bool(bad.any()):
         idx = bad.nonzero()[:10].tolist()
         lines = [f"  at {tuple(i)}: yours {float(y[tuple(i)]):.6g}, spec {float(ref[tuple(i)]):.6g}" for i in idx]
-        raise AssertionError(f"{name}: {int(bad.sum())} of {bad.numel()} outside tolerance\n" + "\n".join(lines))
+        raise AssertionError(f"{name}: {int(bad.sum())} of {bad.numel()} outside tolerance ({tol.why})\n" + "\n".join(lines))
 
 
 # ---- CPU: validation before any CUDA call --------------------------------------------------------------
@@ -108,50 +93,6 @@ def test_gemm_w8a8_rejects_bad_arguments():
         G.gemm_w8a8(a, sa, b, sb)
 
 
-# ---- CPU: the quantizers used on the GPU equal fp8lab.scaling bit for bit --------------------------
-def _realistic(shape, seed):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(*shape, generator=g) * torch.logspace(-4, 2, shape[-1])[torch.randperm(shape[-1], generator=g)]
-    x[0, :128] = 0.0            # an all-zero group: scale 1.0
-    x[1, 5] = 3e-39             # a subnormal float32
-    return x
-
-
-def test_quantize_act_1x128_matches_scaling():
-    x = _realistic((8, 384), 0)
-    codes, s = G.quantize_act_1x128(x)
-    q = quantize(x, QuantSpec("e4m3", "group", group_size=128))
-    assert torch.equal(codes, q.codes) and torch.equal(s, q.scale)
-
-
-def test_quantize_weight_128x128_matches_scaling():
-    w = _realistic((200, 384), 1)  # partial last row block
-    codes, s = G.quantize_weight_128x128(w)
-    q = quantize(w, QuantSpec("e4m3", "block", block=(128, 128)))
-    assert torch.equal(codes, q.codes) and torch.equal(s, q.scale)
-
-
-def test_quantize_weight_channel_matches_scaling():
-    w = _realistic((64, 256), 2)
-    codes, s = F8.quantize_weight_channel(w)
-    q = quantize(w, QuantSpec("e4m3", "channel", axis=0))
-    assert torch.equal(codes, q.codes) and torch.equal(s, q.scale)
-
-
-def test_quantize_nvfp4_matches_scaling():
-    w = _realistic((32, 256), 3)
-    packed, sc, gs = F4.quantize_nvfp4(w)
-    q = quantize(w, QuantSpec("e2m1", "nvfp4"))
-    assert torch.equal(sc, q.scale_codes) and torch.equal(gs, q.global_scale)
-    assert torch.equal(packed, pack_nibbles(q.codes))
-    assert torch.equal(F4.dequant_weight(packed, sc, gs).float(), q.dequantize())
-
-
-def test_e2m1_encode_every_midpoint():
-    v = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -2.5, 7.0, -100.0, 0.0])
-    assert torch.equal(F4.encode_e2m1(v), formats.E2M1.encode(v))
-
-
 # ---- CPU: version 2's nibble -> bf16 bit trick and its configuration tables -----------------------------
 def test_e2m1_select_trick_matches_table():
     """gemv_nvfp4 version 2 widens 8 nibbles with 2 selects + 4 masks + 5 shifts (the .cu header).
@@ -181,15 +122,18 @@ def test_e2m1_select_trick_matches_table():
     assert torch.equal(vals, formats.E2M1.decode(codes.to(torch.uint8)).double())
 
 
-def test_v2_tables_match_the_compiled_kernels():
+def test_compiled_config_lists_are_the_python_sets():
+    """The .cu files instantiate exactly KERNELS_RNP / KERNELS_V2: the loader passes them as -D lists."""
     import re
-    from pathlib import Path
 
-    src8 = (Path(F8.__file__).parent / "gemv_fp8.cu").read_text()
-    src4 = (Path(F4.__file__).parent / "gemv_nvfp4.cu").read_text()
-    built8 = {tuple(map(int, m)) for m in re.findall(r"^GEMV_FP8_V2\((\d), (\d), (\d), (\d)\)", src8, re.M)}
-    built4 = {tuple(map(int, m)) for m in re.findall(r"^GEMV_NVFP4_V2\((\d), (\d), (\d), (\d)\)", src4, re.M)}
-    assert built8 == F8.KERNELS_V2 and built4 == F4.KERNELS_V2
+    for mod, name in ((F8, "FP8"), (F4, "NVFP4")):
+        d = dict(x.split("=", 1) for x in mod.cuda_defines())
+        for key, macro, table in ((f"FP8LAB_GEMV_{name}_V1", f"GEMV_{name}", mod.KERNELS_RNP),
+                                  (f"FP8LAB_GEMV_{name}_V2", f"GEMV_{name}_V2", mod.KERNELS_V2)):
+            built = {tuple(map(int, m.split(","))) for m in re.findall(rf"{macro}\(([\d,]+)\)", d[key])}
+            assert built == table, key
+        src = (Path(mod.__file__).parent / f"gemv_{name.lower()}.cu").read_text()
+        assert not re.search(rf"^GEMV_{name}(_V2)?\(\d", src, re.M), "no instantiation typed in the .cu any more"
     for M in (1, 4, 8, 9, 16):
         NT = 1 if M <= 8 else 2
         for N, K in [(400, 1024), (4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (272, 256)]:
@@ -215,8 +159,8 @@ def test_version_argument_is_checked():
 def test_blockwise_reference_equals_dequant_matmul():
     g = torch.Generator().manual_seed(4)
     x, w = torch.randn(64, 384, generator=g), torch.randn(256, 384, generator=g) * 0.02
-    a, sa = G.quantize_act_1x128(x)
-    b, sb = G.quantize_weight_128x128(w)
+    a, sa = REF.quantize_group(x, 128)
+    b, sb = REF.quantize_block(w, 128)
     r1, r2 = G.reference(a, sa, b, sb), G.reference_blockwise(a, sa, b, sb)
     # both float64 sums of the same exact products in a different order: ~1e-16 relative
     assert float((r1 - r2).abs().max() / r1.abs().max()) < 1e-12
@@ -264,8 +208,8 @@ def _check_gate(gate, kind):
 def test_accuracy_gate_w8a8_vs_w8a16_reference_math(kind):
     """Seed 001: W8A8 (1x128 activations) against W8A16 (bf16 activations), same FP8 weights."""
     x, w = G.test_inputs(128, 256, 512, kind=kind, device="cpu", seed=5)
-    a, sa = G.quantize_act_1x128(x)
-    b, sb = G.quantize_weight_128x128(w)
+    a, sa = REF.quantize_group(x, 128)
+    b, sb = REF.quantize_block(w, 128)
     gate = G.accuracy_gate(G.reference(a, sa, b, sb), G.w8a16_reference(x, b, sb))
     _check_gate(gate, kind)
     # the whole difference is the activation rounding: its relative RMS predicts the gate's
@@ -297,14 +241,14 @@ def test_gemv_fp8_matches_reference(M, mode):
         if cfg is not None and not F8.valid_config(*cfg[:2], NT, *cfg[2:]):
             continue  # that variant is not compiled (it spills)
         y = F8.gemv_fp8(x, w, scale, config=cfg, out=_poison((M, N)), version=1)
-        assert_close(y, ref, terms, "gemv_fp8")
+        assert_close(y, ref, terms, "gemv_fp8", K)
     # version 2: every compiled (R, NT, C, D) of this M, with a few split-K widths
     v2 = [None] + [(R, S, C, D) for (R, nt, C, D) in sorted(F8.KERNELS_V2) if nt == NT for S in (1, 2, 8)
                    if F8.valid_config_v2(R, S, NT, C, D, K)]
     for cfg in v2:
         y = F8.gemv_fp8(x, w, scale, config=cfg, out=_poison((M, N)), version=2)
-        assert_close(y, ref, terms, "gemv_fp8")
-    assert_close(F8.gemv_fp8(x, w, scale, out=_poison((M, N))), ref, terms, "gemv_fp8")  # the default path
+        assert_close(y, ref, terms, "gemv_fp8", K)
+    assert_close(F8.gemv_fp8(x, w, scale, out=_poison((M, N))), ref, terms, "gemv_fp8", K)  # the default path
 
 
 @gpu
@@ -360,7 +304,7 @@ def test_gemv_nvfp4_matches_reference(M):
         if cfg is not None and not F4.valid_config(*cfg[:2], NT, *cfg[2:]):
             continue
         y = F4.gemv_nvfp4(x, wp, sc, gs, config=cfg, out=_poison((M, N)), version=1)
-        assert_close(y, ref, terms, "gemv_nvfp4")
+        assert_close(y, ref, terms, "gemv_nvfp4", K)
         if cfg is not None and len(cfg) == 2:
             # version 2 on the same (R, S) with C = 2: the same products in the same order, bit for bit
             for D in (0, 2, 3):
@@ -371,8 +315,8 @@ def test_gemv_nvfp4_matches_reference(M):
                    if F4.valid_config_v2(R, S, NT, C, D, K)]
     for cfg in v2:
         y = F4.gemv_nvfp4(x, wp, sc, gs, config=cfg, out=_poison((M, N)), version=2)
-        assert_close(y, ref, terms, "gemv_nvfp4")
-    assert_close(F4.gemv_nvfp4(x, wp, sc, gs, out=_poison((M, N))), ref, terms, "gemv_nvfp4")  # the default path
+        assert_close(y, ref, terms, "gemv_nvfp4", K)
+    assert_close(F4.gemv_nvfp4(x, wp, sc, gs, out=_poison((M, N))), ref, terms, "gemv_nvfp4", K)  # the default path
 
 
 @gpu
@@ -404,7 +348,7 @@ def test_gemv_nvfp4_v2_keeps_subnormal_scales():
     ref, terms = x.double() @ wd.T, x.double().abs() @ wd.abs().T
     for cfg in [None, (1, 2, 2, 0), (2, 2, 2, 2), (1, 2, 4, 0), (1, 2, 4, 2)]:
         assert_close(F4.gemv_nvfp4(x, wp, sc, 1.0, config=cfg, version=2, out=_poison((4, N))), ref, terms,
-                     "gemv_nvfp4")
+                     "gemv_nvfp4", K)
 
 
 @gpu
@@ -425,7 +369,7 @@ def test_gemm_w8a8_matches_reference(kernel, M, layout):
     bd = F8.decode_e4m3(b) * sb.double().repeat_interleave(128, 0).repeat_interleave(128, 1)
     terms = ad.abs() @ bd.abs().T
     y = G.gemm_w8a8(a, sa, b, sb, kernel=kernel, out=_poison((M, N)))
-    assert_close(y, ref, terms, kernel)
+    assert_close(y, ref, terms, kernel, K)
 
 
 @gpu
@@ -433,8 +377,8 @@ def test_gemm_w8a8_matches_reference(kernel, M, layout):
 def test_gemm_w8a8_accuracy_gate_on_gpu(kind):
     """Every kernel's W8A8 output against the W8A16 reference gives the same gate numbers as the math."""
     x, w = G.test_inputs(256, 512, 1024, kind=kind, seed=7)
-    a, sa = G.quantize_act_1x128(x)
-    b, sb = G.quantize_weight_128x128(w)
+    a, sa = REF.quantize_group(x, 128)
+    b, sb = REF.quantize_block(w, 128)
     ref16 = G.w8a16_reference(x, b, sb)
     math_gate = G.accuracy_gate(G.reference(a, sa, b, sb), ref16)
     for kernel in G.KERNELS:

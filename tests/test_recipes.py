@@ -6,7 +6,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from fp8lab import recipes as R
-from fp8lab.scaling import QuantSpec, fake_quant
+from fp8lab.scaling import QuantSpec, fake_quant  # noqa: F401 (R.QuantSpec is the same class)
 
 
 def tiny_llama(attn="sdpa", tie=True, seed=0):
@@ -190,3 +190,53 @@ def test_list_recipes_has_a_line_per_recipe():
     lines = R.list_recipes().splitlines()
     assert [l.split()[0] for l in lines] == list(R.RECIPES)
     assert set(R.SEED003_RECIPES) <= set(R.RECIPES)
+    for line, r in zip(lines, R.RECIPES.values()):      # causal or ORACLE, then the reason in brackets
+        assert line.split()[1] == ("causal" if r.causal else "ORACLE") and line.endswith(f"[{r.why}]")
+
+
+# ---- causal or oracle ----------------------------------------------------------------------------------
+ORACLES = {"e4m3-wa", "e4m3-wakv", "e4m3-kv", "e4m3-kv-perchannel", "e5m2-kv"}
+
+
+def test_every_recipe_says_whether_it_is_causal_and_why():
+    for r in R.RECIPES.values():
+        assert isinstance(r.causal, bool) and r.why, r.name
+    assert {n for n, r in R.RECIPES.items() if not r.causal} == ORACLES
+    assert all(r.why.startswith("oracle:") and "future tokens" in r.why for n, r in R.RECIPES.items() if n in ORACLES)
+
+
+def test_every_oracle_has_a_causal_counterpart():
+    assert set(R.CAUSAL_COUNTERPART) == ORACLES
+    for oracle, causal in R.CAUSAL_COUNTERPART.items():
+        assert R.get_recipe(causal).causal, causal
+
+
+def _dynamic(recipe):
+    """Recipes with a scale computed during the forward (act / KV QuantSpec slots): the ones that can leak."""
+    return any(isinstance(s, R.QuantSpec) for s in (recipe.act, recipe.key, recipe.value))
+
+
+@pytest.mark.parametrize("name", ["e4m3-w"] + [n for n, r in R.RECIPES.items() if _dynamic(r)])
+def test_causal_means_the_future_cannot_change_the_past(model, name):
+    """The flag, checked on the model: with a causal recipe the logits of positions < 30 do not move when
+    tokens 30.. change; with an oracle they do (some scale saw the new future tokens). Weight-only recipes
+    are causal by construction (one stands for them); calibrated KV recipes are left out: their scales freeze
+    after the first 256 tokens they see, beyond this tiny model's 128-token context."""
+    a = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(5))
+    b = a.clone()
+    b[0, 30:] = torch.randint(0, 256, (10,), generator=torch.Generator().manual_seed(6))
+    with R.applied(model, name), torch.no_grad():
+        la, lb = model(a).logits[0, :30], model(b).logits[0, :30]
+    assert torch.equal(la, lb) == R.get_recipe(name).causal
+
+
+def test_per_token_kv_is_the_calibration_modules_dynamic_reference():
+    from fp8lab.calibration import dynamic_fake_quant
+    k = torch.randn(2, 3, 17, 32, generator=torch.Generator().manual_seed(0)) * 5
+    assert torch.equal(R.kv_fake_quant(k, R.get_recipe("e4m3-kv-tok").key), dynamic_fake_quant(k, "e4m3"))
+
+
+def test_recipe_formats_name_what_is_stored():
+    assert R.recipe_formats("nvfp4-w") == ["nvfp4"] and R.recipe_formats("mxfp4-w") == ["mxfp4"]
+    assert R.recipe_formats("e4m3-wakv-tok") == ["e4m3"] and R.recipe_formats("baseline") == []
+    assert R.recipe_formats("e4m3-kv-cal256") == ["e4m3"]

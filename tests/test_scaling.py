@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from fp8lab import formats
-from fp8lab.formats import E2M1, E4M3, E8M0
+from fp8lab.formats import E2M1, E4M3
 from fp8lab.metrics import sqnr_db
-from fp8lab.scaling import (DelayedScaling, QuantSpec, dequantize, fake_quant, pack_nibbles, quantize,
-                            unpack_nibbles)
+from fp8lab.scaling import (MX_RULES, NVFP4_RULES, DelayedScaling, QuantSpec, dequantize, fake_quant,
+                            mx_scale_exponent, pack_nibbles, quantize, unpack_nibbles)
 
 
 def rand(*shape, seed=0, scale=1.0):
@@ -94,27 +94,53 @@ def test_nvfp4_matches_loop(M, K):
     assert q.scale_codes.shape == (M, math.ceil(K / 16)) and q.global_scale.dim() == 0
 
 
-@pytest.mark.parametrize("rule", ["floor", "ceil"])
+def mx_exponent_reference(amax: float, f, rule: str) -> int:
+    """The MX scale exponent from each rule's written definition, in Python float64 (independent of scaling.py)."""
+    if amax == 0:
+        return -127
+    m, ex = math.frexp(amax)                      # amax = m * 2**ex, 0.5 <= m < 1
+    if rule == "floor":                           # OCP: floor(log2 amax) - emax
+        e = ex - 1 - f.emax
+    elif rule == "ceil":                          # torchao CEIL: ceil(log2 amax) - emax
+        e = (ex - 1 if m == 0.5 else ex) - f.emax
+    elif rule == "even":                          # torchao EVEN: amax rounded (half up) to man_bits, then floor
+        e = ex - 1 + (2 * m >= 2 - 2.0 ** -(f.man_bits + 1)) - f.emax
+    else:                                         # rceil: ceil(log2(fp32(amax / max)))
+        d = float(np.float32(amax) / np.float32(f.max))
+        md, ed = math.frexp(d)
+        e = ed - 1 if md == 0.5 else ed
+    return max(-127, min(e, 127 - f.emax))
+
+
+@pytest.mark.parametrize("rule", MX_RULES)
 @pytest.mark.parametrize("fmt", ["e2m1", "e4m3", "e5m2"])
-def test_mx_matches_ocp_definition(rule, fmt):
+def test_mx_matches_rule_definitions(rule, fmt):
     f = formats.get(fmt)
-    emax = {"e2m1": 2, "e4m3": 8, "e5m2": 15}[fmt]
     x = rand(4, 70, seed=7, scale=3.0)
+    x[3, 32:64] = f.max * 2.0 ** torch.arange(-16, 16).float()   # amax exactly max * 2**k: the RCEIL boundary
+    x[2, :32] = 1.75 * 2.0 ** torch.arange(32).float() / 2**20      # mantissa 1.75: the EVEN carry
     q = quantize(x, QuantSpec(fmt, "mx", scale_rule=rule))
+    d = dequantize(q)
     for i in range(4):
         for b, k in enumerate(range(0, 70, 32)):
             v = x[i, k:k + 32]
-            amax = float(v.abs().max())
-            e = math.floor(math.log2(amax)) - emax
-            if rule == "ceil" and amax / 2.0 ** e > f.max:
-                e += 1
-            assert int(q.scale_codes[i, b]) == e + 127
-            assert torch.equal(dequantize(q)[i, k:k + 32], f.round(v / 2.0 ** e) * 2.0 ** e)
-    if rule == "ceil":  # the round-up rule never needs to saturate: every block fits under fmt.max
-        amax = torch.nn.functional.pad(x.abs(), (0, 26)).reshape(4, 3, 32).amax(-1)
-        assert bool((amax / q.scale <= f.max).all())
-    else:  # the OCP floor rule can leave amax above fmt.max (E2M1: up to 8 > 6): those values saturate
-        pass
+            e = mx_exponent_reference(float(v.abs().max()), f, rule)
+            assert int(q.scale_codes[i, b]) == e + 127, (i, b)
+            assert torch.equal(d[i, k:k + 32], f.round(v / 2.0 ** e) * 2.0 ** e)
+    amax = torch.nn.functional.pad(x.abs(), (0, 26)).reshape(4, 3, 32).amax(-1)
+    if rule in ("ceil", "rceil"):  # the round-up rules keep every block under fmt.max (up to fp32 rounding)
+        assert bool((amax / q.scale <= f.max * (1 + 2**-23)).all())
+    if rule == "floor":            # the OCP rule leaves amax / scale in [2**emax, 2**(emax+1)): above max -> saturates
+        r = amax / q.scale
+        assert bool(((r >= 2.0 ** f.emax) & (r < 2.0 ** (f.emax + 1))).all())
+
+
+def test_mx_scale_exponent_docstring():
+    a = torch.tensor([1.0, 500.0, 0.0])
+    assert mx_scale_exponent(a, "e4m3").tolist() == [-8, 0, -127]
+    assert mx_scale_exponent(a, "e4m3", "rceil").tolist() == [-8, 1, -127]
+    with pytest.raises(ValueError, match="valid: floor, rceil"):
+        mx_scale_exponent(a, "e4m3", "round")
 
 
 # Edge cases (each row commented): (spec, input, what must hold)
@@ -249,7 +275,7 @@ _DISTS = {"normal": lambda g: torch.randn(3, 50, 256, generator=g),
                                      ("group", {"group_size": 100}), ("channel", {"axis": 0}),
                                      ("channel", {"axis": -1})])
 def test_fake_quant_fast_path_equals_quantize_dequantize(dist, fmt, gran, kw):
-    """The fast path (torch float8 cast after clamping) against the table-based encode/decode path."""
+    """The fast path (round(x / s) * s, no codes) against quantize (codes) + dequantize (the value table)."""
     x = _DISTS[dist](torch.Generator().manual_seed(3))
     spec = QuantSpec(fmt, gran, **kw)
     fast, ref = fake_quant(x, spec), dequantize(quantize(x, spec))
@@ -263,3 +289,133 @@ def test_fake_quant_fast_path_refuses_nonfinite(gran):
     x[1, 2] = float("nan")
     with pytest.raises(ValueError, match="1 NaN and 0 Inf"):
         fake_quant(x, QuantSpec("e4m3", gran))
+
+
+def test_delayed_scaling_margin_leaves_headroom():
+    """TransformerEngine's margin: scale = amax * 2**margin / fmt.max, so values up to 2**margin x the recorded
+    amax still fit (here 3.5 after a step of ones), where margin 0 saturates them to the old amax."""
+    for margin, expect in ((0, 1.0), (2, 3.5)):
+        ds = DelayedScaling("e4m3", history_len=4, margin=margin)
+        q1 = ds.quantize(torch.ones(4))
+        assert torch.equal(q1.scale, torch.tensor(2.0 ** margin) / torch.tensor(448.0))
+        d = dequantize(ds.quantize(torch.full((4,), 3.5)))            # the stale scale of step 1
+        assert torch.equal(d, E4M3.round(torch.full((4,), 3.5) / q1.scale) * q1.scale)
+        assert float(d[0]) == pytest.approx(expect, rel=0.07)         # 3.5 -> 384/448*4 = 3.43 with margin 2
+    ds = DelayedScaling("e4m3", margin=-1)                            # negative margin: amax / 2 -> top values clip
+    d = dequantize(ds.quantize(torch.tensor([1.0, 0.25])))
+    assert d.tolist() == [0.5, 0.25]
+    assert DelayedScaling("e4m3").quantize(torch.zeros(3)).scale.item() == 1.0
+
+
+# ---- NVFP4 conventions: each rule against a loop written from its library's definition ------------------
+def ref_nvfp4_rule(x, rule):
+    gs = x.abs().max() / torch.tensor(2688.0)
+    gs = gs if gs > 0 else torch.tensor(1.0)
+    codes, scs = torch.zeros(x.shape, dtype=torch.uint8), []
+    for i in range(x.shape[0]):
+        for k in range(0, x.shape[1], 16):
+            v = x[i, k:k + 16]
+            bamax = v.abs().max()
+            if rule == "modelopt":                            # per_block_amax / (6 * weights_scaling_factor_2)
+                bs = bamax / (torch.tensor(6.0) * gs)
+                bs = bs if bs != 0 else torch.tensor(1.0)
+            else:
+                bs = bamax / torch.tensor(6.0) / gs
+                if rule == "torchao":                         # clamp(min=E4M3_EPS = finfo(e4m3fn).tiny, max=448)
+                    bs = bs.clamp(min=2.0 ** -6, max=448.0)
+            sc = E4M3.encode(bs.reshape(1))
+            sv = E4M3.decode(sc)[0]
+            if rule == "torchao":                             # x * ((1 / global) / scale)
+                q = v * ((torch.tensor(1.0) / gs) / sv)
+            else:
+                q = v / (sv * gs) if sv * gs > 0 else torch.zeros_like(v)
+            codes[i, k:k + 16] = E2M1.encode(q) if sv * gs > 0 else 0
+            scs.append(int(sc))
+    return codes, scs, gs
+
+
+@pytest.mark.parametrize("rule", NVFP4_RULES)
+@pytest.mark.parametrize("scale", [1.0, 1e-4, 300.0])
+def test_nvfp4_rules_match_loops(rule, scale):
+    x = rand(6, 64, seed=11, scale=scale)
+    x[1] *= 1e-4                                   # tiny blocks: E4M3 subnormal (lab) vs 2**-6 clamp (torchao)
+    x[2, :16] = 0                                  # a zero block: code 0 (lab, torchao clamps) vs 1.0 (modelopt)
+    q = quantize(x, QuantSpec("e2m1", "nvfp4", scale_rule=rule))
+    codes, scs, gs = ref_nvfp4_rule(x, rule)
+    assert torch.equal(q.codes, codes) and q.scale_codes.flatten().tolist() == scs and torch.equal(q.global_scale, gs)
+
+
+def test_nvfp4_rules_differ_where_documented():
+    x = rand(4, 64, seed=5)
+    x[0, :16] = 0
+    x[1] *= 1e-5                                   # block scales ~3e-3: E4M3 subnormals (2**-9 .. 7 * 2**-9)
+    q = {r: quantize(x, QuantSpec("e2m1", "nvfp4", scale_rule=r)) for r in NVFP4_RULES}
+    assert int(q["lab"].scale_codes[0, 0]) == 0 and int(q["modelopt"].scale_codes[0, 0]) == 0x38
+    assert int(q["torchao"].scale_codes[0, 0]) == 0x08               # 2**-6, E4M3's smallest normal
+    assert int(q["lab"].scale_codes[1].max()) < 0x08 <= int(q["torchao"].scale_codes[1].min())
+    with pytest.raises(ValueError, match="valid: lab, torchao, modelopt"):
+        QuantSpec("e2m1", "nvfp4", scale_rule="floor")
+    with pytest.raises(ValueError, match="mx' or 'nvfp4' only"):
+        QuantSpec("e4m3", "tensor", scale_rule="floor")
+
+
+# ---- the public helpers kernels and calibration call -------------------------------------------------------
+def test_helpers_equal_quantize():
+    from fp8lab import scaling as S
+    w = rand(200, 300, seed=2) * 0.02
+    c, s = S.quantize_weight_channel(w)
+    q = quantize(w, QuantSpec("e4m3", "channel", axis=0))
+    assert torch.equal(c, q.codes) and torch.equal(s, q.scale) and s.shape == (200,)
+    c, s = S.quantize_group(w, 128)
+    assert s.shape == (200, 3) and torch.equal(c, quantize(w, QuantSpec("e4m3", "group", group_size=128)).codes)
+    c, s = S.quantize_block(w)
+    assert s.shape == (2, 3) and torch.equal(s, quantize(w, QuantSpec("e4m3", "block")).scale)
+    packed, sc, gs = S.quantize_nvfp4(w)
+    qn = quantize(w, QuantSpec("e2m1", "nvfp4"))
+    assert torch.equal(packed, pack_nibbles(qn.codes)) and torch.equal(sc, qn.scale_codes) and torch.equal(gs, qn.global_scale)
+    assert packed.shape == (200, 150) and sc.shape == (200, 19)
+    c, sc = S.quantize_mx(w, "e2m1", "rceil")
+    assert sc.shape == (200, 10) and torch.equal(sc, quantize(w, QuantSpec("e2m1", "mx", scale_rule="rceil")).scale_codes)
+    kv = rand(2, 4, 9, 16, seed=3)
+    for gran, shape in (("tensor", ()), ("head", (4,)), ("token", (2, 4, 9))):
+        c, s = S.quantize_kv(kv, gran)
+        assert c.shape == kv.shape and s.shape == shape
+    assert torch.equal(S.quantize_kv(kv, "token")[1], quantize(kv, QuantSpec("e4m3", "token")).scale)
+    with pytest.raises(ValueError, match="valid: tensor, head, token"):
+        S.quantize_kv(kv, "channel")
+    with pytest.raises(ValueError, match=r"\[B, H, S, D\]"):
+        S.quantize_kv(kv[0], "tensor")
+
+
+def test_nvfp4_static_global_amax():
+    from fp8lab import scaling as S
+    w = rand(4, 32, seed=9)
+    amax = float(w.abs().max())
+    p1, s1, g1 = S.quantize_nvfp4(w)
+    p2, s2, g2 = S.quantize_nvfp4(w, global_amax=amax)
+    assert torch.equal(p1, p2) and torch.equal(s1, s2) and torch.equal(g1, g2)
+    _, s3, g3 = S.quantize_nvfp4(w, global_amax=4 * amax)            # a calibrated amax 4x larger: smaller codes
+    assert float(g3) == pytest.approx(4 * float(g1)) and int(s3.max()) < int(s1.max())
+    for bad in (float("nan"), -1.0, [1.0, 2.0]):
+        with pytest.raises(ValueError, match="global_amax"):
+            S.quantize_nvfp4(w, global_amax=bad)
+
+
+def test_scale_from_amax_and_global_scale():
+    from fp8lab import scaling as S
+    assert S.scale_from_amax(torch.tensor([448.0, 0.0, 1e-45]), "e4m3").tolist() == [1.0, 1.0, 1.0]
+    assert torch.equal(S.scale_from_amax(torch.tensor(2.0), "e4m3"), torch.tensor(2.0) / torch.tensor(448.0))
+    assert float(S.nvfp4_global_scale(torch.tensor(2688.0))) == 1.0
+    assert float(S.nvfp4_global_scale(torch.tensor(0.0))) == 1.0
+
+
+@pytest.mark.parametrize("fmt", ["e4m3fnuz", "e5m2fnuz"])
+@pytest.mark.parametrize("gran", ["none", "tensor", "token", "group", "channel"])
+def test_fnuz_granularities(fmt, gran):
+    x = _DISTS["outliers"](torch.Generator().manual_seed(1))
+    spec = QuantSpec(fmt, gran)
+    q = quantize(x, spec)
+    assert torch.equal(fake_quant(x, spec), dequantize(q))
+    assert not bool((q.codes == 0x80).any())                          # no negative zero: 0x80 is the NaN
+    if gran != "none":
+        assert bool((dequantize(q).abs().amax() <= x.abs().amax()))

@@ -1,5 +1,6 @@
-"""The CLI: arguments and errors (subprocess, exit code 2, no traceback), --plot from a CSV alone, and one
-tiny end-to-end sweep on the real offline model (the only test that loads SmolLM2)."""
+"""The CLI: arguments and errors (subprocess, exit code 2, no traceback), --redraw from a CSV alone, and one
+tiny end-to-end sweep on the real offline model (the only test that loads SmolLM2). The hostile-user cases
+run on a tiny stand-in model in tests/test_sweep_cli.py."""
 import csv
 import json
 import os
@@ -24,7 +25,9 @@ def cli(*args, timeout=300):
 def test_list_recipes():
     r = cli("--list-recipes")
     assert r.returncode == 0
-    assert [l.split()[0] for l in r.stdout.splitlines()] == list(RECIPES)
+    lines = r.stdout.splitlines()
+    assert [l.split()[0] for l in lines] == list(RECIPES)
+    assert {l.split()[0] for l in lines if l.split()[1] == "ORACLE"} == {n for n, x in RECIPES.items() if not x.causal}
 
 
 @pytest.mark.parametrize("args,message", [
@@ -32,8 +35,6 @@ def test_list_recipes():
     (["--tasks", "ppl,winogrande"], "unknown task(s) winogrande; valid: ppl, ppl_lambada"),
     (["--tasks", "ppl_wikitext"], "needs a dataset hub: add --online"),
     (["--tokens", "100", "--seq-len", "512"], "--tokens >= --seq-len"),
-    # (--plot alone with no results.csv is no longer an error: it runs the default sweep first, see
-    #  test_plot_alone_redraws_or_computes_the_default)
 ])
 def test_bad_arguments_exit_2_with_the_valid_names(args, message):
     r = cli(*args)
@@ -52,9 +53,10 @@ def _fake_csv(path):
     rows = []
     for task, unit, metric in (("ppl", "%", "ppl"), ("arc_easy", "pp", "acc")):
         for i, rec in enumerate(["baseline", "e4m3-w", "e4m3-wa"]):
-            rows.append(dict(model="m", model_sha256="abc", recipe=rec, task=task, metric=metric, value=1 + i,
-                             baseline=1, delta_pct=float(i), ci95_low=i - 0.5, ci95_high=i + 0.5,
-                             delta_unit=unit, n=16, size="t1", seq_len=512, seed=0, seconds=1,
+            rows.append(dict(model="m", model_sha256="abc", recipe=rec, causal=RECIPES[rec].causal, task=task,
+                             metric=metric, value=1 + i, baseline=1, delta_pct=float(i), ci95_low=i - 0.5,
+                             ci95_high=i + 0.5, ci_method="paired bootstrap", changed="", delta_unit=unit, n=16,
+                             size="t1", seq_len=512, seed=0, batch_size="", device="cpu", n_boot=2000, seconds=1,
                              model_note="a note"))
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=sweep.CSV_FIELDS)
@@ -62,13 +64,15 @@ def _fake_csv(path):
         w.writerows(rows)
 
 
-def test_plot_alone_redraws_from_the_csv_without_a_model(tmp_path):
+def test_redraw_draws_from_the_csv_without_a_model(tmp_path):
+    # (was `--plot` alone; `--plot` now means "also draw" after a run that reuses what is there)
     _fake_csv(tmp_path / "results.csv")
-    r = cli("--plot", "--out", str(tmp_path), timeout=120)
+    r = cli("--redraw", "--out", str(tmp_path), timeout=120)
     assert r.returncode == 0, r.stderr
     for name in ("sweep.png", "sweep_ppl.png", "sweep_arc_easy.png"):
         assert (tmp_path / name).stat().st_size > 10_000
     assert not (tmp_path / "provenance.json").exists()     # nothing was computed
+    assert "nothing was computed" in r.stdout
 
 
 def _have_mc_backend():
@@ -99,7 +103,8 @@ def test_tiny_end_to_end_sweep_then_rerun_skips(tmp_path, capsys):
     assert 5 < ppl["baseline"] < 100 and ppl["e4m3-wakv"] != ppl["baseline"]
     prov = json.loads((tmp_path / "provenance.json").read_text())
     assert len(prov["model"]["sha256"]) == 64 and "Q4_1" in prov["model_note"]
-    assert {"git", "packages", "date", "wall_seconds", "command", "data_files"} <= set(prov)
+    # the one provenance record (fp8lab.provenance): commit with its clean/dirty state, device, packages
+    assert {"git_commit", "dirty", "device", "packages", "date", "wall_seconds", "command", "data_files"} <= set(prov)
     assert (tmp_path / "sweep.png").exists() and (tmp_path / "sweep.log").exists()
     before = (tmp_path / "results.csv").read_text()
 
@@ -112,7 +117,7 @@ def test_tiny_end_to_end_sweep_then_rerun_skips(tmp_path, capsys):
 
     capsys.readouterr()
     assert sweep.main(args) == 0                             # same settings: nothing to recompute
-    assert f"skipping {4 if mc else 2} recipe x task cells" in capsys.readouterr().out
+    assert f"reused {4 if mc else 2} cell(s)" in capsys.readouterr().out
     assert (tmp_path / "results.csv").read_text() == before
 
 
@@ -135,15 +140,16 @@ def test_delta_table_formats_and_orders():
         delta_table(df, "arc_easy", "acc")
 
 
-def test_plot_alone_redraws_or_computes_the_default(tmp_path, monkeypatch):
-    """--plot alone: redraw when <out>/results.csv exists, else run the default sweep first (never an error)."""
+def test_plot_runs_the_sweep_then_draws_only_its_rows(tmp_path, monkeypatch):
+    """--plot: run (reusing what is there), then draw the rows of this run; --redraw: draw only."""
     from fp8lab import plots, sweep as S
     calls = []
-    monkeypatch.setattr(S, "run_sweep", lambda plan, args, argv: calls.append(plan) or (tmp_path / "results.csv"))
-    monkeypatch.setattr(plots, "plot_sweep", lambda csv, out: calls.append(("plot", csv)) or [])
+    monkeypatch.setattr(S, "run_sweep", lambda plan, args, out, prov: calls.append(plan) or
+                        dict(csv=out / "results.csv", computed=[], reused=[("baseline", "ppl")], wall=0.0, keys={"k"}))
+    monkeypatch.setattr(plots, "plot_sweep", lambda csv, out, only=None: calls.append(("plot", only)) or [])
+    (tmp_path / "results.csv").write_text(",".join(S.CSV_FIELDS) + "\n")
     assert S.main(["--plot", "--out", str(tmp_path), "--quiet"]) == 0
-    assert isinstance(calls[0], dict) and calls[1][0] == "plot"          # computed the default, then plotted
+    assert isinstance(calls[0], dict) and calls[1] == ("plot", {"k"})     # computed (or reused), then plotted
     calls.clear()
-    (tmp_path / "results.csv").write_text("model\n")
-    assert S.main(["--plot", "--out", str(tmp_path)]) == 0
-    assert calls == [("plot", tmp_path / "results.csv")]               # redrew only
+    assert S.main(["--redraw", "--out", str(tmp_path)]) == 0
+    assert calls == [("plot", None)]                                     # drew only

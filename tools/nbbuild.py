@@ -1,8 +1,10 @@
 """Build a notebook from a list of ("md"|"code", source) cells, execute it top to bottom, save it with outputs.
 
-    python tools/nbbuild.py notebooks/01_number_formats.py   # a .py that defines CELLS and PATH
+    python tools/nbbuild.py notebooks/src/01_number_formats.py   # run from the repository root
 
-Used by the developers to (re)generate the committed notebooks; the tests re-execute them (tests/test_notebooks.py).
+Each notebooks/src/NN_*.py defines CELLS and PATH (the .ipynb it writes, relative to the repository root); the
+notebook executes with notebooks/ as its working directory. Used by the developers to (re)generate the committed
+notebooks; the tests re-execute them (tests/test_notebooks.py).
 """
 import runpy
 import sys

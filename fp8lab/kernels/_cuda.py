@@ -1,19 +1,32 @@
-"""Compile `.cu` files beside this module with NVRTC (through CuPy) for the running device's own arch.
+"""Compile the `.cu` files beside this module for the running device's own arch (NVRTC through CuPy), or for any
+listed arch without a GPU (NVRTC through ctypes, fp8lab/kernels/nvrtc.py) with exactly the same options.
 
-    mod = load_module("quant.cu")            # compiled for e.g. sm_90 on an H200
-    k = mod.get_function("quant_e4m3_group128")
+    mod = load_module("quant.cu")             # on an H200: compiled for sm_90; gemm_w8a8_wgmma.cu for sm_90a
+    k = mod.get_function("quant_group_bf16_e4m3_hw")
+    cubin, log = compile_for("gemm_w8a8.cu", 121)   # no GPU needed: the cubin a GB10 would run
 
-On a machine without CuPy or without a CUDA device, `load_module` raises `NoCudaDevice` with a
-plain message; importing fp8lab.kernels never fails.
+On a machine without CuPy or without a CUDA device, `load_module` raises `NoCudaDevice` with a plain message;
+importing fp8lab.kernels never fails.
 
-Why the arch matters: a kernel compiled for an older virtual arch runs through the driver's PTX JIT and
-uses none of the chip's own instructions. We compile for `sm_XY` of the device (sm_89, sm_90, sm_120,
-sm_121) and for `sm_90a` only where a kernel asks for it (wgmma / setmaxnreg need the `a` target).
+Why the arch matters: a kernel compiled for an older virtual arch runs through the driver's PTX JIT and uses
+none of the chip's own instructions. Each source declares in sources.py whether it needs the arch-specific
+target (sm_90a, sm_120a, sm_121a: wgmma, the block-scaled FP4 MMA), and where it builds at all.
+
+The options, exactly (`nvrtc_options`): ours -- --std=c++17, --gpu-architecture, -I<this folder>, and the -D
+defines (format constants from fp8lab.formats through reference.cuda_defines(), plus the source's instantiation
+lists) -- then what CuPy 14 appends to every NVRTC compile (cupy/cuda/compiler.py, _compile_with_cache_cuda and
+_compile_using_nvrtc_no_warning): -ftz=true, -arch=sm_<device cc> and --device-as-default-execution-space. With
+both an `sm_90a` and an `sm_90` architecture option NVRTC builds for sm_90a (checked: the wgmma kernels compile).
+CuPy also adds include folders for its own headers, which these sources never include. No --use_fast_math: the
+rounding kernels must be bit-exact against the CPU reference; -ftz=true flushes subnormals in C++ float
+arithmetic, so kernels that must keep subnormals write the critical steps in PTX without .ftz (ptx.cuh f_*).
 """
 from __future__ import annotations
 
 import functools
 from pathlib import Path
+
+from . import sources as _sources
 
 KERNEL_DIR = Path(__file__).resolve().parent
 
@@ -48,32 +61,58 @@ def cuda_available() -> bool:
         return False
 
 
-def device_arch(arch_specific: bool = False) -> str:
-    """The running device's arch as NVRTC wants it: 'sm_90' on an H200; 'sm_90a' with arch_specific=True.
+def device_cc() -> int:
+    """The running device's compute capability as an int: 90 on an H200, 121 on a GB10."""
+    return int(_cupy().cuda.Device().compute_capability)
 
-    The `a` suffix unlocks arch-specific instructions (wgmma on sm_90a); code built for it runs only on
-    that exact arch, which is why it is opt-in per kernel.
-    """
-    cp = _cupy()
-    arch = f"sm_{cp.cuda.Device().compute_capability}"  # CuPy gives '90' on an H200, '121' on a GB10
-    if arch_specific and arch in ("sm_90", "sm_100", "sm_101", "sm_120", "sm_121"):
-        arch += "a"
-    return arch
+
+def device_arch(filename: str | None = None) -> str:
+    """The NVRTC arch for this device: 'sm_90' on an H200, or the target `filename` declares ('sm_90a' for wgmma)."""
+    cc = device_cc()
+    return _sources.get(filename).target(cc) if filename else f"sm_{cc}"
+
+
+def source_defines(filename: str) -> tuple[str, ...]:
+    """The -D defines of a source: the format constants (reference.cuda_defines) and its instantiation lists."""
+    from .reference import cuda_defines
+
+    return cuda_defines() + _sources.get(filename).instantiation_defines()
+
+
+def compile_options(filename: str, arch: str) -> tuple[str, ...]:
+    """What load_module passes to CuPy for `filename` compiled for `arch` ('sm_90a', ...)."""
+    return ("--std=c++17", f"--gpu-architecture={arch}", f"-I{KERNEL_DIR}") + tuple(f"-D{d}" for d in source_defines(filename))
+
+
+def cupy_appended_options(cc: int) -> tuple[str, ...]:
+    """What CuPy 14's NVRTC path appends after our options on a device of compute capability `cc`."""
+    return ("-ftz=true", f"-arch=sm_{cc}", "--device-as-default-execution-space")
+
+
+def nvrtc_options(filename: str, cc: int) -> tuple[str, ...]:
+    """The complete NVRTC option list that compiles `filename` on a device of compute capability `cc`."""
+    return compile_options(filename, _sources.get(filename).target(cc)) + cupy_appended_options(cc)
 
 
 @functools.lru_cache(maxsize=None)
-def load_module(filename: str, arch_specific: bool = False, defines: tuple = ()):
-    """Compile `fp8lab/kernels/<filename>` with NVRTC for this device and return a `cupy.RawModule`.
+def compile_for(filename: str, cc: int, ptxas_verbose: bool = False) -> tuple[bytes, str]:
+    """(cubin, log) of `filename` as a device of compute capability `cc` would run it; no GPU needed.
 
-    `defines` is a tuple of 'NAME=VALUE' strings passed as -D options (hashable, so modules are cached).
+    ptxas_verbose adds -Xptxas=-v (registers, spills, shared memory per kernel in the log); that flag changes
+    no code. Raises ValueError where the source does not build for that arch (sources.py says why).
     """
+    from . import nvrtc
+
+    opts = nvrtc_options(filename, cc) + (("-Xptxas=-v",) if ptxas_verbose else ())
+    return nvrtc.compile_cubin((KERNEL_DIR / filename).read_text(), opts, name=filename)
+
+
+@functools.lru_cache(maxsize=None)
+def load_module(filename: str):
+    """Compile `fp8lab/kernels/<filename>` with NVRTC for this device and return a `cupy.RawModule`."""
     cp = _cupy()
     src = (KERNEL_DIR / filename).read_text()
-    arch = device_arch(arch_specific)
-    # No --use_fast_math: the rounding kernels must be bit-exact against the CPU reference. Note that CuPy
-    # itself appends -ftz=true to every NVRTC compile (cupy/cuda/compiler.py): C++ float arithmetic here
-    # flushes subnormals. Kernels that must keep subnormals write the critical steps in PTX without .ftz.
-    opts = ("--std=c++17", f"--gpu-architecture={arch}", f"-I{KERNEL_DIR}") + tuple(f"-D{d}" for d in defines)
+    opts = compile_options(filename, device_arch(filename))
     return cp.RawModule(code=src, options=opts, backend="nvrtc", name_expressions=None)
 
 

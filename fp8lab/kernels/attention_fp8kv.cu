@@ -39,10 +39,9 @@
 // in O / l. The row sum l is kept in fp32 from the unrounded P (as FlashAttention does).
 //
 // No host code; NVRTC-compatible (no CUDA headers: bf16/f16 are raw bits). Built without fast math.
+// Shared helpers: ptx.cuh (packing, mma.sync), fp8_decode.cuh (the two E4M3 -> f16 conversions).
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned char u8;
+#include "fp8_decode.cuh"
 
 #define CONV_NONE 0  // bf16 cache
 #define CONV_CVT 1
@@ -70,37 +69,7 @@ __device__ __forceinline__ uint2 ld8(const u8* p, bool ok) {
     return r;
 }
 
-__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
-    u32 d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-}
-
-// ---- conversions --------------------------------------------------------------------------------------
-__device__ __forceinline__ u32 cvt_e4m3x2(u32 w16) {  // low 16 bits: byte0 -> low half, byte1 -> high half
-    u32 d;
-    u16 h = (u16)w16;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(d) : "h"(h));
-    return d;
-}
-// Bit move: bytes 1 and 3 of y (the high byte of each half) -> f16x2 (byte1 low, byte3 high), value * 2**-8.
-__device__ __forceinline__ u32 bit_odd(u32 y) { return (y & 0x80008000u) | ((y >> 1) & 0x3F803F80u); }
-// Bytes 0 and 2 of y -> f16x2 (byte0 low, byte2 high), value * 2**-8.
-__device__ __forceinline__ u32 bit_even(u32 y) { return ((y << 8) & 0x80008000u) | ((y << 7) & 0x3F803F80u); }
-
-__device__ __forceinline__ u32 pack_f16(float lo, float hi) {
-    u32 d;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-    return d;
-}
-__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
-    u32 d;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-    return d;
-}
-__device__ __forceinline__ float bf16_lo(u32 w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf16_hi(u32 w) { return __uint_as_float(w & 0xFFFF0000u); }
-
+// ---- conversions: fp8_decode.cuh (e4m3x2_to_f16x2, the bit move), ptx.cuh (f16x2_rn, bf16x2_rn) -------------
 __device__ __forceinline__ float ex2(float x) {  // 2**x, ~2 ulp; ex2(-inf) = +0
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -109,14 +78,8 @@ __device__ __forceinline__ float ex2(float x) {  // 2**x, ~2 ulp; ex2(-inf) = +0
 
 template <bool F16>
 __device__ __forceinline__ void mma(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-    if constexpr (F16)
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    else
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    if constexpr (F16) mma_f16_16816(d, a[0], a[1], a[2], a[3], b0, b1);
+    else mma_bf16_16816(d, a[0], a[1], a[2], a[3], b0, b1);
 }
 
 // ---- the compile-time geometry --------------------------------------------------------------------------
@@ -259,8 +222,8 @@ __device__ __forceinline__ void decode_body(
             } else {
                 const float f0 = bf16_lo(raw[j][0]) * qs, f1 = bf16_hi(raw[j][0]) * qs;
                 const float f2 = bf16_lo(raw[j][1]) * qs, f3 = bf16_hi(raw[j][1]) * qs;
-                if constexpr (CONV == CONV_CVT) { e01 = pack_f16(f0, f1); e23 = pack_f16(f2, f3); }
-                else { e01 = pack_f16(f0, f2); e23 = pack_f16(f1, f3); }  // the bit move's (b0,b2),(b1,b3)
+                if constexpr (CONV == CONV_CVT) { e01 = f16x2_rn(f0, f1); e23 = f16x2_rn(f2, f3); }
+                else { e01 = f16x2_rn(f0, f2); e23 = f16x2_rn(f1, f3); }  // the bit move's (b0,b2),(b1,b3)
             }
             qa[j][ri] = e01;      // a0 (row r) / a1 (row r+8)
             qa[j][2 + ri] = e23;  // a2 / a3
@@ -290,8 +253,8 @@ __device__ __forceinline__ void decode_body(
             for (int j = 0; j < G_::NCH; ++j) {
                 u32 b0, b1;
                 if constexpr (CONV == CONV_NONE) { b0 = t.k[nb][2 * j]; b1 = t.k[nb][2 * j + 1]; }
-                else if constexpr (CONV == CONV_CVT) { const u32 w = t.k[nb][j]; b0 = cvt_e4m3x2(w); b1 = cvt_e4m3x2(w >> 16); }
-                else { const u32 w = t.k[nb][j]; b0 = bit_even(w); b1 = bit_odd(w); }
+                else if constexpr (CONV == CONV_CVT) { const u32 w = t.k[nb][j]; b0 = e4m3x2_to_f16x2(w); b1 = e4m3x2_to_f16x2(w >> 16); }
+                else { const u32 w = t.k[nb][j]; b0 = e4m3x2_even_to_f16x2_2m8(w); b1 = e4m3x2_odd_to_f16x2_2m8(w); }
                 mma<F16>(acc[j & 1], qa[j], b0, b1);
             }
 #pragma unroll
@@ -325,8 +288,8 @@ __device__ __forceinline__ void decode_body(
 #pragma unroll
                 for (int nd = 0; nd < G_::ND; ++nd) { o[0][nd][2 * ri] *= alpha; o[0][nd][2 * ri + 1] *= alpha; }
             }
-            if constexpr (F16) { pa[ri] = pack_f16(p[0], p[1]); pa[2 + ri] = pack_f16(p[2], p[3]); }
-            else { pa[ri] = pack_bf16(p[0], p[1]); pa[2 + ri] = pack_bf16(p[2], p[3]); }
+            if constexpr (F16) { pa[ri] = f16x2_rn(p[0], p[1]); pa[2 + ri] = f16x2_rn(p[2], p[3]); }
+            else { pa[ri] = bf16x2_rn(p[0], p[1]); pa[2 + ri] = bf16x2_rn(p[2], p[3]); }
         }
         if constexpr (VA) {
             // ---- O^T += V^T . P^T. P^T's B fragment is S's accumulator rows as they are: lane (r, c) holds
@@ -349,13 +312,13 @@ __device__ __forceinline__ void decode_body(
                 } else if constexpr (CONV == CONV_CVT) {
                     const u32 x01 = prmt(t.v[0][w], t.v[1][w], 0x5140u), x23 = prmt(t.v[0][w], t.v[1][w], 0x7362u);
                     const u32 y01 = prmt(t.v[2][w], t.v[3][w], 0x5140u), y23 = prmt(t.v[2][w], t.v[3][w], 0x7362u);
-                    A[0][0] = cvt_e4m3x2(x01); A[0][1] = cvt_e4m3x2(x01 >> 16); A[0][2] = cvt_e4m3x2(y01); A[0][3] = cvt_e4m3x2(y01 >> 16);
-                    A[1][0] = cvt_e4m3x2(x23); A[1][1] = cvt_e4m3x2(x23 >> 16); A[1][2] = cvt_e4m3x2(y23); A[1][3] = cvt_e4m3x2(y23 >> 16);
+                    A[0][0] = e4m3x2_to_f16x2(x01); A[0][1] = e4m3x2_to_f16x2(x01 >> 16); A[0][2] = e4m3x2_to_f16x2(y01); A[0][3] = e4m3x2_to_f16x2(y01 >> 16);
+                    A[1][0] = e4m3x2_to_f16x2(x23); A[1][1] = e4m3x2_to_f16x2(x23 >> 16); A[1][2] = e4m3x2_to_f16x2(y23); A[1][3] = e4m3x2_to_f16x2(y23 >> 16);
                 } else {
                     const u32 x = prmt(t.v[0][w], t.v[1][w], 0x4501u), x2 = prmt(t.v[0][w], t.v[1][w], 0x6723u);
                     const u32 y = prmt(t.v[2][w], t.v[3][w], 0x4501u), y2 = prmt(t.v[2][w], t.v[3][w], 0x6723u);
-                    A[0][0] = bit_odd(x); A[0][1] = bit_even(x); A[0][2] = bit_odd(y); A[0][3] = bit_even(y);
-                    A[1][0] = bit_odd(x2); A[1][1] = bit_even(x2); A[1][2] = bit_odd(y2); A[1][3] = bit_even(y2);
+                    A[0][0] = e4m3x2_odd_to_f16x2_2m8(x); A[0][1] = e4m3x2_even_to_f16x2_2m8(x); A[0][2] = e4m3x2_odd_to_f16x2_2m8(y); A[0][3] = e4m3x2_even_to_f16x2_2m8(y);
+                    A[1][0] = e4m3x2_odd_to_f16x2_2m8(x2); A[1][1] = e4m3x2_even_to_f16x2_2m8(x2); A[1][2] = e4m3x2_odd_to_f16x2_2m8(y2); A[1][3] = e4m3x2_even_to_f16x2_2m8(y2);
                 }
                 constexpr int PER = G_::BYTES == 1 ? 2 : 1;  // m-tiles per word: 4 FP8 elements, 2 bf16 elements
 #pragma unroll
@@ -374,18 +337,18 @@ __device__ __forceinline__ void decode_body(
                 } else if constexpr (CONV == CONV_CVT) {
                     const u32 x01 = prmt(t.v[0][w], t.v[1][w], 0x5140u), x23 = prmt(t.v[0][w], t.v[1][w], 0x7362u);
                     const u32 y01 = prmt(t.v[2][w], t.v[3][w], 0x5140u), y23 = prmt(t.v[2][w], t.v[3][w], 0x7362u);
-                    mma<true>(o[0][4 * w + 0], pa, cvt_e4m3x2(x01), cvt_e4m3x2(y01));
-                    mma<true>(o[0][4 * w + 1], pa, cvt_e4m3x2(x01 >> 16), cvt_e4m3x2(y01 >> 16));
-                    mma<true>(o[0][4 * w + 2], pa, cvt_e4m3x2(x23), cvt_e4m3x2(y23));
-                    mma<true>(o[0][4 * w + 3], pa, cvt_e4m3x2(x23 >> 16), cvt_e4m3x2(y23 >> 16));
+                    mma<true>(o[0][4 * w + 0], pa, e4m3x2_to_f16x2(x01), e4m3x2_to_f16x2(y01));
+                    mma<true>(o[0][4 * w + 1], pa, e4m3x2_to_f16x2(x01 >> 16), e4m3x2_to_f16x2(y01 >> 16));
+                    mma<true>(o[0][4 * w + 2], pa, e4m3x2_to_f16x2(x23), e4m3x2_to_f16x2(y23));
+                    mma<true>(o[0][4 * w + 3], pa, e4m3x2_to_f16x2(x23 >> 16), e4m3x2_to_f16x2(y23 >> 16));
                 } else {
                     // [a1 a0 b1 b0] -> odd bytes (a0, b0), even bytes (a1, b1); [a3 a2 b3 b2] likewise.
                     const u32 x = prmt(t.v[0][w], t.v[1][w], 0x4501u), x2 = prmt(t.v[0][w], t.v[1][w], 0x6723u);
                     const u32 y = prmt(t.v[2][w], t.v[3][w], 0x4501u), y2 = prmt(t.v[2][w], t.v[3][w], 0x6723u);
-                    mma<true>(o[0][4 * w + 0], pa, bit_odd(x), bit_odd(y));
-                    mma<true>(o[0][4 * w + 1], pa, bit_even(x), bit_even(y));
-                    mma<true>(o[0][4 * w + 2], pa, bit_odd(x2), bit_odd(y2));
-                    mma<true>(o[0][4 * w + 3], pa, bit_even(x2), bit_even(y2));
+                    mma<true>(o[0][4 * w + 0], pa, e4m3x2_odd_to_f16x2_2m8(x), e4m3x2_odd_to_f16x2_2m8(y));
+                    mma<true>(o[0][4 * w + 1], pa, e4m3x2_even_to_f16x2_2m8(x), e4m3x2_even_to_f16x2_2m8(y));
+                    mma<true>(o[0][4 * w + 2], pa, e4m3x2_odd_to_f16x2_2m8(x2), e4m3x2_odd_to_f16x2_2m8(y2));
+                    mma<true>(o[0][4 * w + 3], pa, e4m3x2_even_to_f16x2_2m8(x2), e4m3x2_even_to_f16x2_2m8(y2));
                 }
             }
         }
@@ -446,8 +409,8 @@ __device__ __forceinline__ void decode_body(
                         uint4* dst = reinterpret_cast<uint4*>(out + hq * D + d0);
 #pragma unroll
                         for (int i = 0; i < G_::VEPP / 8; ++i)
-                            dst[i] = make_uint4(pack_bf16(val[8 * i], val[8 * i + 1]), pack_bf16(val[8 * i + 2], val[8 * i + 3]),
-                                                pack_bf16(val[8 * i + 4], val[8 * i + 5]), pack_bf16(val[8 * i + 6], val[8 * i + 7]));
+                            dst[i] = make_uint4(bf16x2_rn(val[8 * i], val[8 * i + 1]), bf16x2_rn(val[8 * i + 2], val[8 * i + 3]),
+                                                bf16x2_rn(val[8 * i + 4], val[8 * i + 5]), bf16x2_rn(val[8 * i + 6], val[8 * i + 7]));
                     } else {
                         float4* dst = reinterpret_cast<float4*>(part_o + (hq * S + split) * D + d0);
 #pragma unroll
@@ -473,7 +436,7 @@ __device__ __forceinline__ void decode_body(
                         u32 wv[G_::VEPP / 2];
 #pragma unroll
                         for (int i = 0; i < G_::VEPP / 2; ++i)
-                            wv[i] = pack_bf16(o[0][k * G_::VEPP + 2 * i][2 * ri + e] * f, o[0][k * G_::VEPP + 2 * i + 1][2 * ri + e] * f);
+                            wv[i] = bf16x2_rn(o[0][k * G_::VEPP + 2 * i][2 * ri + e] * f, o[0][k * G_::VEPP + 2 * i + 1][2 * ri + e] * f);
                         uint4* dst = reinterpret_cast<uint4*>(out + hq * D + d0);
 #pragma unroll
                         for (int i = 0; i < G_::VEPP / 8; ++i) dst[i] = make_uint4(wv[4 * i], wv[4 * i + 1], wv[4 * i + 2], wv[4 * i + 3]);
@@ -566,6 +529,6 @@ extern "C" __global__ void __launch_bounds__(32) decode_reduce(const float* __re
         acc.x += w * x.x; acc.y += w * x.y; acc.z += w * x.z; acc.w += w * x.w;
     }
     const float inv = 1.0f / den;
-    uint2 res = make_uint2(pack_bf16(acc.x * inv, acc.y * inv), pack_bf16(acc.z * inv, acc.w * inv));
+    uint2 res = make_uint2(bf16x2_rn(acc.x * inv, acc.y * inv), bf16x2_rn(acc.z * inv, acc.w * inv));
     *reinterpret_cast<uint2*>(out + row * D + d) = res;
 }

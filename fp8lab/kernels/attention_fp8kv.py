@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from . import _cuda
+from .reference import quantize_kv
 
 HEAD_DIMS = (64, 128)
 TILE = 16          # tokens per warp step; a paged pool's page size must be a multiple of it
@@ -421,23 +422,6 @@ def reference_decode_attention(q, k_cache, v_cache, k_scale=None, v_scale=None, 
     return out
 
 
-def quantize_kv(x: torch.Tensor, per_head: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """E4M3 codes and fp32 scale(s) for a K or V cache [B|n_pages, Hk, L, D], any device.
-
-    The lab's contract (fp8lab.scaling, "tensor" / "channel" on the head axis): scale = amax / 448
-    (1.0 if not > 0), codes = E4M3.encode(x / scale) with saturation. Done with torch's float8 cast after a
-    clamp (the same RNE; tests/test_kernels_attention.py checks the codes equal fp8lab.scaling's) because the
-    reference encoder is too slow for benchmark-sized caches.
-    """
-    xf = x.float()
-    amax = xf.abs().amax(dim=(0, 2, 3)) if per_head else xf.abs().amax()
-    s = amax / torch.tensor(448.0, device=x.device)
-    s = torch.where(s > 0, s, torch.ones_like(s))
-    sb = s.reshape(1, -1, 1, 1) if per_head else s
-    codes = (xf / sb).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
-    return codes, s.float()
-
-
 # ---- numerics of the cache formats (CPU, for the notebook) ----------------------------------------------------
 OUTLIER_CHANNELS = (3, 17, 40, 61)  # KIVI: a few key channels carry most of the magnitude
 
@@ -460,8 +444,8 @@ def cache_error_table(L: int = 512, D: int = 128, B: int = 2, Hq: int = 8, Hk: i
         exact = reference_decode_attention(q, k, v)
         caches = {"bf16": (k.to(torch.bfloat16), v.to(torch.bfloat16), None, None, 2)}
         for name, per_head in (("fp8 e4m3, per-tensor scale", False), ("fp8 e4m3, per-head scale", True)):
-            kc, ks = quantize_kv(k, per_head)
-            vc, vs = quantize_kv(v, per_head)
+            kc, ks = quantize_kv(k, "head" if per_head else "tensor")
+            vc, vs = quantize_kv(v, "head" if per_head else "tensor")
             caches[name] = (kc, vc, ks, vs, 1)
         for name, (kc, vc, ks, vs, nbytes) in caches.items():
             out = reference_decode_attention(q, kc, vc, ks, vs)

@@ -2,7 +2,13 @@
 
     python -m fp8lab.kernels.bench quant                 # -> outputs/kernels/quant.json
     python -m fp8lab.kernels.bench quant --small         # a quick run on small shapes
+    python -m fp8lab.kernels.bench gemm --shapes 28672x8192 --m 1,16 --out /tmp/gemm.json
+    python -m fp8lab.kernels.bench attention --contexts 1024,32768 --rounds 7 --out /tmp/att.json
     python -m fp8lab.kernels.bench gemm --help
+
+Every family validates each kernel (outputs poisoned) before timing it, times the variants it compares in
+interleaved rounds and reports the median with its quartiles (fp8lab.kernels.harness). On a machine without a
+CUDA device the command says so in one line and exits with status 2.
 
 The registry is the file system: a family NAME is the module `fp8lab/kernels/bench_NAME.py`, imported lazily
 (only when asked for, so one family's imports or failures never touch another's). A family module defines
@@ -58,6 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     if family not in FAMILIES:
         print(f"unknown benchmark family {family!r}; available: {', '.join(FAMILIES)}", file=sys.stderr)
         raise SystemExit(2)
+    if not any(a in ("-h", "--help") for a in rest):
+        from ._cuda import cuda_available
+
+        if not cuda_available():
+            print(f"python -m fp8lab.kernels.bench {family}: no CUDA device here, nothing to measure "
+                  f"(the recorded results are in outputs/kernels/{family}.json)", file=sys.stderr)
+            raise SystemExit(2)
     return int(load(family).main(rest) or 0)
 
 

@@ -13,8 +13,9 @@ sequence at the same context L in {1k, 4k, 16k, 32k, 64k, 128k}; head_dim 64 at 
   * torch.nn.functional.scaled_dot_product_attention on the bf16 cache with enable_gqa=True, with the
     backend torch picks (recorded) and, separately, each backend forced (flash / efficient / cudnn) where
     it accepts the inputs.
-Every contender is compared with float32 SDPA on the dequantized cache (sequences 0 and B-1) BEFORE it is
-timed; the errors are recorded. Bytes = K + V actually read + q + out (the split partials are overhead, not
+Every contender is compared with float32 SDPA on the dequantized cache (sequences 0 and B-1), its output
+poisoned first, BEFORE it is timed (harness.Bench.validate; the errors are recorded), and all the contenders of a
+problem are timed together in interleaved rounds (median and quartiles over --rounds). Bytes = K + V actually read + q + out (the split partials are overhead, not
 counted). Timing: a CUDA graph of >= 16 calls cycling over cache copies whose total is >= 4x the L2
 (harness.sets_for_l2), the median of the replays (harness.time_us) per call: HBM, not L2, and no Python
 launch overhead for anyone. Copy bandwidth is measured in the same run (harness.copy_bandwidth_gbps).
@@ -28,21 +29,13 @@ import sys
 import time
 from pathlib import Path
 
-from . import harness
+from . import harness, tolerances
 
 DEFAULT_OUT = harness.REPO / "outputs" / "kernels" / "attention.json"
 CONTEXTS = (1024, 4096, 16384, 32768, 65536, 131072)
 SMALL_CONTEXTS = (1024, 4096)
 B, HQ, HK = 8, 32, 8
-VALID_REL_RMS = 2**-6
 GOAL = ("FP8 vs bf16 (same kernel) at 32k context, head_dim 128", 1.8)
-
-
-def log(*a):
-    print(*a, flush=True)
-
-
-graph_time_us = harness.graph_time_us
 
 
 # ---- inputs ------------------------------------------------------------------------------------------------
@@ -50,7 +43,7 @@ def make_sets(L: int, D: int, n16: int, n8: int, seed: int = 0):
     """n16 bf16 caches and n8 FP8 caches (the first n8 of the same values, quantized per tensor), plus q."""
     import torch
 
-    from .attention_fp8kv import quantize_kv
+    from .reference import quantize_kv
 
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(B, HQ, D, device="cuda", generator=g).to(torch.bfloat16)
@@ -109,7 +102,7 @@ def errors(out, ref) -> dict:
         mx = max(mx, float(d.abs().max()))
     rel = math.sqrt(num / max(den, 1e-30))
     # a loose gate (the tight tolerances live in tests/test_kernels_attention.py): a wrong kernel is far above it
-    return {"max_abs_err": mx, "rel_rms_err": rel, "valid": bool(rel <= VALID_REL_RMS)}
+    return {"max_abs_err": mx, "rel_rms_err": rel, "valid": bool(rel <= tolerances.ATTENTION_BENCH_REL_RMS)}
 
 
 # ---- torch SDPA ------------------------------------------------------------------------------------------------
@@ -150,9 +143,9 @@ def sdpa_call(q4, k, v, backend=None):
 VARIANTS = (("cvt", "va"), ("bit", "va"), ("cvt", "vb"))  # FP8 (conversion, P.V layout); bf16 runs both layouts
 
 
-def bench_problem(L: int, D: int, copy_gbps: float, page: int | None = None, torch_too: bool = True,
+def bench_problem(bench: harness.Bench, L: int, D: int, copy_gbps: float, page: int | None = None, torch_too: bool = True,
                   variants=VARIANTS) -> tuple[list, list]:
-    """All contenders on one (L, D, layout). Returns (records, notes)."""
+    """All contenders on one (L, D, layout), validated then timed in interleaved rounds. Returns (records, notes)."""
     import torch
 
     from . import attention_fp8kv as att
@@ -198,21 +191,21 @@ def bench_problem(L: int, D: int, copy_gbps: float, page: int | None = None, tor
         ref8 = reference(q, *g8, f8[0][2], f8[0][3], rows=rows)
         del g16, g8
 
-    res = {}  # (dtype, conv, pv) -> (time, how, errors, info)
+    timers, info, errs = {}, {}, {}
+
+    def contender(name, launches, ref):
+        """Validate launch 0 (output poisoned) against the float32 reference, then queue all for timing."""
+        bench.validate(name, launches[0], lambda out: (lambda e: (e["valid"], e))(errors(out, ref)), outputs=[launches[0].out])
+        errs[name] = {k: v for k, v in bench.validation[name].items() if k != "passed"}
+        info[name] = launches[0].info
+        timers[name] = lambda: harness.graph_time_us(launches)
+
     for pv in att.PV_LAYOUTS:  # ours, bf16 cache
-        lb = [att.prepare(q, s[0], s[1], lens, pv=pv, max_seq_len=L, **kw16(s)) for s in bf]
-        e = errors(lb[0](), ref16)
-        t, how = graph_time_us(lb)
-        res[("bf16", None, pv)] = (t, how, e, lb[0].info)
-        del lb
+        contender(f"ours_bf16kv[{pv}]", [att.prepare(q, s[0], s[1], lens, pv=pv, max_seq_len=L, **kw16(s)) for s in bf], ref16)
     for conv, pv in variants:  # ours, FP8 cache
-        lf = [att.prepare(q, s[0], s[1], lens, conv=conv, pv=pv, max_seq_len=L, **kw8(s)) for s in f8]
-        e = errors(lf[0](), ref8)
-        t, how = graph_time_us(lf)
-        res[("fp8", conv, pv)] = (t, how, e, lf[0].info)
-        del lf
-    # torch
-    torch_rows = []
+        contender(f"ours_fp8kv[{conv},{pv}]",
+                  [att.prepare(q, s[0], s[1], lens, conv=conv, pv=pv, max_seq_len=L, **kw8(s)) for s in f8], ref8)
+    torch_names = []
     if torch_too and page is None:
         q4 = q[:, :, None, :]
         choice = sdpa_default_choice(q4, bf[0][0], bf[0][1])
@@ -221,36 +214,46 @@ def bench_problem(L: int, D: int, copy_gbps: float, page: int | None = None, tor
         for name, backend in cands:
             try:
                 calls = [sdpa_call(q4, s[0], s[1], backend) for s in bf]
-                e = errors(calls[0]()[:, :, 0], ref16)
-                t, how = graph_time_us(calls)
-                torch_rows.append((name, t, how, e))
+                calls[0]()
             except Exception as ex:
                 notes.append({"kernel": name, "shape": shape, "error": f"{type(ex).__name__}: {str(ex).splitlines()[0][:160]}"})
-                log("  ", name, "not usable:", notes[-1]["error"])
-    t_torch = torch_rows[0][1] if torch_rows else None
-    torch_name = torch_rows[0][0] if torch_rows else None
-
+                print("  ", name, "not usable:", notes[-1]["error"], flush=True)
+                continue
+            bench.validate(name, calls[0], lambda out: (lambda e: (e["valid"], e))(errors(out[:, :, 0], ref16)))
+            errs[name] = {k: v for k, v in bench.validation[name].items() if k != "passed"}
+            timers[name] = lambda calls=calls: harness.graph_time_us(calls)
+            torch_names.append(name)
+    t = bench.compare({n: f for n, f in timers.items() if bench.validation[n]["passed"]})
+    torch_name = next((n for n in torch_names if n in t), None)
+    t_torch = t[torch_name].median if torch_name else None
     recs = []
     for conv, pv in variants:
-        t, how, e, info = res[("fp8", conv, pv)]
-        t16 = res[("bf16", None, pv)][0]  # the anchor: the same kernel layout on the bf16 cache
+        name = f"ours_fp8kv[{conv},{pv}]"
+        if name not in t:
+            continue
+        b16 = t.get(f"ours_bf16kv[{pv}]")  # the anchor: the same kernel layout on the bf16 cache
         default = conv == att.DEFAULT_CONV and pv == att.DEFAULT_PV
-        r = harness.Result(kernel=f"ours_fp8kv[{conv},{pv}]", shape=shape, dtype="e4m3", time_us=t, bytes=kv8 + qo,
-                           anchor=f"ours_bf16kv[{pv}]", anchor_time_us=t16, copy_gbps=copy_gbps,
-                           extra=dict(**extra, **e, timing=how, default=default, conv=conv, pv=pv,
-                                      kernel_name=info["kernel"], num_splits=info["num_splits"], split_len=info["split_len"],
-                                      speedup_vs_torch=(t_torch / t) if t_torch else None, torch_anchor=torch_name))
-        recs.append(r.record())
+        i = info[name]
+        recs.append(bench.record(harness.Result(
+            kernel=name, shape=shape, dtype="e4m3", time_us=0.0, bytes=kv8 + qo, anchor=f"ours_bf16kv[{pv}]",
+            anchor_time_us=b16.median if b16 else None, copy_gbps=copy_gbps,
+            extra=dict(**extra, **errs[name], default=default, conv=conv, pv=pv, kernel_name=i["kernel"],
+                       num_splits=i["num_splits"], split_len=i["split_len"],
+                       speedup_vs_torch=(t_torch / t[name].median) if t_torch else None, torch_anchor=torch_name)), t[name]))
     for pv in att.PV_LAYOUTS:
-        t, how, e, info = res[("bf16", None, pv)]
-        recs.append(harness.Result(kernel=f"ours_bf16kv[{pv}]", shape=shape, dtype="bf16", time_us=t, bytes=kv16 + qo,
-                                   anchor=torch_name or "", anchor_time_us=t_torch, copy_gbps=copy_gbps,
-                                   extra=dict(**extra, **e, timing=how, default=(pv == att.DEFAULT_PV), pv=pv,
-                                              kernel_name=info["kernel"], num_splits=info["num_splits"],
-                                              split_len=info["split_len"])).record())
-    for name, t, how, e in torch_rows:
-        recs.append(harness.Result(kernel=name, shape=shape, dtype="bf16", time_us=t, bytes=kv16 + qo,
-                                   copy_gbps=copy_gbps, extra=dict(**extra, **e, timing=how)).record())
+        name = f"ours_bf16kv[{pv}]"
+        if name not in t:
+            continue
+        i = info[name]
+        recs.append(bench.record(harness.Result(
+            kernel=name, shape=shape, dtype="bf16", time_us=0.0, bytes=kv16 + qo, anchor=torch_name or "",
+            anchor_time_us=t_torch, copy_gbps=copy_gbps,
+            extra=dict(**extra, **errs[name], default=(pv == att.DEFAULT_PV), pv=pv, kernel_name=i["kernel"],
+                       num_splits=i["num_splits"], split_len=i["split_len"])), t[name]))
+    for name in torch_names:
+        if name in t:
+            recs.append(bench.record(harness.Result(kernel=name, shape=shape, dtype="bf16", time_us=0.0, bytes=kv16 + qo,
+                                                    copy_gbps=copy_gbps, extra=dict(**extra, **errs[name])), t[name]))
     del q, bf, f8
     torch.cuda.empty_cache()
     return recs, notes
@@ -376,63 +379,66 @@ def goal_met(data: dict) -> tuple[float | None, bool | None]:
 
 
 # ---- main -----------------------------------------------------------------------------------------------------
+def _contexts(text: str) -> tuple[int, ...]:
+    vals = text.split(",")
+    if not all(v.isdigit() and int(v) >= 16 for v in vals):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated contexts >= 16, e.g. 1024,32768")
+    return tuple(int(v) for v in vals)
+
+
+def _head_dims(text: str) -> tuple[int, ...]:
+    vals = text.split(",")
+    if not all(v in ("64", "128") for v in vals):
+        raise argparse.ArgumentTypeError(f"{text!r}: head dims are 64 and/or 128")
+    return tuple(int(v) for v in vals)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fp8lab.kernels.bench attention", description=__doc__.split("\n")[0])
     p.add_argument("--out", default=str(DEFAULT_OUT))
     p.add_argument("--small", action="store_true", help="contexts 1k and 4k only (a quick live run)")
-    p.add_argument("--contexts", default=None, help="comma-separated contexts, e.g. 1024,32768")
+    p.add_argument("--contexts", type=_contexts, default=None, help="comma-separated contexts, e.g. 1024,32768")
+    p.add_argument("--shapes", type=_head_dims, default=None, help="head dims to run at every context: 64,128 (default 128)")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     p.add_argument("--pytest-log", default=None, help="a pytest log whose summary line is recorded with the results")
     p.add_argument("--budget-s", type=float, default=float("inf"), help="skip what is left after this many seconds")
     p.add_argument("--no-compile", action="store_true", help=argparse.SUPPRESS)  # accepted for report.summarize
     args = p.parse_args(argv)
-
-    from ._cuda import NoCudaDevice, cuda_available
-
-    if not cuda_available():
-        raise NoCudaDevice("bench_attention needs a CUDA device; the recorded results are in outputs/kernels/attention.json")
     import torch
 
     t0 = time.time()
-    contexts = (tuple(int(x) for x in args.contexts.split(",")) if args.contexts else
-                SMALL_CONTEXTS if args.small else CONTEXTS)
-    problems = [(L, 128, None) for L in contexts]
-    if not args.small and 32768 in contexts:
+    contexts = args.contexts or (SMALL_CONTEXTS if args.small else CONTEXTS)
+    problems = [(L, D, None) for L in contexts for D in (args.shapes or (128,))]
+    if not args.small and not args.contexts and not args.shapes:
         problems += [(32768, 64, None), (32768, 128, 16), (32768, 128, 64)]
-    copy_gbps = harness.copy_bandwidth_gbps()
-    log(f"copy bandwidth {copy_gbps:.0f} GB/s")
-    out = Path(args.out)
     cmd = " ".join(["python -m fp8lab.kernels.bench attention"] + list(sys.argv[1:] if argv is None else argv))
-    payload = {"provenance": harness.provenance(cmd),
-               "ceilings": {"copy_gbps": copy_gbps},
-               "results": [], "notes": [], "pytest": pytest_summary(args.pytest_log),
-               "kernel_registers": kernel_registers(), "goal": None}
+    bench = harness.Bench("attention", args.out, cmd, rounds=args.rounds)
+    copy_gbps = bench.ceilings["copy_gbps"] = harness.copy_bandwidth_gbps()
+    print(f"copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
     q4 = torch.zeros(1, HQ, 1, 128, dtype=torch.bfloat16, device="cuda")
     k4 = torch.zeros(1, HK, 1024, 128, dtype=torch.bfloat16, device="cuda")
-    payload["ceilings"]["torch_sdpa_default_backend_L1k"] = sdpa_default_choice(q4, k4, k4)
+    bench.ceilings["torch_sdpa_default_backend_L1k"] = sdpa_default_choice(q4, k4, k4)
+    bench.extra.update(pytest=pytest_summary(args.pytest_log), kernel_registers=kernel_registers(), goal=None)
 
     def dump():
-        speed, met = goal_met(payload)
-        payload["goal"] = {"goal": GOAL[0], "threshold": GOAL[1], "measured": speed, "met": met}
-        out.parent.mkdir(parents=True, exist_ok=True)
-        import json
-
-        out.write_text(json.dumps(payload, indent=1, default=float) + "\n")
+        speed, met = goal_met({"results": bench.results})
+        bench.extra["goal"] = {"goal": GOAL[0], "threshold": GOAL[1], "measured": speed, "met": met}
+        bench.write()
 
     for L, D, page in problems:
         if time.time() - t0 > args.budget_s:
-            payload["notes"].append({"shape": f"L{L} D{D} page{page}", "error": "skipped: time budget spent"})
+            bench.notes.append({"shape": f"L{L} D{D} page{page}", "error": "skipped: time budget spent"})
             continue
-        log(f"L={L} D={D} page={page} ...")
-        recs, notes = bench_problem(L, D, copy_gbps, page=page, torch_too=page is None)
-        payload["results"] += recs
-        payload["notes"] += notes
+        print(f"L={L} D={D} page={page} ...", flush=True)
+        _, notes = bench_problem(bench, L, D, copy_gbps, page=page, torch_too=page is None)
+        bench.notes += notes
         dump()
-    harness.print_table(payload["results"])
+    harness.print_table(bench.results)
     print()
-    print(format_summary(payload))
-    speed, met = goal_met(payload)
-    log(f"GOAL {GOAL[0]} >= {GOAL[1]}: measured {speed} -> {'MET' if met else 'not met'}")
-    log("wrote", out, f"in {time.time() - t0:.0f} s")
+    print(format_summary({"results": bench.results}))
+    speed, met = goal_met({"results": bench.results})
+    print(f"GOAL {GOAL[0]} >= {GOAL[1]}: measured {speed} -> {'MET' if met else 'not met'}")
+    print("wrote", args.out, f"in {time.time() - t0:.0f} s", flush=True)
     return 0
 
 

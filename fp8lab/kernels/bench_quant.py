@@ -1,46 +1,47 @@
 """Benchmarks for FP8 and NVFP4 quantization kernels: `python -m fp8lab.kernels.bench quant`.
 
-Writes outputs/kernels/quant.json (harness schema, plus "checks" and "sass" sections) and, where nvcc and
-cuobjdump exist, outputs/kernels/quant_sass.txt. File order as in llm.c dev/cuda:
+Writes outputs/kernels/quant.json (harness schema, plus "checks" and "sass"). File order as in llm.c dev/cuda:
   1. the references: the CPU contract (fp8lab.scaling) and torch's own path for the same math (eager and
      torch.compile, each validated too),
   2. our versions (fp8lab.kernels.quant / nvfp4, every variant),
-  3. validation BEFORE timing: on the benchmarked tensor, ours == torch's path bit for bit, and on a slice
-     ours == the CPU reference; a kernel that fails is recorded and not timed,
-  4. timing: CUDA events, warm-up, median of many samples (each sample several back-to-back calls, so Python
-     launch overhead is hidden), inputs several times the L2 (or rotated copies), and a copy of the same
-     number of bytes measured in the same run as the bandwidth anchor; napkin math printed per kernel.
+  3. validation BEFORE timing (harness.Bench.validate, outputs poisoned): on the benchmarked tensor, ours == torch's
+     path bit for bit, and on a slice ours == the CPU reference; a kernel that fails is recorded and not timed,
+  4. timing: every variant of a section and its anchors (torch eager, torch.compile, a copy of the same bytes) in
+     interleaved rounds (median and quartiles over --rounds), each sample several back-to-back calls; inputs
+     several times the L2 (rotated copies).
 Bytes counted: input read + codes written + scales written (the amax pass of a dynamic quantization is NOT
 counted: it is the price of not knowing the scale in advance, and shows as a lower fraction of copy).
+
+    python -m fp8lab.kernels.bench quant --shapes 16384x7168 --rounds 5 --out /tmp/quant.json
 """
 from __future__ import annotations
 
 import argparse
-import json
-import re
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
+
+from fp8lab import formats
 
 from . import harness
+from .reference import e2m1_midpoints
 
-KDIR = Path(__file__).resolve().parent
 DEFAULT_OUT = harness.REPO / "outputs" / "kernels" / "quant.json"
-# The issue's goals, as (label, kernel row, metric, threshold): report.format_goals(summary, GOALS)
+# The lab's goals, as (label, kernel row, metric, threshold): report.format_goals(summary, GOALS)
 GOALS = [
     ("FP8 1x128 group quant, bf16 [16384, 7168]: fraction of copy bw", "fp8 group128 hw bf16", "fraction_of_copy_bw", 0.90),
     ("FP8 1x128 group quant, bf16: speedup vs torch eager", "fp8 group128 hw bf16", "speedup", 1.5),
     ("NVFP4 quant (given global amax), bf16: fraction of copy bw", "nvfp4 bits scale-hw (given amax)", "fraction_of_copy_bw", 0.85),
 ]
-BIG = (16384, 7168)      # the issue's activation shape: 16k tokens x DeepSeek-V3's hidden size
+BIG = (16384, 7168)      # 16k tokens x DeepSeek-V3's hidden size
 SMALL = (2048, 1024)
-
-
-def log(*a):
-    print(*a, flush=True)
+E4M3_MAX, E2M1_MAX = formats.E4M3.max, formats.E2M1.max
+E2M1_MIDPOINTS = e2m1_midpoints()
+SASS_KERNELS = {
+    "quant.cu": ["quant_group_bf16_e4m3_hw", "quant_group_bf16_e4m3_sw", "quant_block_bf16_e4m3_hw"],
+    "nvfp4.cu": ["nvfp4_quant_bf16_bits_hw", "nvfp4_quant_bf16_bits_sw", "nvfp4_quant_bf16_branchless_sw",
+                 "nvfp4_quant_bf16_branchy_sw", "e2m1_chain_branchless", "e2m1_chain_branchy", "e2m1_chain_bits",
+                 "e2m1_chain_baseline"],
+}
 
 
 # =====================================================================================================
@@ -53,8 +54,8 @@ def _c(v, like):
     return torch.full((), v, dtype=torch.float32, device=like.device)
 
 
-def torch_group_quant_pyscalar(x, G: int = 128, fmax: float = 448.0):
-    """The same with `/ 448.0` (a Python scalar), as such code is usually written: on CUDA this is amax * (1/448)."""
+def torch_group_quant_pyscalar(x, G: int = 128, fmax: float = E4M3_MAX):
+    """The same with `/ fmax` (a Python scalar), as such code is usually written: on CUDA this is amax * (1/448)."""
     import torch
 
     M, K = x.shape
@@ -65,7 +66,7 @@ def torch_group_quant_pyscalar(x, G: int = 128, fmax: float = 448.0):
     return q.view(M, K), scale.squeeze(-1)
 
 
-def torch_group_quant(x, G: int = 128, fmax: float = 448.0):
+def torch_group_quant(x, G: int = 128, fmax: float = E4M3_MAX):
     import torch
 
     M, K = x.shape
@@ -76,7 +77,7 @@ def torch_group_quant(x, G: int = 128, fmax: float = 448.0):
     return q.view(M, K), scale.squeeze(-1)
 
 
-def torch_tensor_quant(x, fmax: float = 448.0):
+def torch_tensor_quant(x, fmax: float = E4M3_MAX):
     import torch
 
     xf = x.float()
@@ -85,7 +86,7 @@ def torch_tensor_quant(x, fmax: float = 448.0):
     return (xf / scale).clamp(-fmax, fmax).to(torch.float8_e4m3fn), scale
 
 
-def torch_block_quant(x, fmax: float = 448.0):
+def torch_block_quant(x, fmax: float = E4M3_MAX):
     import torch
 
     M, K = x.shape
@@ -105,15 +106,16 @@ def torch_nvfp4(x, gamax=None):
     a = xf.abs()
     if gamax is None:
         gamax = a.amax()
-    gs = gamax / _c(2688.0, x)
+    gs = gamax / _c(E4M3_MAX * E2M1_MAX, x)
     gs = torch.where(gs > 0, gs, torch.ones_like(gs))
-    bs = a.view(M, K // 16, 16).amax(dim=-1) / _c(6.0, x) / gs
-    sc = bs.clamp(max=448.0).to(torch.float8_e4m3fn)
+    bs = a.view(M, K // 16, 16).amax(dim=-1) / _c(E2M1_MAX, x) / gs
+    sc = bs.clamp(max=E4M3_MAX).to(torch.float8_e4m3fn)
     s = (sc.float() * gs).unsqueeze(-1)
     y = torch.where(s > 0, xf.view(M, K // 16, 16) / s, torch.zeros_like(s))
     ay = y.abs()
-    mag = ((ay > 0.25).to(torch.uint8) + (ay >= 0.75) + (ay > 1.25) + (ay >= 1.75) + (ay > 2.5) + (ay >= 3.5)
-           + (ay > 5.0))
+    mag = torch.zeros(ay.shape, dtype=torch.uint8, device=ay.device)
+    for mid, tie_down in E2M1_MIDPOINTS:  # the seed's seven compares, '>' where a tie rounds down (RNE)
+        mag += (ay > mid) if tie_down else (ay >= mid)
     code = (mag | (torch.signbit(y).to(torch.uint8) << 3)).view(M, K)
     return code[:, 0::2] | (code[:, 1::2] << 4), sc.view(torch.uint8), gs
 
@@ -126,69 +128,69 @@ def torch_group_dequant(q, scale, G: int = 128):
 
 
 # =====================================================================================================
-# timing helpers
-def _time(fn, n_sets: int = 1, per: int = 4, rep: int = 25, warmup: int = 3) -> float:
-    """Median microseconds of one call: each timed sample runs `per` calls back to back (rotating sets)."""
-    def sample(i):
-        for j in range(per):
-            fn((i * per + j) % n_sets)
-    return harness.time_us(sample, n_sets=1, warmup=warmup, rep=rep) / per
-
-
-def _copy_time(nbytes: int) -> float:
-    """A device-to-device copy moving `nbytes` in total (nbytes/2 read + nbytes/2 written)."""
-    import torch
-
-    half = max(1, nbytes // 2)
-    src = torch.empty(half, dtype=torch.uint8, device="cuda").random_()
-    dst = torch.empty_like(src)
-    t = _time(lambda i: dst.copy_(src), per=4, rep=25)
-    del src, dst
-    return t
-
-
-def _compile(fn, name: str, notes: dict):
-    """torch.compile(fn) or None, recording why it failed or how long it took."""
-    import torch
-
-    try:
-        t0 = time.time()
-        cf = torch.compile(fn, dynamic=False)
-        return cf, t0
-    except Exception as e:  # pragma: no cover - depends on the installed torch/triton
-        notes[name] = f"torch.compile failed: {type(e).__name__}: {str(e)[:300]}"
-        return None, None
-
-
-def _first_call(cf, args, name: str, notes: dict, t0):
-    try:
-        out = cf(*args)
-        import torch
-
-        torch.cuda.synchronize()
-        notes[name] = f"compiled in {time.time() - t0:.1f} s"
-        return out
-    except Exception as e:  # pragma: no cover
-        notes[name] = f"torch.compile failed at first call: {type(e).__name__}: {str(e)[:300]}"
-        return None
-
-
 def _bits_equal(a, b) -> int:
     """Number of positions where two tensors differ as raw bytes (uint8 / fp8 / fp32 views)."""
     import torch
 
     def raw(t):
         t = t.contiguous()
-        if t.dtype in (torch.float32,):
+        if t.dtype == torch.float32:
             return t.view(torch.int32)
-        if t.element_size() == 1:
-            return t.view(torch.uint8)
-        return t
+        return t.view(torch.uint8) if t.element_size() == 1 else t
     return int((raw(a) != raw(b)).sum())
 
 
-# =====================================================================================================
-def run(args) -> tuple[list, dict, dict, dict]:
+def _compiled(fn, args, name: str, notes: dict):
+    """torch.compile(fn), called once on args: (compiled fn, its output) or (None, None), the reason in notes."""
+    import torch
+
+    t0 = time.time()
+    try:
+        cf = torch.compile(fn, dynamic=False)
+        out = cf(*args)
+        torch.cuda.synchronize()
+        notes[name] = f"compiled in {time.time() - t0:.1f} s"
+        return cf, out
+    except Exception as e:  # pragma: no cover - depends on the installed torch/triton
+        notes[name] = f"torch.compile failed: {type(e).__name__}: {str(e)[:300]}"
+        return None, None
+
+
+class Section:
+    """One problem (shape, bytes moved): validated contenders timed together in interleaved rounds, then recorded."""
+
+    def __init__(self, bench: harness.Bench, shape: str, dtype: str, nbytes: int, per: int = 4):
+        self.b, self.shape, self.dtype, self.nbytes, self.per = bench, shape, dtype, nbytes, per
+        self.timers: dict = {}
+
+    def add(self, name: str, fn, n_sets: int = 1, per: int | None = None, trusted: str | None = None):
+        """fn(i) runs one call on input set i. `trusted`: an anchor timed without a check of its own (why)."""
+        if trusted:
+            self.b.trust(name, trusted)
+        p = per or self.per
+        self.timers[name] = lambda: (harness.time_us(fn, n_sets=n_sets, warmup=3, rep=25, per=p), "events")
+
+    def run(self, anchor: str | None = None, **extra) -> dict:
+        ok = {n: f for n, f in self.timers.items() if self.b.validation.get(n, {}).get("passed")}
+        t = self.b.compare(ok)
+        copy = t.pop("copy", None)
+        if copy is not None:  # the bandwidth anchor's own row, as the notebooks show it
+            self.b.record(harness.Result(f"copy {self.nbytes / 1e6:.0f} MB (same bytes)", self.shape, "u8", copy.median,
+                                         bytes=self.nbytes, copy_gbps=self.nbytes / (copy.median * 1e-6) / 1e9,
+                                         extra={"copy_time_us": copy.median}), copy)
+        base = t.get(anchor).median if anchor in t else None
+        for name, timing in t.items():
+            rec = self.b.record(harness.Result(
+                name, self.shape, self.dtype, timing.median, bytes=self.nbytes,
+                anchor=anchor if (anchor and name != anchor) else "", anchor_time_us=base if name != anchor else None,
+                copy_gbps=self.nbytes / (copy.median * 1e-6) / 1e9 if copy else None,
+                extra={**extra.get(name, {}), "copy_time_us": copy.median if copy else None}), timing)
+            print(f"  {name:44s} {timing.median:9.1f} us [{timing.q1:.1f}, {timing.q3:.1f}]  {(rec['gbps'] or 0):6.0f} GB/s"
+                  f"  x{(rec['fraction_of_copy_bw'] or 0):.2f} of copy", flush=True)
+        return t
+
+
+def run(bench: harness.Bench, M: int, K: int, no_compile: bool) -> None:
     import torch
 
     from fp8lab import scaling
@@ -199,293 +201,218 @@ def run(args) -> tuple[list, dict, dict, dict]:
 
     torch.manual_seed(0)
     dev = torch.cuda.get_device_properties(0)
-    M, K = SMALL if args.small else BIG
-    checks: dict = {}
-    notes: dict = {}
-    records: list = []
-
-    # ---- ceilings ----
-    ceilings = {"copy_gbps_2GiB": harness.copy_bandwidth_gbps(), "l2_bytes": getattr(dev, "L2_cache_size", None),
-                "sms": dev.multi_processor_count}
-    log(f"device {dev.name}: copy {ceilings['copy_gbps_2GiB']:.0f} GB/s (2 GiB, read+write)")
-
-    # ---- exhaustive conversion checks (all 2**32 fp32 inputs, ms each) ----
-    for fmt in ("e4m3", "e5m2"):
-        r = KQ.check_hw_vs_sw(fmt)
-        checks[f"{fmt}_hw_vs_sw_all_fp32"] = r
-        log(f"check {fmt}: hardware cvt vs software over 2^32 inputs: {r['mismatches']} mismatches (non-NaN), "
-            f"NaN -> bytes {[hex(b) for b in r['nan_bytes']]}")
-    r = K4.check_e2m1_variants()
-    checks["e2m1_variants_all_fp32"] = r
-    log(f"check e2m1: bits vs branchless {r['bits_vs_branchless']}, branchy vs branchless {r['branchy_vs_branchless']}")
-
-    def record(kernel, shape, dtype, t, nbytes, anchor="", anchor_t=None, copy_t=None, **extra):
-        res = harness.Result(kernel=kernel, shape=shape, dtype=dtype, time_us=t, bytes=nbytes, anchor=anchor,
-                             anchor_time_us=anchor_t, copy_gbps=(nbytes / (copy_t * 1e-6) / 1e9) if copy_t else None,
-                             extra=dict(extra, copy_time_us=copy_t))
-        d = res.record()
-        records.append(d)
-        floor = nbytes / (ceilings["copy_gbps_2GiB"] * 1e9) * 1e6 if nbytes else 0
-        log(f"  {kernel:44s} {t:9.1f} us  {nbytes / 1e6:8.1f} MB  floor@copy {floor:7.1f} us  "
-            f"{(d['gbps'] or 0):6.0f} GB/s  x{(d['fraction_of_copy_bw'] or 0):.2f} of copy  "
-            + (f"speedup {d['speedup']:.2f} vs {anchor}" if d["speedup"] else ""))
-        return d
-
+    checks, notes = bench.extra.setdefault("checks", {}), bench.extra.setdefault("compile_notes", {})
+    bench.ceilings.update(copy_gbps_2GiB=harness.copy_bandwidth_gbps(), l2_bytes=getattr(dev, "L2_cache_size", None),
+                          sms=dev.multi_processor_count)
+    print(f"device {dev.name}: copy {bench.ceilings['copy_gbps_2GiB']:.0f} GB/s (2 GiB, read+write)", flush=True)
+    for fmt in ("e4m3", "e5m2"):  # exhaustive conversion checks (all 2**32 fp32 inputs, ms each)
+        checks[f"{fmt}_hw_vs_sw_all_fp32"] = r = KQ.check_hw_vs_sw(fmt)
+        print(f"check {fmt}: hardware cvt vs software over 2^32 inputs: {r['mismatches']} mismatches (non-NaN)", flush=True)
+    checks["e2m1_variants_all_fp32"] = r = K4.check_e2m1_variants()
+    print(f"check e2m1: bits vs branchless {r['bits_vs_branchless']}, branchy vs branchless {r['branchy_vs_branchless']}")
     shape = f"[{M}, {K}]"
-    # ================================================================================================
-    # FP8 1 x 128 group quantization (the goal: >= 0.90 of copy, >= 1.5x torch eager)
+
+    def copy_anchor(sec):
+        half = max(1, sec.nbytes // 2)
+        src = torch.empty(half, dtype=torch.uint8, device="cuda").random_()
+        dst = torch.empty_like(src)
+        sec.add("copy", lambda i: dst.copy_(src), trusted="device-to-device copy of the same bytes (the bandwidth anchor)")
+
+    def exact(name, got, ref_cpu, want_full, got_full):
+        """Validation: the slice equals the CPU reference and the whole tensor equals torch's path, bit for bit."""
+        mism = sum(_bits_equal(a, b) for a, b in zip(got_full, want_full))
+        ok_ref = all(_bits_equal(a.cpu(), b) == 0 for a, b in zip(got, ref_cpu))
+        checks[name] = {"equals_cpu_reference_slice": ok_ref, "mismatches_vs_torch_full": mism}
+        return ok_ref and mism == 0, checks[name]
+
+    # ---- FP8 1 x 128 groups (goals: >= 0.90 of copy, >= 1.5x torch eager) ------------------------------------
     for dtype, tag in ((torch.bfloat16, "bf16"), (torch.float32, "f32")):
-        log(f"\n== FP8 E4M3 1x128 group quantization, {tag} {shape}")
-        x = torch.randn(M, K, device="cuda").to(dtype)
-        n_sets = harness.sets_for_l2(x.numel() * x.element_size())
-        xs = [x] + [torch.randn(M, K, device="cuda").to(dtype) for _ in range(n_sets - 1)]
-        ng = K // 128
-        nbytes = M * K * x.element_size() + M * K + M * ng * 4
-        # reference: CPU contract on a slice (ours run on the same slice), torch on the whole tensor
+        print(f"\n== FP8 E4M3 1x128 group quantization, {tag} {shape}", flush=True)
+        xs = [torch.randn(M, K, device="cuda").to(dtype)]
+        xs += [torch.randn(M, K, device="cuda").to(dtype) for _ in range(harness.sets_for_l2(xs[0].nbytes) - 1)]
+        sec = Section(bench, shape, tag, M * K * xs[0].element_size() + M * K + M * (K // 128) * 4)
         sl = xs[0][:32].contiguous()
         ref = scaling.quantize(sl.cpu(), QuantSpec("e4m3", "group", group_size=128))
         tq, ts = torch_group_quant(xs[0])
         pq, ps = torch_group_quant_pyscalar(xs[0])
-        checks[f"torch eager with a Python-scalar '/ 448.0' vs true division, {tag}"] = {
+        checks[f"torch eager with a Python-scalar '/ fmax' vs true division, {tag}"] = {
             "scale_mismatches": _bits_equal(ps, ts), "code_mismatches": _bits_equal(pq.view(torch.uint8), tq.view(torch.uint8)),
             "groups": M * (K // 128)}
-        del pq, ps
-        variants = {"hw": dict(cvt="hw"), "sw": dict(cvt="sw"), "hw kmajor": dict(cvt="hw", scale_layout="kmajor")}
-        times = {}
-        outs = [(torch.empty(M, K, dtype=torch.uint8, device="cuda"),) for _ in xs]
-        for vname, kw in variants.items():
-            name = f"fp8 group128 {vname}"
-            c, s = KQ.quantize_group(sl, nonfinite="propagate", **kw)
-            ok_ref = _bits_equal(c.cpu(), ref.codes) == 0 and _bits_equal(s.cpu(), ref.scale) == 0
-            c, s = KQ.quantize_group(xs[0], nonfinite="propagate", **kw)
-            mism = _bits_equal(c, tq.view(torch.uint8)) + _bits_equal(s.contiguous(), ts)
-            checks[f"{name} {tag}"] = {"equals_cpu_reference_slice": ok_ref, "mismatches_vs_torch_full": mism}
-            if not ok_ref or mism:
-                log(f"  {name}: VALIDATION FAILED (cpu slice ok={ok_ref}, {mism} mismatches vs torch) - not timed")
-                continue
-            sc_out = [s.clone() for _ in xs]
-            times[vname] = _time(lambda i: KQ.quantize_group(xs[i], nonfinite="propagate", out=(outs[i][0], sc_out[i]), **kw),
-                                 n_sets=len(xs))
-        t_eager = _time(lambda i: torch_group_quant(xs[i]), n_sets=len(xs), per=2, rep=15)
-        cf, t0 = _compile(torch_group_quant, f"compile group {tag}", notes) if not args.no_compile else (None, None)
-        t_comp = None
-        if cf is not None:
-            o = _first_call(cf, (xs[0],), f"compile group {tag}", notes, t0)
-            if o is not None:
-                checks[f"torch.compile group {tag}"] = {"mismatches_vs_eager": _bits_equal(o[0], tq) + _bits_equal(o[1], ts)}
-                t_comp = _time(lambda i: cf(xs[i]), n_sets=len(xs), per=2, rep=15)
-        t_copy = _copy_time(nbytes)
-        record(f"copy {nbytes / 1e6:.0f} MB (same bytes)", shape, "u8", t_copy, nbytes, copy_t=t_copy)
-        record(f"torch eager group128 {tag}", shape, tag, t_eager, nbytes, copy_t=t_copy)
-        if t_comp:
-            record(f"torch.compile group128 {tag}", shape, tag, t_comp, nbytes, copy_t=t_copy)
-        for vname, t in times.items():
-            record(f"fp8 group128 {vname} {tag}", shape, tag, t, nbytes, "torch eager", t_eager, t_copy,
-                   speedup_vs_compile=(t_comp / t) if t_comp else None, compile_note=notes.get(f"compile group {tag}"))
-        del xs, outs, tq, ts
+        outs = [(torch.empty(M, K, dtype=torch.uint8, device="cuda"), torch.empty(M, K // 128, device="cuda")) for _ in xs]
+        for vname, kw in {"hw": dict(cvt="hw"), "sw": dict(cvt="sw"), "hw kmajor": dict(cvt="hw", scale_layout="kmajor")}.items():
+            name = f"fp8 group128 {vname} {tag}"
+            o = KQ.quantize_group(xs[0], nonfinite="propagate", **kw)  # the layout of the scales this variant writes
+            out0 = (outs[0][0], o[1])
+            bench.validate(name, lambda kw=kw, out0=out0: (KQ.quantize_group(sl, nonfinite="propagate", **kw),
+                                                           KQ.quantize_group(xs[0], nonfinite="propagate", out=out0, **kw)),
+                           lambda r: exact(name, r[0], (ref.codes, ref.scale), (tq.view(torch.uint8), ts),
+                                           (r[1][0], r[1][1].contiguous())), outputs=out0)
+            scs = [o[1].clone() for _ in xs]
+            sec.add(name, lambda i, kw=kw, scs=scs: KQ.quantize_group(xs[i], nonfinite="propagate", out=(outs[i][0], scs[i]), **kw),
+                    n_sets=len(xs))
+        bench.validate(f"torch eager group128 {tag}", lambda: torch_group_quant(xs[0]),
+                       lambda r: (_bits_equal(r[0], tq) + _bits_equal(r[1], ts) == 0, {}))
+        sec.add(f"torch eager group128 {tag}", lambda i: torch_group_quant(xs[i]), n_sets=len(xs), per=2)
+        if not no_compile:
+            cf, o = _compiled(torch_group_quant, (xs[0],), f"compile group {tag}", notes)
+            if cf is not None:
+                bench.validate(f"torch.compile group128 {tag}", lambda: o, lambda r: (_bits_equal(r[0], tq) + _bits_equal(r[1], ts) == 0, {}))
+                sec.add(f"torch.compile group128 {tag}", lambda i: cf(xs[i]), n_sets=len(xs), per=2)
+        copy_anchor(sec)
+        sec.run(anchor=f"torch eager group128 {tag}")
         torch.cuda.empty_cache()
 
-    # ================================================================================================
-    # per-tensor (dynamic: amax pass + cast; static: given amax) and 128 x 128 blocks, bf16
-    log(f"\n== FP8 E4M3 per-tensor and 128x128 blocks, bf16 {shape}")
+    # ---- per-tensor (dynamic: amax pass + cast; static: given amax), 128 x 128 blocks, group dequant, bf16 --------
+    print(f"\n== FP8 E4M3 per-tensor, 128x128 blocks and dequant, bf16 {shape}", flush=True)
     x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
     codes = torch.empty(M, K, dtype=torch.uint8, device="cuda")
     sl = x[:256].contiguous()
-    # per-tensor
     ref = scaling.quantize(sl.cpu(), QuantSpec("e4m3", "tensor"))
-    c, s = KQ.quantize_tensor(sl, nonfinite="propagate")
-    ok = _bits_equal(c.cpu(), ref.codes) == 0 and _bits_equal(s.cpu().reshape(()), ref.scale.reshape(())) == 0
     tq, ts = torch_tensor_quant(x)
-    c, s = KQ.quantize_tensor(x, nonfinite="propagate")
-    mism = _bits_equal(c, tq.view(torch.uint8)) + _bits_equal(s.reshape(1), ts.reshape(1))
-    checks["fp8 tensor bf16"] = {"equals_cpu_reference_slice": ok, "mismatches_vs_torch_full": mism}
-    nbytes = M * K * 2 + M * K + 4
-    t_copy = _copy_time(nbytes)
-    if ok and not mism:
-        amax_t = KQ.amax(x)
-        sc = torch.empty((), device="cuda")
-        t_dyn = _time(lambda i: KQ.quantize_tensor(x, nonfinite="propagate", out=(codes, sc)))
-        t_sta = _time(lambda i: KQ.quantize_tensor(x, amax_t=amax_t, nonfinite="propagate", out=(codes, sc)))
-        t_eager = _time(lambda i: torch_tensor_quant(x), per=2, rep=15)
-        record("torch eager tensor bf16", shape, "bf16", t_eager, nbytes, copy_t=t_copy)
-        record("fp8 tensor dynamic (amax+cast) hw bf16", shape, "bf16", t_dyn, nbytes, "torch eager", t_eager, t_copy)
-        record("fp8 tensor static (given amax) hw bf16", shape, "bf16", t_sta, nbytes, "torch eager", t_eager, t_copy)
-    # blocks
+    sc0 = torch.empty((), device="cuda")
+    amax_t = KQ.amax(x)
+    sec = Section(bench, shape, "bf16", M * K * 2 + M * K + 4)
+    for name, kw in (("fp8 tensor dynamic (amax+cast) hw bf16", {}), ("fp8 tensor static (given amax) hw bf16", {"amax_t": amax_t})):
+        bench.validate(name, lambda kw=kw: (KQ.quantize_tensor(sl, nonfinite="propagate"),
+                                            KQ.quantize_tensor(x, nonfinite="propagate", out=(codes, sc0), **kw)),
+                       lambda r: exact(name, (r[0][0], r[0][1].reshape(())), (ref.codes, ref.scale.reshape(())),
+                                       (tq.view(torch.uint8), ts.reshape(1)), (r[1][0], r[1][1].reshape(1))), outputs=(codes, sc0))
+        sec.add(name, lambda i, kw=kw: KQ.quantize_tensor(x, nonfinite="propagate", out=(codes, sc0), **kw))
+    sec.add("torch eager tensor bf16", lambda i: torch_tensor_quant(x), per=2, trusted="torch's own path (validated above as the reference of the full tensor)")
+    copy_anchor(sec)
+    sec.run(anchor="torch eager tensor bf16")
     ref = scaling.quantize(sl.cpu(), QuantSpec("e4m3", "block"))
-    c, s = KQ.quantize_block(sl, nonfinite="propagate")
-    ok = _bits_equal(c.cpu(), ref.codes) == 0 and _bits_equal(s.cpu(), ref.scale) == 0
     tq, ts = torch_block_quant(x)
-    c, s = KQ.quantize_block(x, nonfinite="propagate")
-    mism = _bits_equal(c, tq.view(torch.uint8)) + _bits_equal(s, ts)
-    checks["fp8 block bf16"] = {"equals_cpu_reference_slice": ok, "mismatches_vs_torch_full": mism}
-    nbytes = M * K * 2 + M * K + (M // 128) * (K // 128) * 4
-    t_copy = _copy_time(nbytes)
-    if ok and not mism:
-        sc = torch.empty_like(s)
-        t_eager = _time(lambda i: torch_block_quant(x), per=2, rep=15)
-        record("torch eager block128 bf16", shape, "bf16", t_eager, nbytes, copy_t=t_copy)
-        for cvt in ("hw", "sw"):
-            t = _time(lambda i: KQ.quantize_block(x, cvt=cvt, nonfinite="propagate", out=(codes, sc)))
-            record(f"fp8 block128x128 {cvt} bf16", shape, "bf16", t, nbytes, "torch eager", t_eager, t_copy)
-    # dequant (group codes -> bf16)
+    scb = torch.empty_like(ts)
+    sec = Section(bench, shape, "bf16", M * K * 2 + M * K + (M // 128) * (K // 128) * 4)
+    for cvt in ("hw", "sw"):
+        name = f"fp8 block128x128 {cvt} bf16"
+        bench.validate(name, lambda cvt=cvt: (KQ.quantize_block(sl, cvt=cvt, nonfinite="propagate"),
+                                              KQ.quantize_block(x, cvt=cvt, nonfinite="propagate", out=(codes, scb))),
+                       lambda r: exact(name, r[0], (ref.codes, ref.scale), (tq.view(torch.uint8), ts), r[1]), outputs=(codes, scb))
+        sec.add(name, lambda i, cvt=cvt: KQ.quantize_block(x, cvt=cvt, nonfinite="propagate", out=(codes, scb)))
+    sec.add("torch eager block128 bf16", lambda i: torch_block_quant(x), per=2, trusted="torch's own path")
+    copy_anchor(sec)
+    sec.run(anchor="torch eager block128 bf16")
     c, s = KQ.quantize_group(x, nonfinite="propagate")
     d_ref = torch_group_dequant(c, s)
     out = torch.empty(M, K, dtype=torch.bfloat16, device="cuda")
-    d = KQ.dequantize(c, s, "group", out_dtype=torch.bfloat16, out=out)
-    mism = _bits_equal(d.view(torch.int16), d_ref.view(torch.int16))
-    checks["fp8 group dequant bf16"] = {"mismatches_vs_torch_full": mism}
-    nbytes = M * K + M * (K // 128) * 4 + M * K * 2
-    t_copy = _copy_time(nbytes)
-    if not mism:
-        t_eager = _time(lambda i: torch_group_dequant(c, s), per=2, rep=15)
-        t = _time(lambda i: KQ.dequantize(c, s, "group", out_dtype=torch.bfloat16, out=out))
-        record("torch eager group dequant -> bf16", shape, "e4m3", t_eager, nbytes, copy_t=t_copy)
-        record("fp8 group dequant -> bf16", shape, "e4m3", t, nbytes, "torch eager", t_eager, t_copy)
-    del x, codes, tq, ts, c, s, d, d_ref, out
+    sec = Section(bench, shape, "e4m3", M * K + M * (K // 128) * 4 + M * K * 2)
+    bench.validate("fp8 group dequant -> bf16", lambda: KQ.dequantize(c, s, "group", out_dtype=torch.bfloat16, out=out),
+                   lambda r: (_bits_equal(r.view(torch.int16), d_ref.view(torch.int16)) == 0, {}), outputs=(out,))
+    sec.add("fp8 group dequant -> bf16", lambda i: KQ.dequantize(c, s, "group", out_dtype=torch.bfloat16, out=out))
+    sec.add("torch eager group dequant -> bf16", lambda i: torch_group_dequant(c, s), per=2, trusted="torch's own path")
+    copy_anchor(sec)
+    sec.run(anchor="torch eager group dequant -> bf16")
     torch.cuda.empty_cache()
 
-    # ================================================================================================
-    # NVFP4 (goal: >= 0.85 of copy); E2M1 branchless vs branchy vs bits
-    log(f"\n== NVFP4 quantization, bf16 {shape}")
+    # ---- NVFP4 (goal: >= 0.85 of copy); E2M1 branchless vs branchy vs bits --------------------------------------
+    print(f"\n== NVFP4 quantization, bf16 {shape}", flush=True)
     x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
     gam = KQ.amax(x)
     packed = torch.empty(M, K // 2, dtype=torch.uint8, device="cuda")
     scd = torch.empty(M, K // 16, dtype=torch.uint8, device="cuda")
     gso = torch.empty((), device="cuda")
-    nbytes = M * K * 2 + M * K // 2 + M * K // 16 + 4
     sl = x[:64].contiguous()
     ref = scaling.quantize(sl.cpu(), QuantSpec("e2m1", "nvfp4"))
-    tp, tsc, tgs = torch_nvfp4(x, gam)
-    t_copy = _copy_time(nbytes)
-    ntimes = {}
+    tp, tsc, _ = torch_nvfp4(x, gam)
+    sec = Section(bench, shape, "bf16", M * K * 2 + M * K // 2 + M * K // 16 + 4)
     for e2m1 in K4.E2M1_VARIANTS:
         for scv in ("sw", "hw"):
-            name = f"nvfp4 {e2m1} scale-{scv}"
-            q = K4.quantize(sl, e2m1=e2m1, scale_cvt=scv, nonfinite="propagate")
-            ok = (_bits_equal(q.packed.cpu(), scaling.pack_nibbles(ref.codes)) == 0
-                  and _bits_equal(q.scale_codes.cpu(), ref.scale_codes) == 0
-                  and _bits_equal(q.global_scale.cpu().reshape(1), ref.global_scale.reshape(1)) == 0)
-            q = K4.quantize(x, global_amax=gam, e2m1=e2m1, scale_cvt=scv, nonfinite="propagate")
-            mism = _bits_equal(q.packed, tp) + _bits_equal(q.scale_codes, tsc)
-            checks[name] = {"equals_cpu_reference_slice": ok, "mismatches_vs_torch_full": mism}
-            if not ok or mism:
-                log(f"  {name}: VALIDATION FAILED (cpu ok={ok}, {mism} vs torch) - not timed")
-                continue
-            ntimes[(e2m1, scv)] = _time(lambda i: K4.quantize(x, global_amax=gam, e2m1=e2m1, scale_cvt=scv,
-                                                              nonfinite="propagate", out=(packed, scd, gso)))
-    t_dyn = _time(lambda i: K4.quantize(x, nonfinite="propagate", out=(packed, scd, gso)))
-    t_eager = _time(lambda i: torch_nvfp4(x, gam), per=1, rep=10)
-    t_eager_dyn = _time(lambda i: torch_nvfp4(x), per=1, rep=10)
-    t_comp = None
-    if not args.no_compile:
-        cf, t0 = _compile(torch_nvfp4, "compile nvfp4", notes)
+            name = f"nvfp4 {e2m1} scale-{scv} (given amax)"
+            bench.validate(name, lambda e2m1=e2m1, scv=scv: (
+                K4.quantize(sl, e2m1=e2m1, scale_cvt=scv, nonfinite="propagate"),
+                K4.quantize(x, global_amax=gam, e2m1=e2m1, scale_cvt=scv, nonfinite="propagate", out=(packed, scd, gso))),
+                lambda r: exact(name, (r[0].packed, r[0].scale_codes, r[0].global_scale.reshape(1)),
+                                (scaling.pack_nibbles(ref.codes), ref.scale_codes, ref.global_scale.reshape(1)),
+                                (tp, tsc), (r[1].packed, r[1].scale_codes)), outputs=(packed, scd, gso))
+            sec.add(name, lambda i, e2m1=e2m1, scv=scv: K4.quantize(x, global_amax=gam, e2m1=e2m1, scale_cvt=scv,
+                                                                    nonfinite="propagate", out=(packed, scd, gso)))
+    bench.validate("nvfp4 bits dynamic (amax pass + quant)", lambda: K4.quantize(x, nonfinite="propagate", out=(packed, scd, gso)),
+                   lambda r: (_bits_equal(r.packed, tp) + _bits_equal(r.scale_codes, tsc) == 0, {}), outputs=(packed, scd, gso))
+    sec.add("nvfp4 bits dynamic (amax pass + quant)", lambda i: K4.quantize(x, nonfinite="propagate", out=(packed, scd, gso)))
+    sec.add("torch eager nvfp4 (given amax)", lambda i: torch_nvfp4(x, gam), per=1, trusted="torch's own path (the full-tensor reference above)")
+    sec.add("torch eager nvfp4 (dynamic)", lambda i: torch_nvfp4(x), per=1, trusted="torch's own path")
+    if not no_compile:
+        cf, o = _compiled(torch_nvfp4, (x, gam), "compile nvfp4", notes)
         if cf is not None:
-            o = _first_call(cf, (x, gam), "compile nvfp4", notes, t0)
-            if o is not None:
-                checks["torch.compile nvfp4"] = {"mismatches_vs_eager": _bits_equal(o[0], tp) + _bits_equal(o[1], tsc)}
-                t_comp = _time(lambda i: cf(x, gam), per=2, rep=15)
-    record(f"copy {nbytes / 1e6:.0f} MB (same bytes)", shape, "u8", t_copy, nbytes, copy_t=t_copy)
-    record("torch eager nvfp4 (given amax)", shape, "bf16", t_eager, nbytes, copy_t=t_copy)
-    record("torch eager nvfp4 (dynamic)", shape, "bf16", t_eager_dyn, nbytes, copy_t=t_copy)
-    if t_comp:
-        record("torch.compile nvfp4 (given amax)", shape, "bf16", t_comp, nbytes, copy_t=t_copy)
-    t_branchy = ntimes.get(("branchy", "hw"))
-    for (e2m1, scv), t in ntimes.items():
-        record(f"nvfp4 {e2m1} scale-{scv} (given amax)", shape, "bf16", t, nbytes, "torch eager", t_eager, t_copy,
-               speedup_vs_compile=(t_comp / t) if t_comp else None,
-               speedup_vs_branchy=(t_branchy / t) if t_branchy else None, compile_note=notes.get("compile nvfp4"))
-    record("nvfp4 bits dynamic (amax pass + quant)", shape, "bf16", t_dyn, nbytes, "torch eager", t_eager_dyn, t_copy)
-    # dequant
+            bench.validate("torch.compile nvfp4 (given amax)", lambda: o,
+                           lambda r: (_bits_equal(r[0], tp) + _bits_equal(r[1], tsc) == 0, {}))
+            sec.add("torch.compile nvfp4 (given amax)", lambda i: cf(x, gam), per=2)
+    copy_anchor(sec)
+    t = sec.run(anchor="torch eager nvfp4 (given amax)")
+    branchy = t.get("nvfp4 branchy scale-hw (given amax)")
+    for r in bench.results:
+        if r["kernel"].startswith("nvfp4 ") and branchy and r["shape"] == shape:
+            r["speedup_vs_branchy"] = branchy.median / r["time_us"]
     q = K4.quantize(x, global_amax=gam, nonfinite="propagate")
     out = torch.empty(M, K, dtype=torch.bfloat16, device="cuda")
-    K4.dequantize(q, torch.bfloat16, out=out)
-    nbytes_d = M * K // 2 + M * K // 16 + M * K * 2
-    t_copy = _copy_time(nbytes_d)
-    t = _time(lambda i: K4.dequantize(q, torch.bfloat16, out=out))
-    record("nvfp4 dequant -> bf16", shape, "nvfp4", t, nbytes_d, copy_t=t_copy)
-    del x, packed, scd, tp, tsc, out
+    sec = Section(bench, shape, "nvfp4", M * K // 2 + M * K // 16 + M * K * 2)
+    want = scaling.dequantize(scaling.quantize(x[:64].float().cpu(), QuantSpec("e2m1", "nvfp4", nonfinite="propagate")))
+    bench.validate("nvfp4 dequant -> bf16", lambda: K4.dequantize(K4.quantize(x[:64].contiguous(), nonfinite="propagate"), torch.bfloat16),
+                   lambda r: (_bits_equal(r.cpu().view(torch.int16), want.to(torch.bfloat16).view(torch.int16)) == 0, {}))
+    sec.add("nvfp4 dequant -> bf16", lambda i: K4.dequantize(q, torch.bfloat16, out=out))
+    copy_anchor(sec)
+    sec.run()
     torch.cuda.empty_cache()
 
-    # ================================================================================================
-    # E2M1 conversion alone, compute-bound: dependent chains (see nvfp4.cu e2m1_chain_impl)
-    log("\n== E2M1 conversion microbenchmark (dependent chains, compute-bound)")
-    blocks, threads, iters = dev.multi_processor_count * 8, 256, (512 if args.small else 4096)
+    # ---- the E2M1 conversion alone, compute-bound: dependent chains (nvfp4.cu e2m1_chain_impl) -------------------
+    print("\n== E2M1 conversion microbenchmark (dependent chains, compute-bound)", flush=True)
+    blocks, threads, iters = dev.multi_processor_count * 8, 256, (512 if M * K <= SMALL[0] * SMALL[1] else 4096)
     conv = blocks * threads * iters
-    chain = {}
-    for v in ("baseline",) + K4.E2M1_VARIANTS:
+    sec = Section(bench, f"{conv} conversions", "f32", 0, per=2)
+    for v in ("baseline",) + K4.E2M1_VARIANTS:  # validated over all 2**32 inputs above (check_e2m1_variants)
         fn = K4.e2m1_chain_launcher(v, iters, blocks, threads)
-        chain[v] = _time(lambda i: fn(), per=2, rep=15)
-    for v in K4.E2M1_VARIANTS:
-        t = chain[v]
-        own = max(t - chain["baseline"], 1e-9)
-        record(f"e2m1 chain {v}", f"{conv} conversions", "f32", t, 0,
-               "e2m1 chain branchy" if v != "branchy" else "", chain["branchy"] if v != "branchy" else None,
-               gconv_per_s=conv / (t * 1e-6) / 1e9, baseline_us=chain["baseline"], own_us=own,
-               own_speedup_vs_branchy=(chain["branchy"] - chain["baseline"]) / own)
-    return records, ceilings, checks, notes
+        sec.add(f"e2m1 chain {v}", lambda i, fn=fn: fn(),
+                trusted="the exhaustive check_e2m1_variants above" if checks["e2m1_variants_all_fp32"]["bits_vs_branchless"] == 0 else None)
+    t = sec.run(anchor="e2m1 chain branchy")
+    base = t.get("e2m1 chain baseline")
+    for r in bench.results:
+        if r["kernel"].startswith("e2m1 chain") and base:
+            own = max(r["time_us"] - base.median, 1e-9)
+            r.update(gconv_per_s=conv / (r["time_us"] * 1e-6) / 1e9, baseline_us=base.median, own_us=own)
 
 
-# =====================================================================================================
-SASS_KERNELS = {
-    "quant.cu": ["quant_group_bf16_e4m3_hw", "quant_group_bf16_e4m3_sw", "quant_block_bf16_e4m3_hw"],
-    "nvfp4.cu": ["nvfp4_quant_bf16_bits_hw", "nvfp4_quant_bf16_bits_sw", "nvfp4_quant_bf16_branchless_sw", "nvfp4_quant_bf16_branchy_sw",
-                 "e2m1_chain_branchless", "e2m1_chain_branchy", "e2m1_chain_bits", "e2m1_chain_baseline"],
-}
+def sass_summary(cc: int) -> dict:
+    """Opcode counts of the key kernels as the device runs them (fp8lab.kernels.sass: the loader's exact compile)."""
+    from . import sass
+
+    out = {}
+    for src, names in SASS_KERNELS.items():
+        ks = sass.kernels(src, cc)
+        for k in names:
+            c = ks[k].opcodes()
+            out[k] = {"instructions": sum(c.values()), "BRA": c.get("BRA", 0), "MUFU": c.get("MUFU", 0),
+                      "F2FP": c.get("F2FP", 0), "FCHK": c.get("FCHK", 0), "top": dict(c.most_common(14))}
+    return out
 
 
-def sass_summary(arch: str, path: Path | None) -> dict:
-    """Opcode counts of the key kernels, from nvcc -cubin + cuobjdump -sass (where the tools exist)."""
-    nvcc, cuobjdump = shutil.which("nvcc"), shutil.which("cuobjdump")
-    if not (nvcc and cuobjdump):
-        return {"status": "nvcc/cuobjdump not found"}
-    summary, text = {}, []
-    with tempfile.TemporaryDirectory() as td:
-        for src, kernels in SASS_KERNELS.items():
-            cub = Path(td) / (src + ".cubin")
-            # -ftz=true: what CuPy's NVRTC compile adds, so this is the code that runs
-            r = subprocess.run([nvcc, f"-arch={arch}", "-std=c++17", "-ftz=true", "-cubin", f"-I{KDIR}", "-o", str(cub), str(KDIR / src)],
-                               capture_output=True, text=True)
-            if r.returncode:
-                summary[src] = f"nvcc failed: {r.stderr[-300:]}"
-                continue
-            for k in kernels:
-                s = subprocess.run([cuobjdump, "-sass", "-fun", k, str(cub)], capture_output=True, text=True).stdout
-                ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", s)
-                counts = {}
-                for o in ops:
-                    counts[o] = counts.get(o, 0) + 1
-                top = dict(sorted(counts.items(), key=lambda kv: -kv[1])[:14])
-                summary[k] = {"instructions": len(ops), "BRA": counts.get("BRA", 0), "MUFU": counts.get("MUFU", 0),
-                              "F2FP": counts.get("F2FP", 0), "FCHK": counts.get("FCHK", 0), "top": top}
-                text.append(f"==== {k} ({src}, {arch}): {len(ops)} instructions\n{s}")
-    if path is not None:
-        path.write_text("\n".join(text))
-    return summary
+def _shape(text: str) -> tuple[int, int]:
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts) or int(parts[1]) % 128:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected MxK with K a multiple of 128, e.g. 16384x7168")
+    return int(parts[0]), int(parts[1])
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fp8lab.kernels.bench quant", description=__doc__.split("\n")[0])
     p.add_argument("--out", default=str(DEFAULT_OUT))
-    p.add_argument("--sass-out", default=None, help="full SASS listing (default: quant_sass.txt beside --out)")
     p.add_argument("--small", action="store_true", help=f"shape {SMALL} instead of {BIG} (quick; for notebooks)")
+    p.add_argument("--shapes", type=_shape, default=None, help="one MxK activation shape, e.g. 16384x7168")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile anchors")
     args = p.parse_args(argv)
-    from ._cuda import cuda_available, device_arch
+    from ._cuda import device_cc
 
-    if not cuda_available():
-        print("no CUDA device: nothing to measure (the notebooks show the recorded results)", file=sys.stderr)
-        return 1
-    records, ceilings, checks, notes = run(args)
-    out = Path(args.out)
-    sass = sass_summary(device_arch(), Path(args.sass_out) if args.sass_out else out.with_name(out.stem + "_sass.txt"))
-    cmd = "python -m fp8lab.kernels.bench quant " + " ".join(argv if argv is not None else sys.argv[1:])
-    harness.write_json(out, records, ceilings, command=cmd.strip())
-    payload = json.loads(out.read_text())
-    payload.update(checks=checks, notes=notes, sass=sass)
-    out.write_text(json.dumps(payload, indent=1, default=float) + "\n")
+    M, K = args.shapes or (SMALL if args.small else BIG)
+    cmd = "python -m fp8lab.kernels.bench quant " + " ".join(sys.argv[1:] if argv is None else argv)
+    bench = harness.Bench("quant", args.out, cmd.strip(), rounds=args.rounds)
+    run(bench, M, K, args.no_compile)
+    bench.extra["sass"] = sass_summary(device_cc())
+    bench.write()
     print()
-    harness.print_table(records)
-    print(f"\nwrote {out}")
+    harness.print_table(bench.results)
+    print(f"\nwrote {args.out}")
     return 0
 
 

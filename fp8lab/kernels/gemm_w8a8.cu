@@ -16,112 +16,13 @@
 //   w8a8_mma_bf16  the same fragments widened to bf16 in registers (exact: every e4m3 value is a bf16)
 //                  and fed to mma.sync.m16n8k16 bf16 -- the "dequant to BF16" path written by hand.
 //
-// Shared memory layout (shared with the wgmma kernels, which #include this file): a tile row is 128
-// bytes of K; 16-byte chunk c of row r is stored at chunk position c ^ (r & 7) -- the 128B swizzle
-// that wgmma descriptors expect (SWIZZLE_128B, 8-row atoms of 1024 bytes), and which also makes the
-// 8 rows an ldmatrix reads land in 8 different bank groups.
+// Tiling, loader, swizzle, promotion and epilogue are shared with the wgmma kernels (gemm_w8a8_common.cuh).
 //
 // Requirements (checked by the Python wrapper): N % 128 == 0, K % 128 == 0; any M (rows past M are
 // zero-filled by cp.async and not stored).
 
-#ifndef FP8LAB_GEMM_W8A8_COMMON
-#define FP8LAB_GEMM_W8A8_COMMON
-
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned char u8;
-typedef unsigned long long u64;
-
-#define BM 128
-#define BN 128
-#define BK 128
-#define TILE_BYTES (BM * BK)              // 16 KB, A and B tiles alike
-#define STAGE_BYTES (2 * TILE_BYTES)      // 32 KB per pipeline stage
-
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    u32 a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, bool pred) {
-    const int n = pred ? 16 : 0;  // src-size 0: the 16 bytes are zero-filled (rows past M)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
-__device__ __forceinline__ u32 swz(int r, int c) { return (u32)(r * 128 + ((c ^ (r & 7)) << 4)); }
-
-// One ROWS_A x 128-byte tile of A (rows m0..) and a 128 x 128-byte tile of B (rows n0..) at k0,
-// by NTHR threads starting at tid.
-template <int NTHR, int ROWS_A = BM>
-__device__ __forceinline__ void load_stage(u32 sA, u32 sB, const u8* __restrict__ A, const u8* __restrict__ B,
-                                           int M, int K, int m0, int n0, int k0, int tid) {
-#pragma unroll
-    for (int i = 0; i < (ROWS_A * 8) / NTHR; ++i) {
-        const int idx = tid + i * NTHR, r = idx >> 3, c = idx & 7;
-        const bool ok = m0 + r < M;
-        cp_async16(sA + swz(r, c), A + (size_t)(ok ? m0 + r : 0) * K + k0 + c * 16, ok);
-    }
-#pragma unroll
-    for (int i = 0; i < (BN * 8) / NTHR; ++i) {
-        const int idx = tid + i * NTHR, r = idx >> 3, c = idx & 7;
-        cp_async16(sB + swz(r, c), B + (size_t)(n0 + r) * K + k0 + c * 16, true);
-    }
-}
-
-__device__ __forceinline__ u16 f32_to_bf16(float f) {
-    u16 h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-}
-
-__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
-    u32 d;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));  // first source -> upper half
-    return d;
-}
-
-__device__ __forceinline__ void store_bf16x2(u16* C, int N, int M, int row, int col, float v0, float v1) {
-    if (row < M) *reinterpret_cast<u32*>(C + (size_t)row * N + col) = pack_bf16x2(v0, v1);
-}
-
-#endif  // FP8LAB_GEMM_W8A8_COMMON
-
-#ifndef FP8LAB_GEMM_W8A8_COMMON_ONLY
-
-__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], u32 addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-
-__device__ __forceinline__ void mma_fp8_16832(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ u32 bf16x2_mul(u32 a, u32 b) {
-    u32 d;
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-
-// Four e4m3 bytes [b3 b2 b1 b0] -> exact bf16x2 (b0, b2) and (b1, b3) (see gemv_fp8.cu).
-__device__ __forceinline__ void e4m3x4_to_bf16(u32 q, u32& p02, u32& p13) {
-    u32 hi = (q & 0x80008000u) | ((q >> 4) & 0x07F007F0u);
-    u32 lo = ((q << 8) & 0x80008000u) | ((q << 4) & 0x07F007F0u);
-    p02 = bf16x2_mul(lo, 0x7B807B80u);
-    p13 = bf16x2_mul(hi, 0x7B807B80u);
-}
+#include "fp8_decode.cuh"
+#include "gemm_w8a8_common.cuh"
 
 #define STAGES_A 4
 
@@ -138,12 +39,7 @@ __device__ __forceinline__ void w8a8_mma_body(const u8* __restrict__ A, const fl
     const int KB = K / BK;
 
     float acc[4][4][4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
+    zero<64>(&acc[0][0][0]);
 
 #pragma unroll
     for (int s = 0; s < STAGES_A - 1; ++s) {
@@ -173,12 +69,7 @@ __device__ __forceinline__ void w8a8_mma_body(const u8* __restrict__ A, const fl
 
         const u32 sA = base + (kb % STAGES_A) * STAGE_BYTES, sB = sA + TILE_BYTES;
         float part[4][4][4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-#pragma unroll
-                for (int v = 0; v < 4; ++v) part[i][j][v] = 0.f;
+        zero<64>(&part[0][0][0]);
 
 #pragma unroll
         for (int ks = 0; ks < BK / 32; ++ks) {
@@ -200,7 +91,7 @@ __device__ __forceinline__ void w8a8_mma_body(const u8* __restrict__ A, const fl
 #pragma unroll
                 for (int i = 0; i < 4; ++i)
 #pragma unroll
-                    for (int j = 0; j < 4; ++j) mma_fp8_16832(part[i][j], a[i], b[j][0], b[j][1]);
+                    for (int j = 0; j < 4; ++j) mma_e4m3_16832(part[i][j], a[i], b[j][0], b[j][1]);
             } else {
                 // widen: fp8 word (k 4t..4t+3) -> (4t, 4t+2) as logical k (2t, 2t+1), (4t+1, 4t+3) as (2t+8, 2t+9)
                 u32 ab[4][2][4], bb[4][2][2];
@@ -230,12 +121,7 @@ __device__ __forceinline__ void w8a8_mma_body(const u8* __restrict__ A, const fl
         for (int i = 0; i < 4; ++i) {
             const float s0 = sc[i][0] * sbv, s1 = sc[i][1] * sbv;
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                acc[i][j][0] = fmaf(part[i][j][0], s0, acc[i][j][0]);
-                acc[i][j][1] = fmaf(part[i][j][1], s0, acc[i][j][1]);
-                acc[i][j][2] = fmaf(part[i][j][2], s1, acc[i][j][2]);
-                acc[i][j][3] = fmaf(part[i][j][3], s1, acc[i][j][3]);
-            }
+            for (int j = 0; j < 4; ++j) promote4(acc[i][j], part[i][j], s0, s1);
         }
     }
     cp_async_wait<0>();
@@ -262,5 +148,3 @@ w8a8_mma_bf16(const u8* __restrict__ A, const float* __restrict__ sa, long long 
               const u8* __restrict__ B, const float* __restrict__ sb, u16* __restrict__ C, int M, int N, int K) {
     w8a8_mma_body<false>(A, sa, sa_sm, sa_sk, B, sb, C, M, N, K);
 }
-
-#endif  // FP8LAB_GEMM_W8A8_COMMON_ONLY

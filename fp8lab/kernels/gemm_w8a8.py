@@ -18,9 +18,8 @@ Kernels (`kernel=`), one arithmetic, checked against `reference`:
 FP32 promotion per 128-wide k-block in every kernel (partial sums in their own registers, then
 acc += part * (sa * sb), DeepGEMM's fix for Hopper's ~14-bit FP8 accumulation inside a wgmma).
 
-Quantizers here follow fp8lab.scaling's contract bit for bit but run on any device (the tests check it):
-    quantize_act_1x128(x) == scaling.quantize(x, QuantSpec("e4m3", "group", group_size=128))
-    quantize_weight_128x128(w) == scaling.quantize(w, QuantSpec("e4m3", "block", block=(128, 128)))
+Inputs come from fp8lab.kernels.reference: quantize_group(x, 128) (1x128 activation scales) and
+quantize_block(w, 128) (128x128 weight scales), fp8lab.scaling's contract bit for bit.
 """
 from __future__ import annotations
 
@@ -33,14 +32,15 @@ from . import _cuda
 from .gemv_fp8 import Launch, _fp8_codes, decode_e4m3
 
 BM = BN = BK = 128
-# name -> (source file, arch_specific, function, threads, stages, block-tile rows)
+# name -> (source file, function, threads, stages, block-tile rows). The wgmma source builds only for sm_90a
+# (sources.py); load_module picks the target.
 KERNELS = {
-    "wgmma_ws": ("gemm_w8a8_wgmma.cu", True, "w8a8_wgmma_ws", 384, 6, 128),
-    "wgmma_256": ("gemm_w8a8_wgmma.cu", True, "w8a8_wgmma_256", 256, 4, 256),
-    "wgmma_pipe": ("gemm_w8a8_wgmma.cu", True, "w8a8_wgmma_pipe", 256, 6, 128),
-    "wgmma": ("gemm_w8a8_wgmma.cu", True, "w8a8_wgmma", 256, 4, 128),
-    "mma_fp8": ("gemm_w8a8.cu", False, "w8a8_mma_fp8", 256, 4, 128),
-    "mma_bf16": ("gemm_w8a8.cu", False, "w8a8_mma_bf16", 256, 4, 128),
+    "wgmma_ws": ("gemm_w8a8_wgmma.cu", "w8a8_wgmma_ws", 384, 6, 128),
+    "wgmma_256": ("gemm_w8a8_wgmma.cu", "w8a8_wgmma_256", 256, 4, 256),
+    "wgmma_pipe": ("gemm_w8a8_wgmma.cu", "w8a8_wgmma_pipe", 256, 6, 128),
+    "wgmma": ("gemm_w8a8_wgmma.cu", "w8a8_wgmma", 256, 4, 128),
+    "mma_fp8": ("gemm_w8a8.cu", "w8a8_mma_fp8", 256, 4, 128),
+    "mma_bf16": ("gemm_w8a8.cu", "w8a8_mma_bf16", 256, 4, 128),
 }
 
 
@@ -81,9 +81,9 @@ def prepare(a, sa, b, sb, *, kernel: str = "wgmma_ws", out=None) -> Launch:
         out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
     elif out.shape != (M, N) or out.dtype != torch.bfloat16 or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous bf16 tensor of shape {(M, N)}")
-    src, arch_specific, name, threads, stages, bm = KERNELS[kernel]
+    src, name, threads, stages, bm = KERNELS[kernel]
     cp = _cuda._cupy()
-    fn = _cuda.load_module(src, arch_specific=arch_specific).get_function(name)
+    fn = _cuda.load_module(src).get_function(name)
     smem = stages * (bm + BN) * BK + 1024  # + slack to align the tiles to 1024 bytes (128B swizzle atoms)
     fn.max_dynamic_shared_size_bytes = smem
     # sa is read as sa[m * sa_sm + kb * sa_sk] (element strides): row- or column-major, no copy.
@@ -103,39 +103,6 @@ def _sa_arg(sa: torch.Tensor):
     n = (sa.shape[0] - 1) * sa.stride(0) + (sa.shape[1] - 1) * sa.stride(1) + 1
     flat = torch.as_strided(sa, (n,), (1,))
     return cp.from_dlpack(flat)
-
-
-# ---- quantizers (fp8lab.scaling's contract, any device) ------------------------------------------------
-def _e4m3(v: torch.Tensor) -> torch.Tensor:
-    """float32 -> E4M3 codes, RNE, saturating (torch's cast is RNE; clamping first makes it saturate)."""
-    return v.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
-
-
-def _scale(amax: torch.Tensor) -> torch.Tensor:
-    s = amax.float() / torch.tensor(448.0, device=amax.device)
-    return torch.where(s > 0, s, torch.ones_like(s))
-
-
-def quantize_act_1x128(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """[M, K] -> (E4M3 codes [M, K], fp32 scales [M, ceil(K/128)]): vLLM per_token_group_quant_fp8."""
-    xf = x.float()
-    M, K = xf.shape
-    pad = (-K) % BK
-    a = torch.nn.functional.pad(xf.abs(), (0, pad)).reshape(M, -1, BK)
-    s = _scale(a.amax(dim=-1))
-    full = s.repeat_interleave(BK, dim=1)[:, :K]
-    return _e4m3(xf / full), s
-
-
-def quantize_weight_128x128(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """[N, K] -> (E4M3 codes [N, K], fp32 scales [ceil(N/128), ceil(K/128)]): DeepSeek weight_scale_inv layout."""
-    wf = w.float()
-    N, K = wf.shape
-    pn, pk = (-N) % 128, (-K) % 128
-    a = torch.nn.functional.pad(wf.abs(), (0, pk, 0, pn))
-    s = _scale(a.reshape((N + pn) // 128, 128, (K + pk) // 128, 128).amax(dim=(1, 3)))
-    full = s.repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K]
-    return _e4m3(wf / full), s
 
 
 # ---- references (float64) ------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 // gemm_w8a8_wgmma.cu -- W8A8 block-scaled GEMM, version B: Hopper's FP8 tensor cores through wgmma.
 //
 // Same arithmetic, tile (128 x 128, BK = 128 = one scale block), shared-memory layout (128-byte swizzle)
-// and FP32 promotion as gemm_w8a8.cu, whose common part is #included. Compiled for sm_90a
-// (load_module(..., arch_specific=True)): wgmma and setmaxnreg exist only there.
+// and FP32 promotion as gemm_w8a8.cu (the common part is gemm_w8a8_common.cuh). Compiled for sm_90a only
+// (declared in sources.py): wgmma and setmaxnreg exist only there.
 //
 //   wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3: a warpgroup (4 warps, 128 threads) multiplies a
 //   64x32 A tile by a 128x32 B tile straight from shared memory. Operands are described by 64-bit
@@ -24,14 +24,12 @@
 // cp.async writes through the generic proxy and wgmma reads through the async proxy, so a
 // fence.proxy.async.shared::cta separates them (see each kernel for who executes it).
 
-#define FP8LAB_GEMM_W8A8_COMMON_ONLY
-#include "gemm_w8a8.cu"  // with FP8LAB_GEMM_W8A8_COMMON_ONLY: the loader, swizzle and epilogue helpers
+#include "gemm_w8a8_common.cuh"
 
 __device__ __forceinline__ u64 make_desc(u32 saddr) {
     return (u64)((saddr & 0x3FFFFu) >> 4) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
 }
 
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -65,37 +63,28 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], u64 da, u6
         : "l"(da), "l"(db), "r"(scale_d));
 }
 
-__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(u32 bar) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-    asm volatile(
-        "{\n.reg .pred P1;\nLAB_WAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-        "@P1 bra DONE;\nbra LAB_WAIT;\nDONE:\n}\n" ::"r"(bar), "r"(parity) : "memory");
-}
-
-// One math warpgroup's k-block: 4 wgmma k-steps into part, then acc += part * (sa_row * sb).
-__device__ __forceinline__ void math_kblock(float (&acc)[64], float (&part)[64], u32 sA_wg, u32 sB,
-                                            float s0, float s1) {
+// One warpgroup issues a k-block: 4 wgmma k-steps (k = 0, 32, 64, 96) into p, committed as one group.
+__device__ __forceinline__ void wg_issue(float (&p)[64], u32 sA_wg, u32 sB) {
     const u64 da = make_desc(sA_wg), db = make_desc(sB);
-    fence_regs(part);
+    fence_regs(p);
     wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < BK / 32; ++k) wgmma_m64n128k32_e4m3(part, da + 2 * k, db + 2 * k, k > 0);
+    for (int k = 0; k < BK / 32; ++k) wgmma_m64n128k32_e4m3(p, da + 2 * k, db + 2 * k, k > 0);
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(part);
+}
+
+__device__ __forceinline__ void promote(float (&acc)[64], float (&p)[64], float s0, float s1) {
+    fence_regs(p);  // after wgmma.wait_group: the compiler may not read p any earlier
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-        acc[4 * j + 0] = fmaf(part[4 * j + 0], s0, acc[4 * j + 0]);
-        acc[4 * j + 1] = fmaf(part[4 * j + 1], s0, acc[4 * j + 1]);
-        acc[4 * j + 2] = fmaf(part[4 * j + 2], s1, acc[4 * j + 2]);
-        acc[4 * j + 3] = fmaf(part[4 * j + 3], s1, acc[4 * j + 3]);
-    }
+    for (int j = 0; j < 16; ++j) promote4(acc + 4 * j, p + 4 * j, s0, s1);
+}
+
+// One math warpgroup's k-block: 4 wgmma k-steps into part, wait for them, then acc += part * (sa_row * sb).
+__device__ __forceinline__ void math_kblock(float (&acc)[64], float (&part)[64], u32 sA_wg, u32 sB,
+                                            float s0, float s1) {
+    wg_issue(part, sA_wg, sB);
+    wgmma_wait<0>();
+    promote(acc, part, s0, s1);
 }
 
 // Accumulator layout of m64nN: warp w of the warpgroup owns rows 16w..16w+15; d[4j..4j+3] are
@@ -129,12 +118,8 @@ __device__ __forceinline__ void wgmma_simple_body(const u8* __restrict__ A, cons
     const int KB = K / BK;
 
     float acc[MH][64], part[64];
-#pragma unroll
-    for (int i = 0; i < 64; ++i) {
-        part[i] = 0.f;
-#pragma unroll
-        for (int h = 0; h < MH; ++h) acc[h][i] = 0.f;
-    }
+    zero<64>(part);
+    zero<64 * MH>(&acc[0][0]);
 #pragma unroll
     for (int s = 0; s < STAGES_B - 1; ++s) {
         if (s < KB) load_stage<256, BMT>(base + s * STG, base + s * STG + A_BYTES, A, B, M, K, m0, n0, s * BK, tid);
@@ -184,32 +169,7 @@ w8a8_wgmma_256(const u8* __restrict__ A, const float* __restrict__ sa, long long
     wgmma_simple_body<4, 2>(A, sa, sa_sm, sa_sk, B, sb, C, M, N, K);
 }
 
-__device__ __forceinline__ void wg_issue(float (&p)[64], u32 sA_wg, u32 sB) {
-    const u64 da = make_desc(sA_wg), db = make_desc(sB);
-    fence_regs(p);
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < BK / 32; ++k) wgmma_m64n128k32_e4m3(p, da + 2 * k, db + 2 * k, k > 0);
-    wgmma_commit();
-}
-
-__device__ __forceinline__ void promote(float (&acc)[64], float (&p)[64], float s0, float s1) {
-    fence_regs(p);  // after wgmma.wait_group: the compiler may not read p any earlier
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-        acc[4 * j + 0] = fmaf(p[4 * j + 0], s0, acc[4 * j + 0]);
-        acc[4 * j + 1] = fmaf(p[4 * j + 1], s0, acc[4 * j + 1]);
-        acc[4 * j + 2] = fmaf(p[4 * j + 2], s1, acc[4 * j + 2]);
-        acc[4 * j + 3] = fmaf(p[4 * j + 3], s1, acc[4 * j + 3]);
-    }
-}
-
 #define STAGES_WS 6
-
-__device__ __forceinline__ void cp_async_arrive_noinc(u32 bar) {
-    // arrives on the mbarrier once all of this thread's earlier cp.async have landed (asynchronously)
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
-}
 
 // w8a8_wgmma_ws: warp-specialized like DeepGEMM, with cp.async instead of TMA.
 //   warpgroup 0 (producer): fills 6 stages with cp.async; each thread's copies of a stage signal the
@@ -250,7 +210,7 @@ w8a8_wgmma_ws(const u8* __restrict__ A, const float* __restrict__ sa, long long 
             const int s = kb % STAGES_WS;
             if (kb >= STAGES_WS) mbar_wait(empty0 + 8 * s, ((kb / STAGES_WS) + 1) & 1);
             load_stage<128>(base + s * STAGE_BYTES, base + s * STAGE_BYTES + TILE_BYTES, A, B, M, K, m0, n0, kb * BK, tid);
-            cp_async_arrive_noinc(full0 + 8 * s);
+            cp_async_mbar_arrive_noinc(full0 + 8 * s);
         }
         asm volatile("cp.async.wait_all;" ::: "memory");
         return;
@@ -260,8 +220,8 @@ w8a8_wgmma_ws(const u8* __restrict__ A, const float* __restrict__ sa, long long 
     const int cw = wg - 1, wq = (tid >> 5) & 3, g = lane >> 2;
     const int r0 = m0 + 64 * cw + 16 * wq + g;
     float acc[64], part[64];
-#pragma unroll
-    for (int i = 0; i < 64; ++i) { acc[i] = 0.f; part[i] = 0.f; }
+    zero<64>(acc);
+    zero<64>(part);
     for (int kb = 0; kb < KB; ++kb) {
         const int s = kb % STAGES_WS;
         const float sbv = __ldg(sb + (size_t)(n0 / BN) * KB + kb);

@@ -31,6 +31,7 @@ import math
 import torch
 
 from . import _cuda
+from . import reference as reference_values
 
 MAX_M = 16
 _SMEM_LIMIT = 48 * 1024
@@ -40,6 +41,14 @@ KERNELS_RNP = {(1, 1, 0), (2, 1, 0), (4, 1, 0), (1, 2, 0), (2, 2, 0), (1, 1, 1),
 KERNELS_V2 = {(1, 1, 2, 2), (2, 1, 2, 2), (1, 1, 4, 0), (1, 1, 4, 2), (1, 1, 4, 3), (2, 1, 4, 0), (1, 1, 8, 0),
               (1, 1, 8, 2), (1, 2, 2, 2), (2, 2, 2, 2), (1, 2, 2, 3), (1, 2, 4, 0), (1, 2, 4, 2)}
 DEFAULT_VERSION = None  # None: per shape, see default_version
+
+def cuda_defines() -> tuple[str, ...]:
+    """The compiled configurations as -D instantiation lists for gemv_fp8.cu (sources.py passes them):
+    these sets are the only list, so a config cannot be in one and missing from the other."""
+    from .sources import instances
+
+    return (instances("FP8LAB_GEMV_FP8_V1", "GEMV_FP8", KERNELS_RNP), instances("FP8LAB_GEMV_FP8_V2", "GEMV_FP8_V2", KERNELS_V2))
+
 _SMEM_OPTIN = 227 * 1024  # sm_90's per-block shared-memory ceiling (opt-in above 48 KiB)
 
 
@@ -244,10 +253,8 @@ def gemv_fp8(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: t
 
 # ---- references and test inputs (CPU or GPU, float64) -------------------------------------------------
 def decode_e4m3(codes: torch.Tensor) -> torch.Tensor:
-    """uint8 E4M3 codes -> float64 values through fp8lab.formats' table (the single source of truth)."""
-    from fp8lab import formats
-
-    return formats.E4M3.table().double().to(codes.device)[codes.long()]
+    """uint8 E4M3 codes -> float64 values through fp8lab.formats' table (reference.decode)."""
+    return reference_values.decode("e4m3", codes)
 
 
 def dequant_weight(w: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -266,17 +273,10 @@ def reference(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> torch.Te
     return x.double() @ dequant_weight(w, scale).T
 
 
-def quantize_weight_channel(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-output-channel E4M3 (fp8lab.scaling's contract, any device): scale = amax/448 (1.0 if not > 0)."""
-    wf = w.float()
-    s = wf.abs().amax(dim=1) / torch.tensor(448.0, device=w.device)
-    s = torch.where(s > 0, s, torch.ones_like(s))
-    codes = (wf / s[:, None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
-    return codes, s
-
-
 def random_codes(N: int, K: int, device="cuda", generator=None) -> torch.Tensor:
     """Uniform over all 254 finite E4M3 codes (subnormals and +-448 included): a harder test than N(0,1)."""
+    from fp8lab.formats import E4M3
+
     c = torch.randint(0, 254, (N, K), dtype=torch.int32, device=device, generator=generator)
-    c = torch.where(c >= 0x7F, c + 1, c)  # skip 0x7F (NaN); 0xFF is out of range already
+    c = torch.where(c >= E4M3.nan_code, c + 1, c)  # skip 0x7F (NaN); 0xFF is out of range already
     return c.to(torch.uint8)

@@ -30,6 +30,7 @@ import math
 import torch
 
 from . import _cuda
+from . import reference as reference_values
 from .gemv_fp8 import Launch, check_activations, check_aligned, decode_e4m3, default_config
 
 _SMEM_LIMIT = 48 * 1024
@@ -40,6 +41,14 @@ KERNELS_RNP = {(1, 1, 0), (2, 1, 0), (1, 2, 0), (2, 2, 0), (1, 1, 1), (2, 1, 1)}
 KERNELS_V2 = {(1, 1, 2, 0), (2, 1, 2, 0), (1, 1, 2, 2), (2, 1, 2, 2), (1, 1, 4, 0), (1, 1, 4, 2), (2, 1, 4, 0),
               (1, 2, 2, 0), (2, 2, 2, 0), (1, 2, 2, 2), (2, 2, 2, 2), (2, 2, 4, 0)}
 DEFAULT_VERSION = 2
+
+def cuda_defines() -> tuple[str, ...]:
+    """The compiled configurations as -D instantiation lists for gemv_nvfp4.cu (sources.py passes them):
+    these sets are the only list, so a config cannot be in one and missing from the other."""
+    from .sources import instances
+
+    return (instances("FP8LAB_GEMV_NVFP4_V1", "GEMV_NVFP4", KERNELS_RNP), instances("FP8LAB_GEMV_NVFP4_V2", "GEMV_NVFP4_V2", KERNELS_V2))
+
 
 
 def check_args(x, w_packed, scale_codes, global_scale) -> tuple[int, int, int]:
@@ -170,21 +179,12 @@ def e2m1x8_to_bf16_bits(q):
     return [sh4(pa) & m, pa & m, sh4(pb) & m, pb & m]
 
 
-# ---- references and quantization (any device) ---------------------------------------------------------
-def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
-    from fp8lab import formats
-
-    return formats.E2M1.table().double().to(codes.device)[codes.long()]
-
-
-def unpack(w_packed: torch.Tensor) -> torch.Tensor:
-    """[N, K/2] bytes -> [N, K] nibble codes (element 2i = low nibble)."""
-    return torch.stack([w_packed & 0xF, w_packed >> 4], dim=-1).reshape(w_packed.shape[0], -1)
-
-
+# ---- references (any device) ---------------------------------------------------------------------------
 def dequant_weight(w_packed, scale_codes, global_scale) -> torch.Tensor:
     """float64 [N, K]: e2m1 * e4m3(scale) * global, as fp8lab.scaling.dequantize."""
-    v = decode_e2m1(unpack(_cuda.byte_codes(w_packed, "w_packed", "packed E2M1 nibbles")))
+    from fp8lab.scaling import unpack_nibbles
+
+    v = reference_values.decode("e2m1", unpack_nibbles(_cuda.byte_codes(w_packed, "w_packed", "packed E2M1 nibbles")))
     s = decode_e4m3(_cuda.byte_codes(scale_codes, "scale_codes", "E4M3 scale codes")).repeat_interleave(16, dim=1)
     g = global_scale.double().reshape(()) if isinstance(global_scale, torch.Tensor) else float(global_scale)
     return v * s * g
@@ -192,41 +192,6 @@ def dequant_weight(w_packed, scale_codes, global_scale) -> torch.Tensor:
 
 def reference(x, w_packed, scale_codes, global_scale) -> torch.Tensor:
     return x.double() @ dequant_weight(w_packed, scale_codes, global_scale).to(x.device).T
-
-
-_E2M1_MIDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
-_E2M1_STRICT = (True, False, True, False, True, False, True)  # RNE: '>' where the lower neighbour is even
-
-
-def encode_e2m1(v: torch.Tensor) -> torch.Tensor:
-    """float32 -> E2M1 codes, RNE and saturating (fp8lab.formats.e2m1_branchless in torch, any device)."""
-    mag = v.abs()
-    idx = torch.zeros(v.shape, dtype=torch.uint8, device=v.device)
-    for t, strict in zip(_E2M1_MIDS, _E2M1_STRICT):
-        idx += (mag > t) if strict else (mag >= t)
-    return idx | (torch.signbit(v).to(torch.uint8) << 3)
-
-
-def quantize_nvfp4(w: torch.Tensor):
-    """fp8lab.scaling's NVFP4 contract on any device -> (packed [N, K/2], scale codes [N, K/16], global 0-d).
-
-    global = amax / (448*6) (1 if not > 0); bs = block_amax / 6 / global; sc = e4m3(bs);
-    codes = e2m1(w / (e4m3(sc) * global)) where that scale is > 0, else 0.
-    """
-    wf = w.float()
-    N, K = wf.shape
-    a = wf.abs()
-    gs = a.max() / torch.tensor(448.0 * 6.0, device=w.device)
-    gs = torch.where(gs > 0, gs, torch.ones_like(gs))
-    bamax = a.reshape(N, K // 16, 16).amax(dim=-1)
-    bs = bamax / torch.tensor(6.0, device=w.device) / gs
-    sc = bs.clamp(max=448.0).to(torch.float8_e4m3fn).view(torch.uint8)
-    s = sc.view(torch.float8_e4m3fn).float() * gs
-    full = s.repeat_interleave(16, dim=1)
-    codes = encode_e2m1(torch.where(full > 0, wf / full, torch.zeros_like(wf)))
-    codes = torch.where(full > 0, codes, torch.zeros_like(codes))
-    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
-    return packed, sc, gs
 
 
 def random_nvfp4(N: int, K: int, device="cuda", generator=None):

@@ -1,28 +1,28 @@
 """Benchmark harness shared by every kernel family (`python -m fp8lab.kernels.bench <family>`).
 
-Method (see llm.c dev/cuda and the lab's METHOD notes):
-  * validate before timing (the caller does this; `bench` refuses to time an unvalidated kernel),
-  * CUDA events around the region, warm-up first, the MEDIAN of many runs,
-  * L2 defeated by rotating over several input sets whose total is several times the L2 size,
-  * bytes moved and FLOPs counted by the caller, turned into GB/s and TFLOP/s here,
-  * every result compared with an anchor measured in the same run (copy bandwidth, cuBLAS, torch).
+Method (llm.c dev/cuda, and the lab's METHOD notes):
+  * validate before timing: `Bench.validate` poisons the outputs, runs the kernel once and checks it against the
+    reference; `Bench.time` / `Bench.compare` refuse (NotValidated) to time a kernel that did not pass;
+  * CUDA events around the region, warm-up first, the MEDIAN of many runs (`time_us`), or CUDA-graph replays for
+    microsecond kernels (`graph_time_us`): the only two timers of the lab;
+  * variants being compared are INTERLEAVED (A B A B ... rounds, `compare`) and reported as the median over rounds
+    with its spread (quartiles, min, max), so a clock or thermal drift hits every variant alike and one number
+    is never a lucky run;
+  * L2 defeated by rotating over several input sets whose total is several times the L2 size (`sets_for_l2`);
+  * bytes and FLOPs counted by the caller, turned into GB/s and TFLOP/s here, compared with anchors (copy
+    bandwidth, cuBLAS, torch) measured in the same run;
+  * provenance from fp8lab.provenance, every write through fp8lab.store.
 
 Output schema (`outputs/kernels/<family>.json`):
-  {"provenance": {git_commit, device, driver, torch, cupy, date, command, ...},
-   "ceilings": {"copy_gbps": ..., ...},            # measured in the same run
-   "results": [{kernel, shape, dtype, time_us, gbps, tflops, anchor, anchor_time_us, speedup,
-                fraction_of_copy_bw, ...}, ...]}
+  {"provenance": {...fp8lab.provenance...}, "ceilings": {"copy_gbps": ...}, "validation": {kernel: {...}},
+   "results": [{kernel, shape, dtype, time_us, spread_us: {q1, q3, min, max, rounds}, gbps, tflops, anchor,
+                anchor_time_us, speedup, fraction_of_copy_bw, ...}, ...]}
 `speedup` = anchor time / our time (> 1 means we are faster than the anchor).
 """
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import math
-import platform
-import subprocess
-import sys
-from dataclasses import dataclass, field, asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import median
 from typing import Callable, Sequence
@@ -30,70 +30,16 @@ from typing import Callable, Sequence
 REPO = Path(__file__).resolve().parents[2]
 
 
-def git_commit() -> str:
-    """The commit of the working tree ('+dirty' when it has uncommitted changes), or 'unknown'.
-
-    A copy of the tree without usable git history (the lent GPU machine gets one) cannot resolve HEAD:
-    there the command passes the commit in FP8LAB_GIT_COMMIT, which wins when set.
-    """
-    import os
-
-    env = os.environ.get("FP8LAB_GIT_COMMIT")
-    if env:
-        return env
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        if len(sha) != 40:  # 'HEAD' or an error message: not a commit
-            return "unknown"
-        return sha + ("+dirty" if dirty else "")
-    except Exception:
-        return "unknown"
+class NotValidated(RuntimeError):
+    """A kernel was about to be timed without having passed its validation in this run."""
 
 
-def provenance(command: str | None = None) -> dict:
-    """Who/what/where/when of a GPU run: git commit, device, driver, library versions, date, command."""
-    info = {
-        "git_commit": git_commit(),
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": command or " ".join([Path(sys.executable).name] + sys.argv),
-        "python": platform.python_version(),
-        "host": platform.node(),
-    }
-    try:
-        import torch
+# ---- the two timers ---------------------------------------------------------------------------------------
+def time_us(fn: Callable[[int], object], n_sets: int = 1, warmup: int = 10, rep: int = 50, per: int = 1) -> float:
+    """Median time in microseconds of one `fn(i)`, timed with CUDA events.
 
-        info["torch"] = torch.__version__
-        if torch.cuda.is_available():
-            p = torch.cuda.get_device_properties(0)
-            info.update(device=p.name, sms=p.multi_processor_count,
-                        cc=f"{p.major}.{p.minor}", mem_gib=round(p.total_memory / 2**30, 1),
-                        l2_bytes=getattr(p, "L2_cache_size", None), cuda=torch.version.cuda)
-    except Exception:
-        pass
-    try:
-        import cupy
-
-        info["cupy"] = cupy.__version__
-        info["driver"] = cupy.cuda.runtime.driverGetVersion()
-    except Exception:
-        pass
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10).stdout.strip()
-        if out:
-            info["nvidia_smi"] = out
-    except Exception:
-        pass
-    return info
-
-
-def time_us(fn: Callable[[int], object], n_sets: int = 1, warmup: int = 10, rep: int = 50) -> float:
-    """Median time in microseconds of `fn(i)`, timed with CUDA events, one event pair per call.
-
-    `fn(i)` should run the kernel on input set `i % n_sets`; rotating over sets whose total size is
-    several times the L2 (60 MB on an H200) keeps us measuring HBM, not the cache.
+    Each timed sample runs `per` calls back to back (fn(i) with i cycling over `n_sets` input sets: rotating sets
+    whose total is several times the L2 keeps the numbers HBM, and per > 1 hides Python launch overhead).
     """
     import torch
 
@@ -104,10 +50,11 @@ def time_us(fn: Callable[[int], object], n_sets: int = 1, warmup: int = 10, rep:
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
     for i in range(rep):
         starts[i].record()
-        fn(i % n_sets)
+        for j in range(per):
+            fn((i * per + j) % n_sets)
         ends[i].record()
     torch.cuda.synchronize()
-    return 1000.0 * median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return 1000.0 * median(s.elapsed_time(e) for s, e in zip(starts, ends)) / per
 
 
 def graph_time_us(calls, min_calls: int = 16, rep: int = 20) -> tuple[float, str]:
@@ -135,15 +82,60 @@ def graph_time_us(calls, min_calls: int = 16, rep: int = 20) -> tuple[float, str
         return t / (per * len(calls)), "cuda_graph"
     except Exception as e:  # pragma: no cover - depends on the device
         torch.cuda.synchronize()
-        n = per * len(calls)
 
         def run(i):
             for _ in range(per):
                 for c in calls:
                     c()
-        return time_us(run, warmup=2, rep=rep) / n, f"eager ({type(e).__name__})"
+        return time_us(run, warmup=2, rep=rep) / (per * len(calls)), f"eager ({type(e).__name__})"
 
 
+@dataclass
+class Timing:
+    """One variant over interleaved rounds: the median of the per-round times and their spread (us)."""
+
+    median: float
+    q1: float
+    q3: float
+    min: float
+    max: float
+    rounds: int
+    how: str = ""
+
+    def spread(self) -> dict:
+        return {"q1": self.q1, "q3": self.q3, "min": self.min, "max": self.max, "rounds": self.rounds}
+
+
+def quartiles(xs: Sequence[float]) -> tuple[float, float, float]:
+    """(q1, median, q3) by linear interpolation: quartiles([1, 2, 3, 4, 5]) -> (2.0, 3.0, 4.0)."""
+    s = sorted(xs)
+
+    def q(p):
+        k = (len(s) - 1) * p
+        lo, hi = math.floor(k), math.ceil(k)
+        return s[lo] + (s[hi] - s[lo]) * (k - lo)
+    return q(0.25), q(0.5), q(0.75)
+
+
+def interleave(timers: dict, rounds: int = 5) -> dict[str, Timing]:
+    """Run `timers` (name -> zero-arg callable returning (us, how)) in A B C A B C ... order for `rounds` rounds,
+    starting each round one variant later (A B C, B C A, ...) so no variant always goes first."""
+    names = list(timers)
+    got: dict = {n: [] for n in names}
+    how: dict = {}
+    for r in range(rounds):
+        for i in range(len(names)):
+            n = names[(r + i) % len(names)]
+            t, how[n] = timers[n]()
+            got[n].append(t)
+    out = {}
+    for n, ts in got.items():
+        q1, med, q3 = quartiles(ts)
+        out[n] = Timing(med, q1, q3, min(ts), max(ts), len(ts), how[n])
+    return out
+
+
+# ---- helpers ----------------------------------------------------------------------------------------------
 def sets_for_l2(bytes_per_set: int, l2_bytes: int | None = None, factor: int = 4, cap: int = 16) -> int:
     """How many input sets to rotate so that together they exceed `factor` x L2 (at least 1, at most cap)."""
     if l2_bytes is None:
@@ -157,14 +149,31 @@ def sets_for_l2(bytes_per_set: int, l2_bytes: int | None = None, factor: int = 4
     return max(1, min(cap, -(-need // max(1, bytes_per_set))))
 
 
-def copy_bandwidth_gbps(nbytes: int = 2 * 2**30) -> float:
-    """Device-to-device copy bandwidth, counting bytes read + written (the anchor for memory-bound kernels)."""
+def copy_time_us(nbytes: int) -> float:
+    """A device-to-device copy moving `nbytes` in total (nbytes/2 read + nbytes/2 written)."""
     import torch
 
-    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda").random_()
+    src = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
-    t = time_us(lambda i: dst.copy_(src), warmup=5, rep=20)
-    return 2 * src.numel() / (t * 1e-6) / 1e9
+    t = time_us(lambda i: dst.copy_(src), warmup=3, rep=25, per=4)
+    del src, dst
+    return t
+
+
+def copy_bandwidth_gbps(nbytes: int = 2 * 2**30) -> float:
+    """Device-to-device copy bandwidth, counting bytes read + written (the anchor for memory-bound kernels)."""
+    return nbytes / (copy_time_us(nbytes) * 1e-6) / 1e9
+
+
+def poison_(*tensors) -> None:
+    """Fill outputs with values no kernel writes on purpose: NaN for floats, 0xA5 bytes for integers."""
+    import torch
+
+    for t in tensors:
+        if t.dtype.is_floating_point:
+            t.fill_(float("nan"))
+        else:
+            t.view(torch.uint8).fill_(0xA5)
 
 
 @dataclass
@@ -181,6 +190,7 @@ class Result:
     anchor_time_us: float | None = None
     copy_gbps: float | None = None
     notes: str = ""
+    spread_us: dict | None = None
     extra: dict = field(default_factory=dict)
 
     def record(self) -> dict:
@@ -194,26 +204,112 @@ class Result:
         return d
 
 
+# ---- a run: validation gate, timing, records, one JSON ----------------------------------------------------------
+class Bench:
+    """One benchmark run. Nothing is timed before it validated in this run:
+
+        b = Bench("gemm", out_path, command)
+        ok = b.validate("gemv_fp8 M=1", run=lambda: F8.gemv_fp8(x, w, s, out=y), check=lambda y: tol.worst(y, ref, terms) <= 1,
+                        outputs=[y])
+        t = b.compare({"gemv_fp8 M=1": calls_a, "cublas M=1": calls_b})   # interleaved rounds; NotValidated if not ok
+    Anchors (cuBLAS, torch) validate too (they are checked against the same reference) or are marked with
+    `trust(name, why)`, which the JSON records.
+    """
+
+    def __init__(self, family: str, out: str | Path, command: str, rounds: int = 5):
+        self.family, self.out, self.command, self.rounds = family, Path(out), command, rounds
+        self.validation: dict = {}
+        self.results: list = []
+        self.notes: list = []
+        self.ceilings: dict = {}
+        self.extra: dict = {}
+
+    # -- validation --
+    def validate(self, name: str, run: Callable[[], object], check: Callable[[object], object], outputs=()) -> bool:
+        """Poison `outputs`, run once, check. `check(result)` returns a bool or (bool, detail dict)."""
+        import torch
+
+        poison_(*outputs)
+        try:
+            res = run()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            got = check(res)
+        except Exception as e:  # a launch error is a failed validation, recorded, not a crash of the run
+            got = (False, {"error": f"{type(e).__name__}: {str(e)[:300]}"})
+        ok, detail = (got if isinstance(got, tuple) else (got, {}))
+        self.validation[name] = {"passed": bool(ok), **detail}
+        if not ok:
+            self.notes.append({"kernel": name, "error": "validation failed: not timed", **detail})
+            print(f"  {name}: VALIDATION FAILED {detail} - not timed", flush=True)
+        return bool(ok)
+
+    def trust(self, name: str, why: str) -> None:
+        """An anchor timed without a check of its own (e.g. a copy): recorded as such."""
+        self.validation[name] = {"passed": True, "trusted": why}
+
+    def _require(self, name: str) -> None:
+        v = self.validation.get(name)
+        if not v or not v.get("passed"):
+            raise NotValidated(f"{name} has not passed validation in this run; it is not timed")
+
+    # -- timing --
+    def time(self, name: str, timer: Callable[[], tuple[float, str]]) -> Timing:
+        return self.compare({name: timer})[name]
+
+    def compare(self, timers: dict, rounds: int | None = None) -> dict[str, Timing]:
+        """Interleaved rounds of the named timers (name -> zero-arg callable returning (us, how))."""
+        for n in timers:
+            self._require(n)
+        return interleave(timers, rounds or self.rounds)
+
+    def record(self, r: Result, timing: Timing | None = None) -> dict:
+        if timing is not None:
+            r.time_us, r.spread_us = timing.median, timing.spread()
+            r.extra.setdefault("timing", timing.how)
+        d = r.record()
+        self.results.append(d)
+        return d
+
+    # -- output --
+    def write(self) -> Path:
+        from fp8lab import provenance, store
+
+        payload = {"provenance": provenance.provenance(self.command, cuda=True, extra_packages=("cupy-cuda13x",)),
+                   "ceilings": self.ceilings, "validation": self.validation, "results": self.results,
+                   "notes": self.notes, **self.extra}
+        store.atomic_write_json(self.out, _finite(payload))
+        return self.out
+
+
+def _finite(o):
+    """JSON cannot hold NaN/Inf (store refuses them): write them as null."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    return o
+
+
 def print_table(records: Sequence[dict]) -> None:
-    """The short table a reader sees last in a device run's output."""
-    hdr = f"{'kernel':38s} {'shape':22s} {'time_us':>9s} {'GB/s':>8s} {'TFLOP/s':>8s} {'xcopy':>6s} {'speedup':>8s}  anchor"
+    """The short table a reader sees last in a device run's output (time = median over rounds, [q1, q3])."""
+    hdr = (f"{'kernel':38s} {'shape':22s} {'time_us':>9s} {'[q1, q3]':>17s} {'GB/s':>7s} {'TFLOP/s':>8s} "
+           f"{'xcopy':>6s} {'speedup':>8s}  anchor")
     print(hdr)
     print("-" * len(hdr))
     for r in records:
-        f = lambda v, fmt: (fmt % v) if isinstance(v, (int, float)) else "-"
-        print(f"{r['kernel'][:38]:38s} {r['shape'][:22]:22s} {f(r['time_us'], '%9.1f')} {f(r.get('gbps'), '%8.0f')} "
-              f"{f(r.get('tflops'), '%8.1f')} {f(r.get('fraction_of_copy_bw'), '%6.2f')} {f(r.get('speedup'), '%8.2f')}  {r.get('anchor', '')}")
-
-
-def write_json(path: str | Path, records: Sequence[dict], ceilings: dict | None = None, command: str | None = None) -> Path:
-    """Write `{"provenance", "ceilings", "results"}` to `path` (creating folders) and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"provenance": provenance(command), "ceilings": ceilings or {}, "results": list(records)}
-    path.write_text(json.dumps(payload, indent=1, default=float) + "\n")
-    return path
+        f = lambda v, fmt: (fmt % v) if isinstance(v, (int, float)) else "-"  # noqa: E731
+        sp = r.get("spread_us") or {}
+        iqr = f"[{f(sp.get('q1'), '%.1f')}, {f(sp.get('q3'), '%.1f')}]" if sp else "-"
+        print(f"{r['kernel'][:38]:38s} {r['shape'][:22]:22s} {f(r['time_us'], '%9.1f')} {iqr:>17s} "
+              f"{f(r.get('gbps'), '%7.0f')} {f(r.get('tflops'), '%8.1f')} {f(r.get('fraction_of_copy_bw'), '%6.2f')} "
+              f"{f(r.get('speedup'), '%8.2f')}  {r.get('anchor', '')}")
 
 
 def load_json(path: str | Path) -> dict:
-    """Read a recorded benchmark (used by notebooks on CPU-only machines to show recorded results)."""
-    return json.loads(Path(path).read_text())
+    """Read a recorded benchmark (notebooks on CPU-only machines show recorded results)."""
+    from fp8lab import store
+
+    return store.read_json(path, required=("provenance", "results"))

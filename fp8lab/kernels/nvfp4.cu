@@ -1,7 +1,7 @@
 // NVFP4 quantize / dequantize: E2M1 elements in 16-element blocks along the last dim, an E4M3 scale per
 // block, an fp32 global scale. Bit-exact against fp8lab.scaling.quantize(x, QuantSpec("e2m1", "nvfp4")).
 //
-// Offline check: nvcc -arch=sm_90 -std=c++17 -cubin -I fp8lab/kernels -o /tmp/n.cubin fp8lab/kernels/nvfp4.cu
+// Offline check (the same compile, any listed arch, no GPU): python -m fp8lab.kernels.sass --source nvfp4.cu --arch sm_90 --ptxas-v
 //
 // The arithmetic (fp32, IEEE division, in this order):
 //     gs  = amax(x) / 2688  (448 * 6); 1.0 if not > 0           -- the global scale (amax: NaN/Inf ignored)
@@ -47,28 +47,9 @@ __device__ __forceinline__ u32 e4m3_scale_code(float bs) {  // bs >= 0, never Na
 }
 
 __device__ __forceinline__ float global_scale(float gamax) {
-    const float gs = f_div(gamax, 2688.0f);  // 448 * 6, exact in fp32; IEEE division without flush-to-zero
+    const float gs = f_div(gamax, FP8LAB_NVFP4_GLOBAL_DIV);  // E4M3 max * E2M1 max = 448 * 6; IEEE division, no ftz
     return f_pos(gs) ? gs : 1.0f;
 }
-
-template <typename T> struct In4;
-template <> struct In4<u16> {  // bf16: 8 elements per 16-byte load, 2 threads per block
-    static constexpr int VEC = 8;
-    __device__ static void load(const u16* p, float* v) {
-        const uint4 w = __ldg(reinterpret_cast<const uint4*>(p));
-        v[0] = bf16_lo(w.x); v[1] = bf16_hi(w.x); v[2] = bf16_lo(w.y); v[3] = bf16_hi(w.y);
-        v[4] = bf16_lo(w.z); v[5] = bf16_hi(w.z); v[6] = bf16_lo(w.w); v[7] = bf16_hi(w.w);
-    }
-    __device__ static float one(const u16* p) { return __uint_as_float(u32(*p) << 16); }
-};
-template <> struct In4<float> {  // fp32: 4 elements per load, 4 threads per block
-    static constexpr int VEC = 4;
-    __device__ static void load(const float* p, float* v) {
-        const float4 w = __ldg(reinterpret_cast<const float4*>(p));
-        v[0] = w.x; v[1] = w.y; v[2] = w.z; v[3] = w.w;
-    }
-    __device__ static float one(const float* p) { return *p; }
-};
 
 // =====================================================================================================
 // Vector path (K % 16 == 0, x 16-byte aligned): one thread per 16-element block (two 16-byte loads for bf16,
@@ -76,7 +57,7 @@ template <> struct In4<float> {  // fp32: 4 elements per load, 4 threads per blo
 // E4M3 rounding, a reciprocal) amortized over 16 elements, and needs no shuffles.
 // Fast path (finite block, scale in range): bs = bamax / 6 / gs by two Markstein divisions (div_by_scale with
 // RN(1/6) and RN(1/gs)), x / s by div_by_scale, the E2M1 magnitude by the variant, signs gathered by PRMT.
-#define RCP6 0x1.555556p-3f  // RN(1/6) in fp32
+// FP8LAB_E2M1_RCP_MAX = RN(1/6) in fp32 (formats.cuh), the reciprocal div_by_scale needs for "/ 6"
 template <int V>
 __device__ __forceinline__ u32 place_mag(float q, int e) {  // the magnitude code of q at nibble e (bits 4e..4e+2)
     if (V == E2M1_BITS) {
@@ -90,7 +71,7 @@ __device__ __forceinline__ u32 place_mag(float q, int e) {  // the magnitude cod
 template <typename T, int E2V, int SCV>
 __device__ void nvfp4_quant_impl(const T* __restrict__ x, const float* __restrict__ gamax_p, u8* __restrict__ packed,
                                  u8* __restrict__ sc_out, float* __restrict__ gs_out, int* flags, int R, int K) {
-    constexpr int VEC = In4<T>::VEC;
+    constexpr int VEC = In<T>::VEC;
     const float gs = global_scale(*gamax_p);
     if (blockIdx.x == 0 && threadIdx.x == 0) *gs_out = gs;
     const u32 gb = __float_as_uint(gs);
@@ -104,7 +85,7 @@ __device__ void nvfp4_quant_impl(const T* __restrict__ x, const float* __restric
         bidx[u] = (blockIdx.x * NVFP4_NU + u) * blockDim.x + threadIdx.x;
         if (bidx[u] < nblocks) {
 #pragma unroll
-            for (int j = 0; j < 16 / VEC; ++j) In4<T>::load(x + (unsigned long long)bidx[u] * 16 + j * VEC, v[u] + j * VEC);
+            for (int j = 0; j < 16 / VEC; ++j) In<T>::load(x + (unsigned long long)bidx[u] * 16 + j * VEC, v[u] + j * VEC);
         }
     }
 #pragma unroll
@@ -123,9 +104,9 @@ __device__ void nvfp4_quant_impl(const T* __restrict__ x, const float* __restric
             atomicOr(flags, 1);
         }
         float bs;  // bamax / 6 / gs, exactly: two Markstein divisions where nothing can underflow (bamax >= 2**-72)
-        if (__float_as_uint(bamax) >= 0x1B800000u && gs_ok) bs = div_by_scale(div_by_scale(bamax, 6.0f, RCP6), gs, ygs);
-        else bs = f_div(f_div(bamax, 6.0f), gs);
-        const u32 sc = has_nan ? 0x7Fu : e4m3_scale_code<SCV>(bs);
+        if (__float_as_uint(bamax) >= 0x1B800000u && gs_ok) bs = div_by_scale(div_by_scale(bamax, FP8LAB_E2M1_MAX, FP8LAB_E2M1_RCP_MAX), gs, ygs);
+        else bs = f_div(f_div(bamax, FP8LAB_E2M1_MAX), gs);
+        const u32 sc = has_nan ? FP8LAB_E4M3_NAN_CODE : e4m3_scale_code<SCV>(bs);
         const float s = f_mul(e4m3_decode(sc), gs);
         const u32 sb = __float_as_uint(s);  // 2**-60 <= s <= 2**120 on the bits (false for NaN)
         u32 lo = 0, hi = 0;
@@ -167,14 +148,14 @@ __device__ void nvfp4_quant_scalar_impl(const T* __restrict__ x, const float* __
     bool has_nan = false, nonfinite = false;
     for (int e = 0; e < 16; ++e) {
         const int k = jb * 16 + e;
-        v[e] = k < K ? In4<T>::one(x + r * K + k) : 0.0f;
+        v[e] = k < K ? In<T>::one(x + r * K + k) : 0.0f;
         m = absmax_finite(m, v[e]);
         has_nan |= v[e] != v[e];
         nonfinite |= !(f_abs(v[e]) < __uint_as_float(F32_INF_BITS));
     }
     if (nonfinite) atomicOr(flags, 1);
-    const float bs = f_div(f_div(m, 6.0f), gs);
-    const u32 sc = has_nan ? 0x7Fu : e4m3_scale_code<SCV>(bs);
+    const float bs = f_div(f_div(m, FP8LAB_E2M1_MAX), gs);
+    const u32 sc = has_nan ? FP8LAB_E4M3_NAN_CODE : e4m3_scale_code<SCV>(bs);
     const float s = f_mul(e4m3_decode(sc), gs);
     sc_out[r * nb + jb] = u8(sc);
     for (int i = 0; i < 8; ++i) {
@@ -218,15 +199,7 @@ __device__ void nvfp4_dequant_impl(const u8* __restrict__ packed, const u8* __re
             float o[8];
 #pragma unroll
             for (int e = 0; e < 8; ++e) o[e] = f_mul(f_mul(e2m1_decode((w[j] >> (4 * e)) & 0xFu), bsv), gs);
-            const long long e0 = ch[j] * 8;
-            if (OUT == 0) {
-                float4* d = reinterpret_cast<float4*>(static_cast<float*>(out) + e0);
-                d[0] = make_float4(o[0], o[1], o[2], o[3]);
-                d[1] = make_float4(o[4], o[5], o[6], o[7]);
-            } else {  // cvt.rn.bf16x2.f32: two RNE conversions per instruction
-                *reinterpret_cast<uint4*>(static_cast<u16*>(out) + e0) =
-                    make_uint4(bf16x2_rn(o[0], o[1]), bf16x2_rn(o[2], o[3]), bf16x2_rn(o[4], o[5]), bf16x2_rn(o[6], o[7]));
-            }
+            store8<OUT>(out, ch[j] * 8, o);
         }
     } else {
         const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;

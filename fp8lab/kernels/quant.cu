@@ -1,7 +1,7 @@
 // FP8 (E4M3, E5M2) quantize / dequantize kernels, bit-exact against fp8lab.scaling.quantize.
 //
 // Build/run: compiled by NVRTC for the running device (fp8lab/kernels/_cuda.py); wrappers in quant.py.
-// Offline check: nvcc -arch=sm_90 -std=c++17 -cubin -I fp8lab/kernels -o /tmp/q.cubin fp8lab/kernels/quant.cu
+// Offline check (the same compile, any listed arch, no GPU): python -m fp8lab.kernels.sass --source quant.cu --arch sm_90 --ptxas-v
 //
 // The arithmetic (fp32 throughout, IEEE division, no fast math), per group of elements:
 //     amax  = max |x| over the group, NaN/Inf ignored ("propagate")
@@ -29,24 +29,17 @@
 #define CVT_SW 0
 #define CVT_HW 1
 
-template <int FMT> struct Fp8;
-template <> struct Fp8<FMT_E4M3> {
-    static constexpr float MAX = 448.0f;
-    static constexpr u32 NAN_CODE = 0x7Fu;
-    __device__ static u32 fast(float q) { return fp8_encode_sw_fast<3, 7>(q); }
-    __device__ static u32 fast_b3(float q) { return fp8_code_fpu_b3<3, 7>(q); }
-    __device__ static u32 full(float q) { return e4m3_encode_sw(q); }
-    __device__ static u32 hw2(float hi, float lo) { return e4m3x2_hw(hi, lo); }
-    __device__ static float decode(u32 c) { return e4m3_decode(c); }
-};
-template <> struct Fp8<FMT_E5M2> {
-    static constexpr float MAX = 57344.0f;
-    static constexpr u32 NAN_CODE = 0x7Eu;
-    __device__ static u32 fast(float q) { return fp8_encode_sw_fast<2, 15>(q); }
-    __device__ static u32 fast_b3(float q) { return fp8_code_fpu_b3<2, 15>(q); }
-    __device__ static u32 full(float q) { return e5m2_encode_sw(q); }
-    __device__ static u32 hw2(float hi, float lo) { return e5m2x2_hw(hi, lo); }
-    __device__ static float decode(u32 c) { return e5m2_decode(c); }
+// The two FP8 formats: their constants (formats.cuh, from fp8lab.formats) and conversions, indexed by FMT.
+template <int FMT> struct Fp8 {
+    static constexpr bool E4 = FMT == FMT_E4M3;
+    static constexpr int MB = E4 ? FP8LAB_E4M3_MAN_BITS : FP8LAB_E5M2_MAN_BITS;
+    static constexpr int B = E4 ? FP8LAB_E4M3_BIAS : FP8LAB_E5M2_BIAS;
+    __device__ static float max() { return __uint_as_float(E4 ? FP8LAB_E4M3_MAX_BITS : FP8LAB_E5M2_MAX_BITS); }
+    __device__ static u32 fast(float q) { return fp8_encode_sw_fast<MB, B>(q); }
+    __device__ static u32 fast_b3(float q) { return fp8_code_fpu_b3<MB, B>(q); }
+    __device__ static u32 full(float q) { return E4 ? e4m3_encode_sw(q) : e5m2_encode_sw(q); }
+    __device__ static u32 hw2(float hi, float lo) { return E4 ? e4m3x2_hw(hi, lo) : e5m2x2_hw(hi, lo); }
+    __device__ static float decode(u32 c) { return E4 ? e4m3_decode(c) : e5m2_decode(c); }
 };
 
 // Two codes packed little-endian (q0 in the low byte). FULL: any input (slow path).
@@ -65,29 +58,6 @@ __device__ __forceinline__ u32 enc2(float q0, float q1) {
     if (FULL) return F::full(q0) | (F::full(q1) << 8);
     return F::fast(q0) | (F::fast(q1) << 8);
 }
-
-// ---- input loaders: 16 bytes per load --------------------------------------------------------------------
-template <typename T> struct In;
-// `Raw` is the 16 loaded bytes kept as they are (bf16 stays packed: 4 registers for 8 values) until used.
-template <> struct In<u16> {  // bf16 bits
-    static constexpr int VEC = 8;
-    typedef uint4 Raw;
-    __device__ static Raw raw(const u16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
-    __device__ static void unpack(const Raw& w, float* v) {
-        v[0] = bf16_lo(w.x); v[1] = bf16_hi(w.x); v[2] = bf16_lo(w.y); v[3] = bf16_hi(w.y);
-        v[4] = bf16_lo(w.z); v[5] = bf16_hi(w.z); v[6] = bf16_lo(w.w); v[7] = bf16_hi(w.w);
-    }
-    __device__ static void load(const u16* p, float* v) { unpack(raw(p), v); }
-    __device__ static float one(const u16* p) { return __uint_as_float(u32(*p) << 16); }
-};
-template <> struct In<float> {
-    static constexpr int VEC = 4;
-    typedef float4 Raw;
-    __device__ static Raw raw(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
-    __device__ static void unpack(const Raw& w, float* v) { v[0] = w.x; v[1] = w.y; v[2] = w.z; v[3] = w.w; }
-    __device__ static void load(const float* p, float* v) { unpack(raw(p), v); }
-    __device__ static float one(const float* p) { return *p; }
-};
 
 // Store VEC codes (packed in `lo`,`hi` words, little-endian) at codes[i..i+VEC).
 template <int VEC>
@@ -190,7 +160,7 @@ __device__ void quant_tensor_impl(const T* __restrict__ x, long long n, const fl
     typedef Fp8<FMT> F;
     constexpr int VEC = In<T>::VEC;
     const float amax = *amax_p;
-    const float s = fp8_scale(amax, F::MAX);
+    const float s = fp8_scale(amax, F::max());
     const float y = f_rcp(s);
     if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = s;
     const bool vec_ok = (reinterpret_cast<unsigned long long>(x) & 15) == 0 && (n % VEC) == 0;
@@ -307,7 +277,7 @@ __device__ void quant_group_impl(const T* __restrict__ x, u8* __restrict__ codes
             amax = m;
             if (lane == 0 && active[u]) atomicOr(flags, 1);
         }
-        const float s = fp8_scale(amax, F::MAX);
+        const float s = fp8_scale(amax, F::max());
         if (lane == 0 && active[u]) scales[row[u] * s_row + g[u] * s_grp] = s;
         const bool fast = finite && fastdiv_ok(amax);
         const float y = f_rcp(s);
@@ -345,24 +315,25 @@ __device__ void quant_block_impl(const T* __restrict__ x, u8* __restrict__ codes
     u8* cb = codes + (long long)b * M * K;
 
     float v[4][16];
+    // f(i, j, row, col) for this thread's chunks: rows r0 + 32 i, 16 columns lane8 * 16 .. (j-th VEC of them)
+    auto each_chunk = [&](auto&& f) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < NL; ++j) f(i, j, tm * 128 + r0 + 32 * i, tk * 128 + j * 8 * VEC + lane8 * VEC);
+    };
     float mn = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int row = tm * 128 + r0 + 32 * i;
-#pragma unroll
-        for (int j = 0; j < NL; ++j) {
-            const int col = tk * 128 + j * 8 * VEC + lane8 * VEC;
-            if (VECOK) {
-                if (row < M && col < K) In<T>::load(xb + (long long)row * K + col, v[i] + j * VEC);
-                else for (int e = 0; e < VEC; ++e) v[i][j * VEC + e] = 0.0f;
-            } else {
-                for (int e = 0; e < VEC; ++e)
-                    v[i][j * VEC + e] = (row < M && col + e < K) ? In<T>::one(xb + (long long)row * K + col + e) : 0.0f;
-            }
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) mn = absmax_nan(mn, v[i][j * VEC + e]);
+    each_chunk([&](int i, int j, int row, int col) {
+        if (VECOK) {
+            if (row < M && col < K) In<T>::load(xb + (long long)row * K + col, v[i] + j * VEC);
+            else for (int e = 0; e < VEC; ++e) v[i][j * VEC + e] = 0.0f;
+        } else {
+            for (int e = 0; e < VEC; ++e)
+                v[i][j * VEC + e] = (row < M && col + e < K) ? In<T>::one(xb + (long long)row * K + col + e) : 0.0f;
         }
-    }
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) mn = absmax_nan(mn, v[i][j * VEC + e]);
+    });
     __shared__ float red[8];
     mn = shfl_max_nan(mn, 32);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mn;
@@ -385,29 +356,23 @@ __device__ void quant_block_impl(const T* __restrict__ x, u8* __restrict__ codes
         amax = m;
         if (threadIdx.x == 0) atomicOr(flags, 1);
     }
-    const float s = fp8_scale(amax, F::MAX);
+    const float s = fp8_scale(amax, F::max());
     if (threadIdx.x == 0) scales[((long long)b * ntm + tm) * ntk + tk] = s;
     const bool fast = finite && fastdiv_ok(amax);
     const float y = f_rcp(s);
 
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int row = tm * 128 + r0 + 32 * i;
-#pragma unroll
-        for (int j = 0; j < NL; ++j) {
-            const int col = tk * 128 + j * 8 * VEC + lane8 * VEC;
-            if (VECOK) {
-                u32 lo, hi;
-                if (fast) convert_chunk<FMT, CVT, true, VEC>(v[i] + j * VEC, s, y, lo, hi);
-                else convert_chunk<FMT, CVT, false, VEC>(v[i] + j * VEC, s, y, lo, hi);
-                if (row < M && col < K) store_codes<VEC>(cb + (long long)row * K + col, lo, hi);
-            } else {
-                for (int e = 0; e < VEC; ++e)
-                    if (row < M && col + e < K)
-                        cb[(long long)row * K + col + e] = u8(enc2<FMT, CVT, true>(f_div(v[i][j * VEC + e], s), 0.0f) & 0xFFu);
-            }
+    each_chunk([&](int i, int j, int row, int col) {
+        if (VECOK) {
+            u32 lo, hi;
+            if (fast) convert_chunk<FMT, CVT, true, VEC>(v[i] + j * VEC, s, y, lo, hi);
+            else convert_chunk<FMT, CVT, false, VEC>(v[i] + j * VEC, s, y, lo, hi);
+            if (row < M && col < K) store_codes<VEC>(cb + (long long)row * K + col, lo, hi);
+        } else {
+            for (int e = 0; e < VEC; ++e)
+                if (row < M && col + e < K)
+                    cb[(long long)row * K + col + e] = u8(enc2<FMT, CVT, true>(f_div(v[i][j * VEC + e], s), 0.0f) & 0xFFu);
         }
-    }
+    });
 }
 
 // =====================================================================================================
@@ -419,18 +384,6 @@ __device__ void quant_block_impl(const T* __restrict__ x, u8* __restrict__ codes
 // loads issued first (DQ_NL x 8 bytes in flight per thread); else one element per thread.
 // OUT 0: float32 (exact: decode(code) * scale in fp32, as scaling.dequantize); OUT 1: bf16 of that (RNE).
 #define DQ_NL 4
-template <int OUT>
-__device__ __forceinline__ void store8(void* out, long long e0, const float* o) {
-    if (OUT == 0) {
-        float4* d = reinterpret_cast<float4*>(static_cast<float*>(out) + e0);
-        d[0] = make_float4(o[0], o[1], o[2], o[3]);
-        d[1] = make_float4(o[4], o[5], o[6], o[7]);
-    } else {
-        *reinterpret_cast<uint4*>(static_cast<u16*>(out) + e0) =
-            make_uint4(bf16x2_rn(o[0], o[1]), bf16x2_rn(o[2], o[3]), bf16x2_rn(o[4], o[5]), bf16x2_rn(o[6], o[7]));
-    }
-}
-
 // Index math in 32 bits with multiply-divisions (the wrapper keeps R * K / 8 < 2**31): chunk c -> row
 // r = c / (K/8) (magic dk, lk), batch b = r / Mb (magic dmb, lmb).
 template <int FMT, int OUT>
@@ -500,7 +453,7 @@ __device__ void check_hw_vs_sw_impl(u32* out, u32* nan_seen) {
             if (atomicCAS(out + 2, 0u, u32(i)) == 0u) out[3] = (lo << 8) | sw;
         }
         // the fast path's FPU-rounding conversion, on its domain |f| <= max * (1 + 2**-20)
-        if (f_abs(f) <= F::MAX * (1.0f + 0x1p-20f) && (F::fast_b3(f) >> 24) != sw) ++fpu_bad;
+        if (f_abs(f) <= F::max() * (1.0f + 0x1p-20f) && (F::fast_b3(f) >> 24) != sw) ++fpu_bad;
     }
     if (bad) atomicAdd(out, bad);
     if (asym) atomicAdd(out + 1, asym);

@@ -1,24 +1,16 @@
-// Shared device helpers for quant.cu and nvfp4.cu: bf16 unpacking, NaN-aware maxima, and the FP8 / E2M1
-// conversions (software and hardware), each bit-exact against fp8lab.formats (RNE, saturating).
+// Shared device helpers for quant.cu and nvfp4.cu: NaN-aware maxima, division by a per-group scale, and the
+// FP8 / E2M1 encoders (software and hardware), each bit-exact against fp8lab.formats (RNE, saturating).
 //
 // Plain NVRTC code: no host code, no CUDA headers; bf16 and fp8 are handled as raw uint16 / uint8 bits.
 // Built without fast math (fp8lab/kernels/_cuda.py), so `/` would be the IEEE division; but CuPy adds
 // -ftz=true to every compile, which flushes subnormals. The bit-exact contract needs them, so every float
-// operation whose inputs or result can be subnormal goes through the f_* helpers below (PTX without .ftz).
+// operation whose inputs or result can be subnormal goes through the f_* helpers (ptx.cuh: PTX without .ftz).
+// Format constants (mantissa bits, bias, max, NaN codes, the E2M1 midpoints) come from formats.cuh.
 #pragma once
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned char u8;
-typedef unsigned long long u64;
-
-#define F32_INF_BITS 0x7F800000u
+#include "fp8_decode.cuh"
 
 // ---- bf16 <-> fp32 -----------------------------------------------------------------------------------
-// bf16 is the top half of an fp32: widening is exact (a shift), which is why bf16 inputs need no rounding.
-__device__ __forceinline__ float bf16_lo(u32 w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf16_hi(u32 w) { return __uint_as_float(w & 0xFFFF0000u); }
-
 // fp32 -> bf16 round-to-nearest-even (the same bit trick as formats.bf16_round; NaN stays a quiet NaN).
 __device__ __forceinline__ u32 f32_to_bf16_bits(float f) {
     u32 b = __float_as_uint(f);
@@ -26,32 +18,40 @@ __device__ __forceinline__ u32 f32_to_bf16_bits(float f) {
     return (b + 0x7FFFu + ((b >> 16) & 1u)) >> 16;
 }
 
-// ---- fp32 arithmetic that never flushes subnormals -------------------------------------------------------
-// CuPy appends -ftz=true to every NVRTC compile (cupy/cuda/compiler.py, _compile_with_cache_cuda), so plain
-// C++ float arithmetic here would flush subnormal inputs and results to zero; the CPU reference does not.
-// These are single PTX instructions without .ftz: IEEE semantics whatever the compile flags (and `.rn` on
-// mul/add also forbids contraction into an FMA). Each compiles to the one SASS instruction one expects.
-__device__ __forceinline__ float f_mul(float a, float b) { float r; asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
-__device__ __forceinline__ float f_add(float a, float b) { float r; asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
-__device__ __forceinline__ float f_fma(float a, float b, float c) {
-    float r; asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c)); return r;
-}
-__device__ __forceinline__ float f_sub(float a, float b) { float r; asm("sub.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
-// Unary minus in C++ becomes neg.ftz.f32 under -ftz=true: an extra FADD.FTZ that also flushes subnormals.
-// neg.f32 without .ftz is exact, and ptxas folds it into the consuming FFMA as a free operand modifier.
-__device__ __forceinline__ float f_neg(float a) { float r; asm("neg.f32 %0, %1;" : "=f"(r) : "f"(a)); return r; }
-__device__ __forceinline__ float f_div(float a, float b) { float r; asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
-__device__ __forceinline__ float f_rcp(float a) { float r; asm("rcp.rn.f32 %0, %1;" : "=f"(r) : "f"(a)); return r; }
-__device__ __forceinline__ float f_abs(float x) { return __uint_as_float(__float_as_uint(x) & 0x7FFFFFFFu); }
-// s > 0 exactly (subnormals count as positive, NaN does not): the reference's `scale > 0` test.
-__device__ __forceinline__ bool f_pos(float s) { return (__float_as_uint(s) - 1u) < F32_INF_BITS; }
+// ---- input loaders: 16 bytes per load --------------------------------------------------------------------
+template <typename T> struct In;
+// `Raw` is the 16 loaded bytes kept as they are (bf16 stays packed: 4 registers for 8 values) until used.
+template <> struct In<u16> {  // bf16 bits
+    static constexpr int VEC = 8;
+    typedef uint4 Raw;
+    __device__ static Raw raw(const u16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+    __device__ static void unpack(const Raw& w, float* v) {
+        v[0] = bf16_lo(w.x); v[1] = bf16_hi(w.x); v[2] = bf16_lo(w.y); v[3] = bf16_hi(w.y);
+        v[4] = bf16_lo(w.z); v[5] = bf16_hi(w.z); v[6] = bf16_lo(w.w); v[7] = bf16_hi(w.w);
+    }
+    __device__ static void load(const u16* p, float* v) { unpack(raw(p), v); }
+    __device__ static float one(const u16* p) { return __uint_as_float(u32(*p) << 16); }
+};
+template <> struct In<float> {
+    static constexpr int VEC = 4;
+    typedef float4 Raw;
+    __device__ static Raw raw(const float* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
+    __device__ static void unpack(const Raw& w, float* v) { v[0] = w.x; v[1] = w.y; v[2] = w.z; v[3] = w.w; }
+    __device__ static void load(const float* p, float* v) { unpack(raw(p), v); }
+    __device__ static float one(const float* p) { return *p; }
+};
 
-// Two fp32 -> bf16 RNE in one instruction (F2FP.BF16.F32.PACK_AB): `lo` in the low half. Same bits as
-// f32_to_bf16_bits for every non-NaN input (NaN becomes the canonical 0x7FFF).
-__device__ __forceinline__ u32 bf16x2_rn(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
+// Eight dequantized values to out[e0 .. e0 + 8): OUT 0 float32, OUT 1 bf16 (RNE, two per cvt).
+template <int OUT>
+__device__ __forceinline__ void store8(void* out, long long e0, const float* o) {
+    if (OUT == 0) {
+        float4* d = reinterpret_cast<float4*>(static_cast<float*>(out) + e0);
+        d[0] = make_float4(o[0], o[1], o[2], o[3]);
+        d[1] = make_float4(o[4], o[5], o[6], o[7]);
+    } else {
+        *reinterpret_cast<uint4*>(static_cast<u16*>(out) + e0) =
+            make_uint4(bf16x2_rn(o[0], o[1]), bf16x2_rn(o[2], o[3]), bf16x2_rn(o[4], o[5]), bf16x2_rn(o[6], o[7]));
+    }
 }
 
 // ---- maxima -------------------------------------------------------------------------------------------
@@ -143,10 +143,12 @@ __device__ __forceinline__ u32 fp8_encode_sw_fast(float q) {
     return fp8_round_mag<MB, B>(b & 0x7FFFFFFFu) | ((b >> 24) & 0x80u);
 }
 
-#define E4M3_MAXBITS 0x43E00000u
-#define E5M2_MAXBITS 0x47600000u
-__device__ __forceinline__ u32 e4m3_encode_sw(float q) { return fp8_encode_sw<3, 7, E4M3_MAXBITS, 0x7Fu>(q); }
-__device__ __forceinline__ u32 e5m2_encode_sw(float q) { return fp8_encode_sw<2, 15, E5M2_MAXBITS, 0x7Eu>(q); }
+__device__ __forceinline__ u32 e4m3_encode_sw(float q) {
+    return fp8_encode_sw<FP8LAB_E4M3_MAN_BITS, FP8LAB_E4M3_BIAS, FP8LAB_E4M3_MAX_BITS, FP8LAB_E4M3_NAN_CODE>(q);
+}
+__device__ __forceinline__ u32 e5m2_encode_sw(float q) {
+    return fp8_encode_sw<FP8LAB_E5M2_MAN_BITS, FP8LAB_E5M2_BIAS, FP8LAB_E5M2_MAX_BITS, FP8LAB_E5M2_NAN_CODE>(q);
+}
 
 // ---- fast-path conversions that let the FPU do the rounding (fewer integer-pipe instructions) -------------
 // Adding M = 1.5 * 2**k to |q| makes the FPU round |q| to a multiple of ulp(M) = 2**(k-23) (RNE, exact), and
@@ -169,7 +171,6 @@ __device__ __forceinline__ u32 fp8_code_fpu_b3(float q) {
     return (R << (MB + 1)) | (__float_as_uint(q) & 0x80000000u);
 }
 // byte 3 of four words -> one word (code i in byte i): three PRMTs
-__device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) { u32 r; asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel)); return r; }
 __device__ __forceinline__ u32 gather_b3(u32 c0, u32 c1, u32 c2, u32 c3) {
     return prmt(prmt(c0, c1, 0x0073u), prmt(c2, c3, 0x0073u), 0x5410u);
 }
@@ -177,11 +178,12 @@ __device__ __forceinline__ u32 gather_b3(u32 c0, u32 c1, u32 c2, u32 c3) {
 // E2M1, same idea: |q| clamped to 6 (saturation), E = exponent of max(|q|, 1) (step 0.5 below 2, 1 in [2, 4),
 // 2 in [4, 8)), M = 2**E * 1.5 * 2**22, r = (|q| + M) - M, r * 2**-126 = magnitude code << 22. Any finite q.
 __device__ __forceinline__ u32 e2m1_mag_fpu22(float q) {
-    const float a = fminf(f_abs(q), 6.0f);
-    const float e = __uint_as_float(__float_as_uint(fmaxf(a, 1.0f)) & 0x7F800000u);
-    const float M = f_mul(e, 0x1.8p22f);
+    constexpr int MB = FP8LAB_E2M1_MAN_BITS, B = FP8LAB_E2M1_BIAS;
+    const float a = fminf(f_abs(q), FP8LAB_E2M1_MAX);
+    const float e = __uint_as_float(__float_as_uint(fmaxf(a, __uint_as_float(u32(127 + 1 - B) << 23))) & 0x7F800000u);
+    const float M = f_mul(e, __uint_as_float(u32(127 + 23 - MB) << 23 | 0x400000u));  // 1.5 * 2**22
     const float r = f_sub(f_add(a, M), M);
-    return __float_as_uint(f_mul(r, 0x1p-126f));
+    return __float_as_uint(f_mul(r, __uint_as_float(u32(B) << 23)));                 // * 2**-126
 }
 // The sign bits of eight values into nibble sign positions (bit 4e + 3 for value e), with PRMT's
 // sign-replicating byte select (selector nibble 0xB / 0xF: byte 3 of a / b, msb replicated over the byte).
@@ -197,37 +199,8 @@ __device__ __forceinline__ u32 sign_nibbles8(const float* q) {
 // cvt.rn.satfinite.{e4m3,e5m2}x2.f32 d, a, b: converts two floats at once, `a` into the HIGH byte of d and
 // `b` into the LOW byte; satfinite clamps overflow (and Inf) to +-max. NaN inputs are canonicalized to the
 // contract's NaN code by the callers (the raw hardware NaN byte is recorded by the exhaustive check kernel).
-__device__ __forceinline__ u32 e4m3x2_hw(float hi, float lo) {
-    u16 r;
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-__device__ __forceinline__ u32 e5m2x2_hw(float hi, float lo) {
-    u16 r;
-    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-// ---- FP8 decode (exact): put the code's bits where fp32 keeps them, then rescale by a power of two. ----
-// E4M3 code c (sign s, 7 magnitude bits m): as fp32 bits (s << 31) | (m << 20) the value is m's E4M3 value
-// times 2**-120, INCLUDING subnormals (fp32 subnormals have the same shape); one exact multiply by 2**120.
-//   0x38 -> bits 0x03800000 = 2**-120 -> * 2**120 = 1.0 ;  0x01 -> bits 0x00100000 = 2**-129 -> 2**-9
-__device__ __forceinline__ float e4m3_decode(u32 c) {
-    const u32 m = c & 0x7Fu;
-    const float v = f_mul(__uint_as_float(((c & 0x80u) << 24) | (m << 20)), 0x1p120f);
-    return m == 0x7Fu ? __uint_as_float(0x7FC00000u) : v;
-}
-__device__ __forceinline__ float e5m2_decode(u32 c) {  // E5M2: bias 15 -> factor 2**112; exp 31 = Inf/NaN
-    const u32 m = c & 0x7Fu;
-    const float v = f_mul(__uint_as_float(((c & 0x80u) << 24) | (m << 21)), 0x1p112f);
-    if (m > 0x7Cu) return __uint_as_float(0x7FC00000u);
-    return m == 0x7Cu ? __uint_as_float(((c & 0x80u) << 24) | F32_INF_BITS) : v;
-}
-// E2M1 code (sign bit 3, 3 magnitude bits): bits (m << 22) are the value times 2**-126.
-//   0x1 -> 2**-127 -> 0.5 ;  0x7 -> 1.5 * 2**-124 -> 6.0 ;  0xA -> -1.0
-__device__ __forceinline__ float e2m1_decode(u32 c) {
-    return f_mul(__uint_as_float(((c & 0x8u) << 28) | ((c & 0x7u) << 22)), 0x1p126f);
-}
+__device__ __forceinline__ u32 e4m3x2_hw(float hi, float lo) { return cvt2_rn<PACK_E4M3>(lo, hi); }
+__device__ __forceinline__ u32 e5m2x2_hw(float hi, float lo) { return cvt2_rn<PACK_E5M2>(lo, hi); }
 
 // ---- E2M1 encode: three software versions (sm_90 has no E2M1 conversion instruction) -----------------
 // All three are bit-identical to formats.E2M1.encode(saturate=True): RNE, +-Inf and overflow -> +-6,
@@ -235,60 +208,62 @@ __device__ __forceinline__ float e2m1_decode(u32 c) {
 //
 // (1) branchless: seed 002's seven compares on the magnitude bits, with `>` at the four midpoints whose
 //     LOWER neighbour has the even code (0.25, 1.25, 2.5, 5.0) and `>=` where the upper one is even (the seed's
-//     all-`>=` version rounds those four ties away from zero). The seven predicates are summed.
+//     all-`>=` version rounds those four ties away from zero). The seven predicates are summed. The midpoints
+//     and the tie rule are formats.E2M1's (formats.cuh), not typed here.
+__device__ __forceinline__ u32 e2m1_mag_compare(u32 a) {  // a: |x| as fp32 bits
+    u32 idx = 0;
+#pragma unroll
+    for (int i = 0; i < 7; ++i) idx += e2m1_tie_down(i) ? (a > E2M1_MIDS[i]) : (a >= E2M1_MIDS[i]);
+    return idx;
+}
 __device__ __forceinline__ u32 e2m1_branchless(float x) {
     const u32 b = __float_as_uint(x), a = b & 0x7FFFFFFFu;
-    u32 idx = (a > 0x3E800000u) + (a >= 0x3F400000u) + (a > 0x3FA00000u) + (a >= 0x3FE00000u)
-            + (a > 0x40200000u) + (a >= 0x40600000u) + (a > 0x40A00000u);
+    u32 idx = e2m1_mag_compare(a);
     idx |= (b >> 28) & 0x8u;
     return a > F32_INF_BITS ? 0u : idx;
 }
-// (2) branchy: the naive if/else chain a first version would write (float compares, same tie rules).
+// (2) branchy: the naive if/else chain a first version would write (float compares, same tie rules):
+//     below(a, i) is `a <= mid_i` where a tie at mid_i rounds down, `a < mid_i` where it rounds up.
+__device__ __forceinline__ bool e2m1_below(float a, int i) {
+    const float m = __uint_as_float(E2M1_MIDS[i]);
+    return e2m1_tie_down(i) ? a <= m : a < m;
+}
 __device__ __forceinline__ u32 e2m1_branchy(float x) {
     const float a = f_abs(x);
     u32 idx;
     if (a != a) return 0u;                 // NaN
-    if (a <= 0.25f) idx = 0;
-    else if (a < 0.75f) idx = 1;
-    else if (a <= 1.25f) idx = 2;
-    else if (a < 1.75f) idx = 3;
-    else if (a <= 2.5f) idx = 4;
-    else if (a < 3.5f) idx = 5;
-    else if (a <= 5.0f) idx = 6;
+    if (e2m1_below(a, 0)) idx = 0;
+    else if (e2m1_below(a, 1)) idx = 1;
+    else if (e2m1_below(a, 2)) idx = 2;
+    else if (e2m1_below(a, 3)) idx = 3;
+    else if (e2m1_below(a, 4)) idx = 4;
+    else if (e2m1_below(a, 5)) idx = 5;
+    else if (e2m1_below(a, 6)) idx = 6;
     else idx = 7;
     return idx | ((__float_as_uint(x) >> 28) & 0x8u);
 }
-// (3) bits: the FP8 method above with one mantissa bit: RNE on the bits for |x| >= 1 (E2M1 normals),
-//     the FPU's own RNE through a magic add (C = 2**22, ulp 0.5) for |x| < 1. Saturation first (min with 6).
-//     2.5 -> (0x40200000 + 0x1FFFFF + 0) >> 22 = 0x100 -> minus 0xFC (126 << 1) = 4 (2.0, the even neighbour)
-// Fast-path forms (the caller guarantees a finite x): magnitude code 0..7 only, sign handled by the caller.
-__device__ __forceinline__ u32 e2m1_mag_branchless(float x) {
-    const u32 a = __float_as_uint(x) & 0x7FFFFFFFu;
-    return (a > 0x3E800000u) + (a >= 0x3F400000u) + (a > 0x3FA00000u) + (a >= 0x3FE00000u)
-         + (a > 0x40200000u) + (a >= 0x40600000u) + (a > 0x40A00000u);
-}
 __device__ __forceinline__ u32 e2m1_mag_branchy(float x) {
     const float a = f_abs(x);
-    if (a <= 0.25f) return 0;
-    if (a < 0.75f) return 1;
-    if (a <= 1.25f) return 2;
-    if (a < 1.75f) return 3;
-    if (a <= 2.5f) return 4;
-    if (a < 3.5f) return 5;
-    if (a <= 5.0f) return 6;
+    if (e2m1_below(a, 0)) return 0;
+    if (e2m1_below(a, 1)) return 1;
+    if (e2m1_below(a, 2)) return 2;
+    if (e2m1_below(a, 3)) return 3;
+    if (e2m1_below(a, 4)) return 4;
+    if (e2m1_below(a, 5)) return 5;
+    if (e2m1_below(a, 6)) return 6;
     return 7;
 }
-__device__ __forceinline__ u32 e2m1_mag_bits(float x) {
-    const u32 a = min(__float_as_uint(x) & 0x7FFFFFFFu, 0x40C00000u);  // |x| clamped to 6.0 (saturation)
-    const u32 n = (a + 0x1FFFFFu + ((a >> 22) & 1u) - (126u << 23)) >> 22;
-    const u32 s = __float_as_uint(f_add(__uint_as_float(a), 0x1p22f)) - 0x4A800000u;
-    return a < 0x3F800000u ? s : n;
+// (3) bits: the FP8 method above (fp8_round_mag) with E2M1's one mantissa bit and bias 1: RNE on the bits for
+//     |x| >= 1 (E2M1 normals), the FPU's own RNE through a magic add (C = 2**22, ulp 0.5) for |x| < 1.
+//     Saturation first (min with 6).
+//     2.5 -> (0x40200000 + 0x1FFFFF + 0) >> 22 = 0x100 -> minus 0xFC (126 << 1) = 4 (2.0, the even neighbour)
+// Fast-path forms (the caller guarantees a finite x): magnitude code 0..7 only, sign handled by the caller.
+__device__ __forceinline__ u32 e2m1_mag_branchless(float x) { return e2m1_mag_compare(__float_as_uint(x) & 0x7FFFFFFFu); }
+__device__ __forceinline__ u32 e2m1_mag_bits(float x) {  // |x| clamped to 6.0 (saturation)
+    return fp8_round_mag<FP8LAB_E2M1_MAN_BITS, FP8LAB_E2M1_BIAS>(min(__float_as_uint(x) & 0x7FFFFFFFu, FP8LAB_E2M1_MAX_BITS));
 }
 __device__ __forceinline__ u32 e2m1_bits(float x) {
     const u32 b = __float_as_uint(x);
-    const u32 a = min(b & 0x7FFFFFFFu, 0x40C00000u);  // |x| clamped to 6.0 (Inf too; NaN handled below)
-    const u32 n = (a + 0x1FFFFFu + ((a >> 22) & 1u) - (126u << 23)) >> 22;
-    const u32 s = __float_as_uint(f_add(__uint_as_float(a), 0x1p22f)) - 0x4A800000u;
-    const u32 idx = (a < 0x3F800000u ? s : n) | ((b >> 28) & 0x8u);
+    const u32 idx = e2m1_mag_bits(x) | ((b >> 28) & 0x8u);  // Inf clamps to 6 too; NaN handled here:
     return (b & 0x7FFFFFFFu) > F32_INF_BITS ? 0u : idx;
 }

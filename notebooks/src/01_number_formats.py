@@ -129,4 +129,80 @@ power-of-two scales on 32 elements.
 - Change the probe's small magnitude from 3e-4 to 3e-3: at what magnitude does unscaled E4M3 stop flushing?
 - `formats.E8M0.encode(torch.tensor([0.0]), saturate=False)`: why is a zero scale NaN, and what does the lab do instead?
 """),
+("md", r"""
+## Format anatomy: what the bits mean
+
+**The big idea.** Every number in this notebook comes from four fields — exponent bits, mantissa bits, bias, and a
+rule for the all-ones exponent. The rule is where the formats really differ: IEEE-style E5M2 spends its top exponent
+on Inf and NaN; E4M3 "fn" keeps it finite and gives up only one code pair to NaN; the "fnuz" variants (AMD's and
+Graphcore's FP8) move the bias by one, keep every exponent finite and make the would-be negative zero the only NaN.
+
+**The key insight.** The largest value of a format is not a design constant but a consequence of that rule. The table
+and sentences below are computed from `fp8lab.formats`, which is checked bit for bit against `ml_dtypes` for every
+code of every format here.
+"""),
+("code", r"""
+from fp8lab import anatomy
+from fp8lab.formats import E4M3FNUZ, E5M2FNUZ
+print(anatomy.format_table(anatomy.format_rows()))
+print()
+for f in (E4M3, E5M2, E4M3FNUZ, E2M1):
+    print(anatomy.why_max(f), "\n")
+for r in anatomy.top_codes(E4M3, 2):
+    print(f"  {r['code']}  {r['bits']}  {r['value']:>6}  {r['meaning']}")
+"""),
+("md", r"""
+## The MX shared scale, and why MXFP8 scored below per-tensor E4M3 above
+
+The OCP MX rule gives each block of 32 one power-of-two scale, 2^(floor(log2 amax) − emax), where emax is the exponent
+of the element format's largest value (8 for E4M3: 448 = 1.75·2⁸). Dividing by it puts the block's amax somewhere in
+[2^emax, 2^(emax+1)) — for E4M3, anywhere in [256, 512). E4M3 ends at 448, so every block whose amax lands in
+(448, 512) **saturates** its largest values. Since a power of two never changes a mantissa, a block scale buys no
+extra precision over one scale per tensor for a tensor like this; the saturated top values are pure loss. Other rules
+exist (`scale_rule="rceil"` rounds the exponent up so nothing saturates, as cuBLAS and TransformerEngine do; torchao
+offers "ceil" and "even" too), and fp32 scales per 32 values (`"group"`, `group_size=32`) put every block's amax
+exactly on 448. Measured on a Gaussian tensor:
+"""),
+("code", r"""
+g = torch.Generator().manual_seed(0)
+x = torch.randn(64 if SMALL else 256, 1024, generator=g)
+m = anatomy.mx_scale_anatomy(x, "e4m3")
+print(f"blocks whose amax lands above 448 (floor rule): {100 * m['frac_blocks_over_max']:.1f} %  "
+      f"(log2(512/448) = {100 * np.log2(512 / 448):.1f} % if mantissas were log-uniform)")
+print(f"elements saturated: {100 * m['frac_elements_saturated']:.2f} %, carrying "
+      f"{100 * m['saturated_error_share']:.0f} % of the squared error (mean relative error {100 * m['saturated_rel_err']:.1f} %)")
+for k in ("sqnr_tensor", "sqnr_mx_floor", "sqnr_mx_rceil", "sqnr_group32_fp32"):
+    print(f"  {k:18s} {m[k]:6.2f} dB")
+"""),
+("md", r"""
+## NVFP4's two levels
+
+NVFP4 stacks two scales: an fp32 **global** scale per tensor, amax / (6·448), and an **E4M3 block scale** per 16
+values, amax_block / 6 / global. The global scale exists so that the largest block scale lands on E4M3's 448 and the
+others use its full range. But the block scale is itself rounded to E4M3's 3 mantissa bits: a block whose scale rounds
+down pushes its max above 6 (it saturates), one whose scale rounds up uses less of E2M1's grid. Against a counterfactual
+with exact fp32 block scales, that rounding costs:
+"""),
+("code", r"""
+n = anatomy.nvfp4_levels(x)
+print(f"global scale {n['global_scale']:.4g}; E4M3 block scale / exact fp32 block scale in "
+      f"[{n['ratio_min']:.4f}, {n['ratio_max']:.4f}], mean |ratio - 1| = {100 * n['mean_abs_scale_rounding']:.2f} %, "
+      f"{100 * n['frac_rounded_down']:.0f} % of blocks rounded down")
+print(f"SQNR with E4M3 block scales {n['sqnr_e4m3_scales']:.2f} dB, with fp32 block scales {n['sqnr_fp32_scales']:.2f} dB")
+fig = anatomy.anatomy_figure(x, path=None if SMALL else "../outputs/format_anatomy.png")
+"""),
+("md", r"""
+**Reading it.** Left: under the floor rule the block maxima spread over [256, 512); the shaded part is what
+saturates. Right: the E4M3 block scale is within half an E4M3 step (±1/16) of the exact one, and because E2M1's own
+rounding error is so much larger, the second level of rounding costs little — the NVFP4 error budget is the 4-bit
+element, not its scale.
+
+## Things to try
+- `anatomy.mx_scale_anatomy(x, "e2m1")`: MXFP4's top is 6 = 1.5·2², so blocks landing in (6, 8) saturate. Is the
+  share larger or smaller than for E4M3, and why?
+- Shrink one row (`x[0] *= 1e-5`) and quantize with `QuantSpec("e2m1", "nvfp4")` and with `scale_rule="torchao"`:
+  that row's block scales fall among E4M3's subnormals, which torchao clamps to 2⁻⁶. What happens to its error?
+- `E4M3FNUZ.round(250.0)` vs `E4M3.round(250.0)`, and `E4M3FNUZ.round(0.009)` vs `E4M3.round(0.009)`: what did
+  moving the bias by one buy, and what did it cost?
+"""),
 ]

@@ -1,0 +1,248 @@
+"""Read the machine code the kernels really run: compile exactly what `_cuda.load_module` compiles (same NVRTC
+options, same defines), for any listed arch and without a GPU, disassemble it with cuobjdump, count opcodes.
+
+    k = kernels("gemm_w8a8.cu", 90)["w8a8_mma_fp8"]      # one kernel's SASS on sm_90
+    k.count("HMMA"), k.count("QMMA")                      # -> (256, 0): the FP8 mma.sync is emulated on Hopper
+    k.forms("F2FP")                                       # -> {'F2FP.F16.E4M3.UNPACK_B': 128, ...}
+    k.loop()                                              # the largest loop holding a matrix instruction
+
+Command line:
+    python -m fp8lab.kernels.sass --summary --out outputs/kernels/sass/     # key kernels x sm_89/90/120/121
+    python -m fp8lab.kernels.sass --source gemv_fp8.cu --arch sm_90 --ptxas-v   # registers and spills per kernel
+    python -m fp8lab.kernels.sass --source gemm_w8a8.cu --arch sm_121 --kernel w8a8_mma_fp8   # the listing
+
+Why one module: the lab's claims about hardware paths ("QGMMA on sm_90a", "mma.sync e4m3 is emulated on sm_90",
+"QMMA on sm_89/sm_120") are claims about SASS, and SASS depends on every compile flag (CuPy's -ftz=true among
+them). This module compiles with the options `_cuda.nvrtc_options` builds, which are the loader's options plus
+what CuPy appends, so the SASS read here is the SASS that runs. The disassembler is `cuobjdump` from the PyPI
+package nvidia-cuda-cuobjdump (or a CUDA toolkit on PATH).
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import _cuda, sources
+
+MATRIX_OPS = ("HMMA", "QMMA", "OMMA", "IMMA", "HGMMA", "QGMMA", "UTCHMMA", "UTCQMMA")
+# what the summary counts for every kernel (base opcodes; modifiers are kept separately in `forms`)
+SUMMARY_OPS = MATRIX_OPS + ("F2FP", "F2F", "I2F", "PRMT", "LOP3", "HMUL2", "HFMA2", "FFMA", "FMUL", "MUFU", "FCHK",
+                            "LDG", "LDGSTS", "LDS", "LDSM", "STG", "BRA", "BAR", "SYNCS", "LDL", "STL")
+
+
+class ToolMissing(RuntimeError):
+    """cuobjdump is not installed (pip install nvidia-cuda-cuobjdump)."""
+
+
+@functools.lru_cache(maxsize=None)
+def cuobjdump() -> str:
+    for p in sys.path:
+        for cand in sorted(glob.glob(os.path.join(p, "nvidia", "cu1*", "bin", "cuobjdump")), reverse=True):
+            if os.access(cand, os.X_OK):
+                return cand
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    raise ToolMissing("cuobjdump not found: pip install nvidia-cuda-cuobjdump (requirements.txt lists it)")
+
+
+# ---- parsing ------------------------------------------------------------------------------------------------
+_INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_PRED = re.compile(r"^@!?U?P[T0-9]+\s+")
+
+
+@dataclass
+class Kernel:
+    """One kernel's SASS: `instrs` are (address, text without predicate) pairs in order."""
+
+    name: str
+    instrs: list
+
+    def opcodes(self) -> Counter:
+        """Base opcodes: 'HMMA.16816.F32.BF16' counts as 'HMMA'."""
+        return Counter(t.split()[0].split(".")[0] for _, t in self.instrs if t)
+
+    def count(self, op: str) -> int:
+        return self.opcodes().get(op, 0)
+
+    def forms(self, op: str) -> dict:
+        """Full opcodes (with modifiers) whose base is `op`: {'F2FP.BF16.F32.PACK_AB': 8, ...}."""
+        c = Counter(t.split()[0] for _, t in self.instrs if t and t.split()[0].split(".")[0] == op)
+        return dict(sorted(c.items()))
+
+    def has(self, pattern: str) -> bool:
+        """True if some instruction's text matches the regular expression (e.g. r'F2FP\\..*E4M3.*UNPACK')."""
+        rx = re.compile(pattern)
+        return any(rx.search(t) for _, t in self.instrs)
+
+    def loop(self) -> dict | None:
+        """The largest loop (a backward branch) holding a matrix instruction: the work per iteration.
+
+        {"instructions": n, "matrix": m, "per_matrix_instruction": n / m, "ops": {opcode: count}}; None if none."""
+        best = None
+        for addr, text in self.instrs:
+            m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", text)
+            if m and int(m.group(1), 16) <= addr:
+                body = [t for a, t in self.instrs if int(m.group(1), 16) <= a <= addr]
+                if any(t.split()[0].split(".")[0] in MATRIX_OPS for t in body if t) and (best is None or len(body) > len(best)):
+                    best = body
+        if best is None:
+            return None
+        ops = Counter(t.split()[0].split(".")[0] for t in best if t)
+        n_mma = sum(v for k, v in ops.items() if k in MATRIX_OPS)
+        return {"instructions": len(best), "matrix": n_mma, "per_matrix_instruction": round(len(best) / n_mma, 2),
+                "ops": dict(ops.most_common())}
+
+    def summary(self) -> dict:
+        ops = self.opcodes()
+        out = {"total": sum(ops.values()), **{op: ops.get(op, 0) for op in SUMMARY_OPS}}
+        out["matrix_forms"] = {k: v for op in MATRIX_OPS for k, v in self.forms(op).items()}
+        out["f2fp_forms"] = self.forms("F2FP")
+        out["loop"] = self.loop()
+        return out
+
+
+def parse(sass_text: str) -> dict[str, Kernel]:
+    """cuobjdump -sass output -> {kernel name: Kernel}."""
+    out = {}
+    for block in re.split(r"\n\s*Function : ", "\n" + sass_text)[1:]:
+        name = block.split("\n", 1)[0].strip()
+        instrs = [(int(a, 16), _PRED.sub("", t.strip())) for a, t in _INSTR.findall(block)]
+        out[name] = Kernel(name, instrs)
+    return out
+
+
+def disassemble(cubin: bytes) -> str:
+    with tempfile.TemporaryDirectory() as td:
+        p = Path(td) / "k.cubin"
+        p.write_bytes(cubin)
+        r = subprocess.run([cuobjdump(), "-sass", str(p)], capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(f"cuobjdump failed: {r.stderr.strip()[:500]}")
+        return r.stdout
+
+
+@functools.lru_cache(maxsize=None)
+def kernels(filename: str, cc: int) -> dict[str, Kernel]:
+    """Every kernel of `filename` as a device of compute capability `cc` runs it (cached per process)."""
+    cubin, _ = _cuda.compile_for(filename, cc)
+    return parse(disassemble(cubin))
+
+
+def build_all(pairs, workers: int | None = None) -> dict:
+    """Compile and disassemble (filename, cc) pairs in parallel (NVRTC releases the GIL): {(file, cc): kernels}."""
+    pairs = list(pairs)
+    workers = workers or max(1, min(len(pairs), os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as ex:
+        return dict(zip(pairs, ex.map(lambda p: kernels(*p), pairs)))
+
+
+def arch_cc(arch: str) -> int:
+    """'sm_90a' / 'sm_90' / '90' -> 90."""
+    m = re.fullmatch(r"(?:sm_)?(\d+)a?", arch.strip())
+    if not m:
+        raise ValueError(f"not an arch: {arch!r} (write sm_89, sm_90, sm_120, sm_121)")
+    return int(m.group(1))
+
+
+# ---- the summary written under outputs/ ----------------------------------------------------------------------
+def summarize(archs=sources.ARCHS) -> dict:
+    """{arch: {kernel: summary}} for the key kernels of every source that builds for that arch."""
+    pairs = [(f, cc) for cc in archs for f, s in sources.SOURCES.items() if s.builds_for(cc)]
+    built = build_all(pairs)
+    out = {}
+    for (f, cc), ks in built.items():
+        target = sources.get(f).target(cc)
+        for name in sources.get(f).key_kernels:
+            out.setdefault(f"sm_{cc}", {})[name] = {"source": f, "target": target, **ks[name].summary()}
+    not_built = {f"sm_{cc}": {f: s.why for f, s in sources.SOURCES.items() if not s.builds_for(cc)} for cc in archs}
+    return {"kernels": out, "not_built": not_built}
+
+
+def format_summary(summary: dict) -> str:
+    """A table: per arch and key kernel, the matrix instructions and F2FP conversions it really runs."""
+    lines = [f"{'arch':7s} {'kernel':34s} {'target':8s} {'total':>6s}  matrix instructions / F2FP forms"]
+    for arch, ks in summary["kernels"].items():
+        for name, k in ks.items():
+            mm = ", ".join(f"{f} {n}" for f, n in k["matrix_forms"].items()) or "no matrix instruction"
+            f2 = ", ".join(f"{f} {n}" for f, n in k["f2fp_forms"].items())
+            lines.append(f"{arch:7s} {name[:34]:34s} {k['target']:8s} {k['total']:6d}  {mm}" + (f" | {f2}" if f2 else ""))
+    for arch, nb in summary["not_built"].items():
+        for f, why in nb.items():
+            lines.append(f"{arch:7s} {f:34s} not built: {why}")
+    return "\n".join(lines)
+
+
+def write_summary(out_dir: str | Path, archs=sources.ARCHS) -> Path:
+    """summary.json (provenance, compiler, options) and summary.txt under out_dir, through fp8lab.store."""
+    from fp8lab import provenance, store
+
+    from . import nvrtc
+
+    out_dir = Path(out_dir)
+    summary = summarize(archs)
+    cmd = "python -m fp8lab.kernels.sass --summary --out " + str(out_dir)
+    opts = [o.replace(str(_cuda.KERNEL_DIR), "fp8lab/kernels") for o in _cuda.nvrtc_options("gemm_w8a8.cu", 90)]
+    version = subprocess.run([cuobjdump(), "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    payload = {"provenance": provenance.provenance(cmd, cuda=False, extra_packages=("nvidia-cuda-nvrtc", "nvidia-cuda-cuobjdump")),
+               "compiler": {"nvrtc": ".".join(map(str, nvrtc.version())), "cuobjdump": version[-1] if version else "?",
+                            "options_example_sm_90": opts[:3] + ["-D<format constants and instantiation lists>"] + opts[-3:]},
+               **summary}
+    with store.FolderLock(out_dir, cmd):
+        store.atomic_write_json(out_dir / "summary.json", payload)
+        store.atomic_write_text(out_dir / "summary.txt", provenance.describe(payload["provenance"]) + "\n\n" + format_summary(summary) + "\n")
+    return out_dir / "summary.json"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fp8lab.kernels.sass", description=__doc__.split("\n")[0])
+    p.add_argument("--summary", action="store_true", help="write summary.json / summary.txt of the key kernels")
+    p.add_argument("--out", default="outputs/kernels/sass", help="folder for --summary")
+    p.add_argument("--archs", default=",".join(f"sm_{a}" for a in sources.ARCHS), help="comma-separated, e.g. sm_90,sm_121")
+    p.add_argument("--source", help="one .cu file of fp8lab/kernels")
+    p.add_argument("--arch", default="sm_90", help="with --source: the device arch (sm_89, sm_90, sm_120, sm_121)")
+    p.add_argument("--ptxas-v", action="store_true", help="with --source: print ptxas' registers/spills per kernel")
+    p.add_argument("--kernel", help="with --source: print this kernel's SASS listing")
+    a = p.parse_args(argv)
+    try:
+        archs = tuple(arch_cc(x) for x in a.archs.split(",") if x)
+        if a.summary:
+            path = write_summary(a.out, archs)
+            print(format_summary(summarize(archs)))
+            print(f"wrote {path}")
+            return 0
+        if not a.source:
+            p.error("give --summary, or --source FILE.cu")
+        cc = arch_cc(a.arch)
+        cubin, log = _cuda.compile_for(a.source, cc, ptxas_verbose=a.ptxas_v)
+        if a.ptxas_v:
+            print(log.strip())
+        ks = parse(disassemble(cubin))
+        if a.kernel:
+            if a.kernel not in ks:
+                print(f"no kernel {a.kernel!r} in {a.source}; it has: {', '.join(sorted(ks))}", file=sys.stderr)
+                return 2
+            print("\n".join(t for _, t in ks[a.kernel].instrs))
+        elif not a.ptxas_v:
+            for name, k in sorted(ks.items()):
+                s = k.summary()
+                print(f"{name:44s} {s['total']:6d} instr  " + " ".join(f"{op}={s[op]}" for op in MATRIX_OPS + ("F2FP",) if s[op]))
+        return 0
+    except (KeyError, ValueError, ToolMissing, RuntimeError) as e:
+        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

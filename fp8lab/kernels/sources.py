@@ -1,0 +1,79 @@
+"""Every `.cu` source of the package, what it needs from the compiler, and on which archs it builds.
+
+    SOURCES["gemm_w8a8_wgmma.cu"].target(90)   -> "sm_90a"   # wgmma: the arch-specific target
+    SOURCES["quant.cu"].target(121)            -> "sm_121"   # portable code: the plain target
+    SOURCES["gemm_w8a8_wgmma.cu"].target(89)   -> ValueError (wgmma exists only on sm_90a)
+
+A source declares `arch_specific`: the device archs (compute capability as an int, 90 for sm_90) for which it is
+compiled with the `a` target (sm_90a, sm_120a, sm_121a), which unlocks that chip's own instructions (wgmma and
+setmaxnreg on sm_90a; the block-scaled FP4 mma.sync and the E2M1 cvt on sm_120a/sm_121a) and runs only on
+exactly that arch. `only` lists the archs it builds for at all (None: every listed arch), with the reason.
+`defines` names the function ("module:function") that returns its instantiation lists as -D defines, so the
+compiled configurations exist once, in Python. Adding a source (the GB10-native kernels, for instance) is one
+entry here; load_module, the offline compiler and the SASS test pick it up.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+#: the device archs the lab compiles for: Ada (L40S, RTX 4090), Hopper (H100/H200), Blackwell GeForce/RTX PRO,
+#: and the GB10 (DGX Spark). The lab's numbers come from sm_90 only.
+ARCHS = (89, 90, 120, 121)
+#: archs that have an `a` (arch-specific) target
+HAS_A_TARGET = (90, 100, 101, 103, 110, 120, 121)
+
+
+@dataclass(frozen=True)
+class Source:
+    file: str
+    arch_specific: frozenset = frozenset()
+    only: frozenset | None = None
+    why: str = ""
+    defines: str | None = None
+    key_kernels: tuple = field(default=())   # summarized per arch by `python -m fp8lab.kernels.sass --summary`
+
+    def builds_for(self, cc: int) -> bool:
+        return self.only is None or cc in self.only
+
+    def target(self, cc: int) -> str:
+        """The NVRTC --gpu-architecture value for a device of compute capability `cc` (90 -> 'sm_90' or 'sm_90a')."""
+        if not self.builds_for(cc):
+            raise ValueError(f"{self.file} does not build for sm_{cc}: {self.why}")
+        return f"sm_{cc}" + ("a" if cc in self.arch_specific and cc in HAS_A_TARGET else "")
+
+    def instantiation_defines(self) -> tuple[str, ...]:
+        if self.defines is None:
+            return ()
+        mod, fn = self.defines.split(":")
+        return tuple(getattr(importlib.import_module(mod), fn)())
+
+
+SOURCES = {s.file: s for s in (
+    Source("quant.cu", key_kernels=("quant_group_bf16_e4m3_hw", "quant_group_bf16_e4m3_sw", "quant_block_bf16_e4m3_hw",
+                                    "dequant_e4m3_bf16")),
+    Source("nvfp4.cu", key_kernels=("nvfp4_quant_bf16_bits_hw", "nvfp4_quant_bf16_branchless_sw",
+                                    "nvfp4_quant_bf16_branchy_sw", "e2m1_chain_bits", "e2m1_chain_branchy")),
+    Source("gemv_fp8.cu", defines="fp8lab.kernels.gemv_fp8:cuda_defines",
+           key_kernels=("gemv_fp8_block_r1_nt1_pf0", "gemv_fp8_v2_block_r1_nt1_c2_d2")),
+    Source("gemv_nvfp4.cu", defines="fp8lab.kernels.gemv_nvfp4:cuda_defines",
+           key_kernels=("gemv_nvfp4_r1_nt1_pf0", "gemv_nvfp4_v2_r1_nt1_c2_d2")),
+    Source("gemm_w8a8.cu", key_kernels=("w8a8_mma_fp8", "w8a8_mma_bf16")),
+    Source("gemm_w8a8_wgmma.cu", arch_specific=frozenset({90}), only=frozenset({90}),
+           why="wgmma and setmaxnreg exist only on sm_90a (Hopper); Blackwell has tcgen05 instead",
+           key_kernels=("w8a8_wgmma", "w8a8_wgmma_ws")),
+    Source("attention_fp8kv.cu", key_kernels=("decode_attn_fp8cvt_d128_g8_va", "decode_attn_fp8bit_d128_g8_va",
+                                              "decode_attn_bf16_d128_g8_va")),
+)}
+
+
+def instances(define: str, macro: str, configs) -> str:
+    """One instantiation list as a define: instances("X", "GEMV", {(2, 1), (1, 1)}) -> 'X=GEMV(1,1)GEMV(2,1)'."""
+    return f"{define}=" + "".join(f"{macro}({','.join(map(str, c))})" for c in sorted(configs))
+
+
+def get(filename: str) -> Source:
+    try:
+        return SOURCES[filename]
+    except KeyError:
+        raise KeyError(f"unknown kernel source {filename!r}; the package's sources: {', '.join(SOURCES)}") from None

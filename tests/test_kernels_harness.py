@@ -1,0 +1,93 @@
+"""The benchmark harness keeps its promises on any machine: nothing is timed before it passed validation in the
+same run (a deliberately broken kernel is caught and never reaches a timer), outputs are poisoned before the
+validation run, variants are interleaved A B / B A, and the reported spread is the rounds' quartiles.
+The bench CLI without a GPU answers in one line with status 2.
+"""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fp8lab import store
+from fp8lab.kernels import harness
+
+
+def test_quartiles():
+    assert harness.quartiles([1, 2, 3, 4, 5]) == (2.0, 3.0, 4.0)
+    assert harness.quartiles([7.0]) == (7.0, 7.0, 7.0)
+
+
+def test_interleave_alternates_and_reports_spread():
+    order = []
+
+    def timer(name, values):
+        it = iter(values)
+        return lambda: (order.append(name), (next(it), "fake"))[1]
+    t = harness.interleave({"A": timer("A", [3, 1, 2, 9]), "B": timer("B", [5, 5, 5, 5])}, rounds=4)
+    assert order == ["A", "B", "B", "A", "A", "B", "B", "A"]  # each round starts one variant later
+    assert t["A"].median == 2.5 and (t["A"].min, t["A"].max) == (1, 9) and t["A"].rounds == 4
+    assert t["B"].spread() == {"q1": 5, "q3": 5, "min": 5, "max": 5, "rounds": 4}
+
+
+def test_poison_fills_outputs():
+    f, b = torch.zeros(4), torch.zeros(3, dtype=torch.uint8)
+    harness.poison_(f, b)
+    assert torch.isnan(f).all() and (b == 0xA5).all()
+
+
+def test_a_broken_kernel_is_never_timed(tmp_path):
+    bench = harness.Bench("test", tmp_path / "x.json", "pytest")
+    out = torch.empty(8)
+    timed = []
+
+    def broken():  # "forgets" to write half of its output
+        out[:4] = 1.0
+        return out
+
+    ok = bench.validate("broken", broken, lambda y: (bool(torch.isfinite(y).all()), {"nan": int(torch.isnan(y).sum())}),
+                        outputs=[out])
+    assert not ok and bench.validation["broken"] == {"passed": False, "nan": 4}  # the poison showed the unwritten half
+    with pytest.raises(harness.NotValidated):
+        bench.compare({"broken": lambda: timed.append(1) or (1.0, "x")})
+    with pytest.raises(harness.NotValidated):
+        bench.time("never validated", lambda: timed.append(1) or (1.0, "x"))
+    assert timed == []
+
+    def good():
+        out.fill_(1.0)
+        return out
+    assert bench.validate("good", good, lambda y: bool(torch.isfinite(y).all()), outputs=[out])
+    assert bench.time("good", lambda: (2.0, "fake")).median == 2.0
+
+
+def test_a_crashing_kernel_is_a_failed_validation(tmp_path):
+    bench = harness.Bench("test", tmp_path / "x.json", "pytest")
+
+    def crash():
+        raise RuntimeError("illegal memory access")
+    assert not bench.validate("crash", crash, lambda y: True)
+    assert "illegal memory access" in bench.validation["crash"]["error"]
+    assert bench.notes[-1]["kernel"] == "crash"
+
+
+def test_write_goes_through_the_store_with_provenance(tmp_path):
+    bench = harness.Bench("test", tmp_path / "r.json", "python -m fp8lab.kernels.bench test")
+    bench.trust("copy", "anchor")
+    t = bench.time("copy", lambda: (4.0, "fake"))
+    bench.record(harness.Result("copy", "[1]", "u8", 0.0, bytes=4000), t)
+    bench.results[-1]["nan_field"] = float("nan")  # JSON cannot hold it: written as null, not refused
+    d = store.read_json(bench.write(), required=("provenance", "results", "validation"))
+    assert d["provenance"]["command"] == "python -m fp8lab.kernels.bench test" and "git_commit" in d["provenance"]
+    r = d["results"][0]
+    assert r["time_us"] == 4.0 and r["gbps"] == pytest.approx(1.0) and r["spread_us"]["rounds"] == 5
+    assert r["nan_field"] is None and d["validation"]["copy"]["trusted"] == "anchor"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU answer")
+@pytest.mark.parametrize("family", ["gemm", "attention", "quant"])
+def test_bench_without_a_gpu_says_so_in_one_line(family):
+    r = subprocess.run([sys.executable, "-m", "fp8lab.kernels.bench", family], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
+    assert len(lines) == 1 and "no CUDA device" in lines[0], lines

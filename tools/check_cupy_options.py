@@ -1,0 +1,50 @@
+"""On the GPU machine: is the SASS that fp8lab.kernels.sass reads offline the SASS that CuPy really runs?
+
+    python tools/check_cupy_options.py [quant.cu gemm_w8a8.cu ...]     (default: every source of the package)
+
+For each source, `_cuda.load_module` compiles it through CuPy (into an empty CUPY_CACHE_DIR, so the cubin CuPy
+produced is on disk), and `_cuda.compile_for(source, device cc)` compiles it offline with the options the lab says
+CuPy uses (loader's options + what CuPy 14 appends). Both cubins are disassembled and compared kernel by kernel.
+Prints one line per source and a verdict last; exit status 1 if any kernel differs.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+
+def main(argv=None) -> int:
+    cache = tempfile.mkdtemp(prefix="fp8lab_cupy_cache_")
+    os.environ["CUPY_CACHE_DIR"] = cache  # before CuPy is imported: it reads the variable at compile time
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from fp8lab.kernels import _cuda, sass, sources
+
+    cc = _cuda.device_cc()
+    names = (argv if argv is not None else sys.argv[1:]) or [f for f, s in sources.SOURCES.items() if s.builds_for(cc)]
+    bad = 0
+    for f in names:
+        before = set(Path(cache).rglob("*"))
+        _cuda.load_module(f)
+        new = [p for p in set(Path(cache).rglob("*")) - before if p.is_file() and not p.name.endswith(".cu")]
+        if len(new) != 1:
+            print(f"{f:22s} could not find CuPy's cubin in its cache ({len(new)} new files)")
+            bad += 1
+            continue
+        data = new[0].read_bytes()
+        start = data.find(b"\x7fELF")  # CuPy prefixes its cache files with a hash (and names): the cubin is the ELF
+        cupy_k = sass.parse(sass.disassemble(data[start:]))
+        ours = sass.kernels(f, cc)
+        differ = [k for k in cupy_k if k not in ours or [t for _, t in cupy_k[k].instrs] != [t for _, t in ours[k].instrs]]
+        missing = [k for k in ours if k not in cupy_k]
+        print(f"{f:22s} {len(cupy_k):3d} kernels from CuPy, {len(ours):3d} offline: "
+              + ("identical SASS" if not differ and not missing else f"{len(differ)} differ, {len(missing)} missing, e.g. {(differ + missing)[:3]}"))
+        bad += bool(differ or missing)
+    print(f"CUPY-OPTIONS CHECK (sm_{cc}): " + ("the offline compile reproduces CuPy's SASS for every kernel" if not bad
+                                             else f"{bad} source(s) differ"))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
