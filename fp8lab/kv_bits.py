@@ -370,6 +370,7 @@ class _Partial:
     def __init__(self, out: Path, settings: dict):
         self.dir = out / ".partial"
         self.settings = settings
+        self.reused: list[str] = []
         prev = self.dir / "settings.json"
         ok = False
         if prev.is_file():
@@ -387,9 +388,11 @@ class _Partial:
         if not p.is_file():
             return None
         try:
-            return torch.load(io.BytesIO(p.read_bytes()), weights_only=False)
-        except Exception:
+            obj = torch.load(io.BytesIO(p.read_bytes()), weights_only=False)
+        except Exception:           # a damaged piece is recomputed, never trusted
             return None
+        self.reused.append(name)
+        return obj
 
     def save(self, name: str, obj) -> None:
         buf = io.BytesIO()
@@ -555,6 +558,7 @@ def run(lm, args, out: Path, say=print) -> dict:
     prov = provenance.provenance(args.command, model=lm.name, model_source=lm.source, model_sha256=lm.file_sha256,
                                  model_note=lm.model_note, corpus=corpus.name, corpus_files=corpus.files,
                                  settings=settings, wall_s=summary["wall_s"], stage_s=times,
+                                 resumed_pieces=part.reused,
                                  threads=torch.get_num_threads())
     store.atomic_write_json(out / "provenance.json", prov)
     draw(out, prov)
@@ -768,8 +772,9 @@ def verdicts(res: dict) -> list[tuple[str, str, str]]:
     base = pooled(res, "nvfp4", "baseline")
     if hp and base is not None:
         helped = [c for c, t in hp.items() if t is not None and t[2] < 0]
-        v = ("confirmed here" if helped else "not resolved here" if all(t[1] <= 0 for t in hp.values() if t)
-             else "contradicted here")
+        hurt = [c for c, t in hp.items() if t is not None and t[1] > 0]
+        v = ("contradicted here" if hurt else "confirmed here" if len(helped) == len(hp)
+             else f"partly: resolved for {', '.join(helped)} only" if helped else "not resolved here")
         ev = f"NVFP4 K/V vs baseline {_fmt(base)}; " + "; ".join(f"{c} vs nvfp4 {_fmt(t)}" for c, t in hp.items())
         out.append(("seed 002: keeping the first/last N layers' KV in high precision reduces NVFP4's cost", v, ev))
 

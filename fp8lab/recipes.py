@@ -222,18 +222,18 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
     # Causal: each token's codes depend on that token alone; the per-layer constants (NVFP4's global scale,
     # turbo4's codebook) come from the first 256 tokens the model sees, then freeze (a calibration pass, as in
     # e4m3-kv-cal256). 4.5 bits per element each: NVFP4 4 + 8/16, turbo4 4 + 16/32.
-    Recipe("nvfp4-kv", "NVFP4 keys and values (causal): E2M1 in 16-blocks along head_dim, E4M3 block scales, "
-           "global scale frozen after 256 tokens; 4.5 bits/element",
+    Recipe("nvfp4-kv", "NVFP4 keys and values: E2M1 in 16-blocks along head_dim, E4M3 block scales, global "
+           "scale frozen after 256 tokens; 4.5 bits/element",
            key=KVFunctions(**kv4_slot("nvfp4")), value=KVFunctions(**kv4_slot("nvfp4"))),
-    *(Recipe(f"nvfp4-kv-hp{n}", f"nvfp4-kv, but the first and last {n} layers' K/V stay in high precision "
-             f"(seed 002's --kv-high-precision-layers {n}; causal)",
+    *(Recipe(f"nvfp4-kv-hp{n}", f"nvfp4-kv, but the K/V of the first {n} and the last {n} layers stay in high "
+             f"precision (seed 002's --kv-high-precision-layers {n})",
              key=KVFunctions(**kv4_slot("nvfp4", keep_ends=n)), value=KVFunctions(**kv4_slot("nvfp4", keep_ends=n)))
       for n in (1, 2, 4)),
     Recipe("turbo4-kv", "K/V rotated by a randomised Hadamard transform, 16-level Lloyd-Max codebook fitted on "
-           "256 tokens, fp16 RMS per 32 coordinates (causal); 4.5 bits/element",
+           "256 tokens, fp16 RMS per 32 coordinates; 4.5 bits/element",
            key=KVFunctions(**kv4_slot("turbo4")), value=KVFunctions(**kv4_slot("turbo4"))),
-    Recipe("turbo4-kv-gauss", "turbo4-kv with the Lloyd-Max levels of a standard normal: no calibration at all "
-           "(causal); 4.5 bits/element",
+    Recipe("turbo4-kv-gauss", "turbo4-kv with the Lloyd-Max levels of a standard normal: no calibration at all; "
+           "4.5 bits/element",
            key=KVFunctions(**kv4_slot("turbo4-gauss")), value=KVFunctions(**kv4_slot("turbo4-gauss"))),
 ]}
 ALIASES = {"fp32": "baseline", "none": "baseline"}

@@ -12,6 +12,15 @@ from fp8lab import kv_quant as kq
 from fp8lab import recipes as R
 from fp8lab import store
 from tests.test_recipes import tiny_llama
+from tests.tiny import TEXT
+
+
+@pytest.fixture
+def small_corpus(monkeypatch):
+    """A 12k-character corpus instead of the 1.6 MB BoolQ text: the end-to-end runs need a few windows only."""
+    from fp8lab import data
+
+    monkeypatch.setattr(data, "load_corpus", lambda name: data.Corpus(name, TEXT, ["tests/tiny.py"], 1))
 
 
 def llama(n_layers=10):
@@ -124,7 +133,7 @@ def test_cli_refuses_a_file_as_out_and_a_busy_folder(capsys, tmp_path):
     assert kb.main(["--plot", "--out", str(tmp_path / "none")]) == 2
 
 
-def test_end_to_end_on_a_tiny_model(tmp_path):
+def test_end_to_end_on_a_tiny_model(tmp_path, small_corpus):
     model = llama(10)
     lm = types.SimpleNamespace(model=model, tokenizer=CharTokenizer(), name="tiny", source="random",
                                file_sha256="", model_note="a tiny random Llama (test)")
@@ -156,3 +165,32 @@ def test_end_to_end_on_a_tiny_model(tmp_path):
     assert lo <= d <= hi
     # a rerun into the same folder redraws only with --plot
     assert kb.main(["--plot", "--out", str(tmp_path)]) == 0
+
+
+def test_an_interrupted_run_resumes_and_gives_the_same_result(tmp_path, monkeypatch, small_corpus):
+    lm = types.SimpleNamespace(model=llama(4), tokenizer=CharTokenizer(), name="tiny", source="random",
+                               file_sha256="", model_note="a tiny random Llama (test)")
+
+    def args(out):
+        return argparse.Namespace(model=None, corpus="ppl", windows=2, seq_len=64, cal_windows=1, cal_len=32,
+                                  sens_windows=0, sens_len=32, configs=["baseline", "nvfp4", "turbo4"], seed=0,
+                                  n_boot=100, out=str(out), plot=False, command="test")
+
+    real = kb.kv_config
+
+    def killed_at_turbo4(model, name, *a, **k):
+        if name == "turbo4":
+            raise KeyboardInterrupt
+        return real(model, name, *a, **k)
+
+    monkeypatch.setattr(kb, "kv_config", killed_at_turbo4)
+    with pytest.raises(KeyboardInterrupt):
+        kb.run(lm, args(tmp_path / "a"), tmp_path / "a", say=lambda s: None)
+    assert (tmp_path / "a" / ".partial").is_dir() and not (tmp_path / "a" / "summary.json").exists()
+    monkeypatch.setattr(kb, "kv_config", real)
+    kb.run(lm, args(tmp_path / "a"), tmp_path / "a", say=lambda s: None)
+    reused = store.read_json(tmp_path / "a" / "provenance.json")["resumed_pieces"]
+    assert "calibration" in reused and "nll-nvfp4-1" in reused and not any("turbo4" in r for r in reused)
+    kb.run(lm, args(tmp_path / "b"), tmp_path / "b", say=lambda s: None)        # uninterrupted
+    assert store.read_rows(tmp_path / "a" / "ppl_by_position.csv") == store.read_rows(tmp_path / "b" / "ppl_by_position.csv")
+    assert store.read_rows(tmp_path / "a" / "kv_error_by_layer.csv") == store.read_rows(tmp_path / "b" / "kv_error_by_layer.csv")
