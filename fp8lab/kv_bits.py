@@ -1,6 +1,6 @@
 """4-bit KV caches on a real model: per-token K/V error by layer, perplexity by position, sensitivity by layer.
 
-    python -m fp8lab.kv_bits --windows 6 --seq-len 8192 --out runs/kv_bits
+    python -m fp8lab.kv_bits --windows 6 --seq-len 8192 --sens-windows 8 --sens-len 2048   # -> runs/kv_bits/
 
 Seeds 000 and 002 claim that an NVFP4 KV cache works if the first and last layers stay in high precision
 (`--kv-high-precision-layers N`), and that a Hadamard-rotated 4-bit cache ("turbo4") has a lower per-token error
@@ -34,7 +34,8 @@ on calibration windows before the test windows are read):
     turbo4-gauss   the same with the standard normal's codebook (no calibration)
     turbo4-g64     one RMS per 64 coordinates: 4.25 bits/element
 
-Writes to --out (default runs/kv_bits, git-ignored) under a FolderLock, every file atomically (fp8lab.store):
+Writes to --out (default runs/kv_bits, git-ignored; outputs/kv_bits only with --record) under a FolderLock,
+every file atomically (fp8lab.store):
 ppl_by_position.csv, ppl_compare.csv, nll_by_bucket.csv, kv_error_by_layer.csv, sensitivity.csv, layers.csv,
 summary.json, provenance.json and three figures. `--plot` only redraws the figures from those files.
 """
@@ -434,7 +435,8 @@ def run(lm, args, out: Path, say=print) -> dict:
     corpus = data.load_corpus(data.PPL_CORPORA.get(args.corpus, args.corpus))
     test, calw, sensw = split_windows(lm.tokenizer, corpus.text, args.seq_len, args.windows,
                                       (args.cal_windows, args.cal_len), (args.sens_windows, args.sens_len), args.seed)
-    settings = {k: v for k, v in vars(args).items() if k not in ("plot", "threads")}
+    settings = {k: v for k, v in vars(args).items() if k not in ("plot", "threads", "out_path", "record")}
+    settings["out"] = str(out)
     settings.update(model_sha256=lm.file_sha256, model=lm.name)
     part = _Partial(out, settings)
 
@@ -795,23 +797,35 @@ def verdicts(res: dict) -> list[tuple[str, str, str]]:
 
 
 # ---- CLI --------------------------------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):          # one line on stderr, exit 2
+        self.exit(2, f"error: {message} (see python -m fp8lab.kv_bits --help)\n")
+
+
+DEFAULT_OUT = Path("runs") / "kv_bits"
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fp8lab.kv_bits", description=__doc__.split("\n")[0])
-    p.add_argument("--model", default=None, help="HF id or path (default: the embedded SmolLM2-135M-Instruct)")
+    p = _Parser(prog="python -m fp8lab.kv_bits", description=__doc__.split("\n")[0])
+    p.add_argument("--model", default=None, help="offline name or path (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--corpus", default="ppl", help="ppl (BoolQ passages) or ppl_lambada")
-    p.add_argument("--windows", type=int, default=6, help="test windows (the unit of every interval)")
-    p.add_argument("--seq-len", type=int, default=8192, help="tokens per test window")
-    p.add_argument("--cal-windows", type=int, default=4)
-    p.add_argument("--cal-len", type=int, default=2048)
-    p.add_argument("--sens-windows", type=int, default=8, help="0 skips the per-layer sensitivity step")
-    p.add_argument("--sens-len", type=int, default=1024)
-    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--n-boot", type=int, default=2000)
+    p.add_argument("--windows", type=int, default=6, help="test windows (>= 2: the unit of every interval)")
+    p.add_argument("--seq-len", type=int, default=8192, help="tokens per test window (default: SmolLM2's context)")
+    p.add_argument("--cal-windows", type=int, default=4, help="calibration windows")
+    p.add_argument("--cal-len", type=int, default=2048, help="tokens per calibration window")
+    p.add_argument("--sens-windows", type=int, default=8, help="sensitivity windows (0 skips the per-layer step)")
+    p.add_argument("--sens-len", type=int, default=2048, help="tokens per sensitivity window")
+    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help="comma-separated configurations (module doc)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the window choice, the rotation and the bootstrap")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (>= 100)")
     p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
                    help="torch CPU threads (on a machine shared with other jobs, 1 can be much faster than 2)")
-    p.add_argument("--out", default="runs/kv_bits")
-    p.add_argument("--plot", action="store_true", help="only redraw the figures from <out>/*.csv")
+    p.add_argument("--out", default=None, help=f"output folder (default {DEFAULT_OUT}, git-ignored; locked for the "
+                   "whole run; an interrupted run resumes from <out>/.partial when rerun with the same settings)")
+    p.add_argument("--record", action="store_true", help="write the committed reference (default --out then "
+                   "outputs/kv_bits); without it nothing under outputs/ is written")
+    p.add_argument("--plot", "--redraw", dest="plot", action="store_true",
+                   help="only redraw the figures from <out>/*.csv (no model)")
     return p
 
 
@@ -833,9 +847,10 @@ def _validate(a) -> None:
     if any(c != "baseline" and c not in FP8_CONFIGS and parse_config(c)[1] == "sens" for c in a.configs) \
             and a.sens_windows == 0:
         raise UsageError("nvfp4-sens<K> configurations need the sensitivity step (--sens-windows >= 2)")
-    out = Path(a.out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {a.out} exists and is not a folder")
+    try:
+        a.out_path = store.out_folder(a.out, DEFAULT_OUT, record=a.record, record_default=store.REFERENCE / "kv_bits")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def main(argv=None) -> int:
@@ -852,7 +867,7 @@ def main(argv=None) -> int:
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = Path(a.out)
+    out = a.out_path
     if a.plot:
         if not (out / "kv_error_by_layer.csv").is_file():
             print(f"error: {out}/kv_error_by_layer.csv not found: nothing to redraw", file=sys.stderr)
@@ -863,14 +878,16 @@ def main(argv=None) -> int:
         return 0
     from . import data, models
 
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")            # offline like the sweep: no hub lookups
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     try:
         with store.FolderLock(out, a.command):
             torch.set_num_threads(a.threads)
             lm = models.load_model(a.model)
             torch.manual_seed(a.seed)
             summary = run(lm, a, out, say=lambda s: print(s, flush=True))
-    except (UsageError, store.FolderBusy, models.ModelError, data.DataError) as e:
-        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+    except (UsageError, store.FolderBusy, store.DamagedFile, models.ModelError, data.DataError) as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     res = load(out)
     print(kv_drift.format_table(res["ppl"]))

@@ -131,6 +131,9 @@ def test_cli_refuses_a_file_as_out_and_a_busy_folder(capsys, tmp_path):
         assert kb.main(["--out", str(tmp_path / "busy")]) == 2
     assert "being written by" in capsys.readouterr().err
     assert kb.main(["--plot", "--out", str(tmp_path / "none")]) == 2
+    capsys.readouterr()
+    assert kb.main(["--out", str(store.REFERENCE / "kv_bits")]) == 2       # the committed folder needs --record
+    assert "--record" in capsys.readouterr().err
 
 
 def test_end_to_end_on_a_tiny_model(tmp_path, small_corpus):

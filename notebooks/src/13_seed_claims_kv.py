@@ -28,11 +28,12 @@ and the GB10 numbers are about hardware the lab does not have (they are checked 
 "baseline" is already a quantized model.*
 """),
 ("code", r"""
-import os, glob, json, warnings
+import os, glob, json, logging, warnings
+warnings.filterwarnings("ignore"); logging.disable(logging.WARNING)     # library chatter, not results
 from pathlib import Path
 import torch
 from transformers.utils import logging as hf_logging
-warnings.filterwarnings("ignore"); hf_logging.disable_progress_bar(); hf_logging.set_verbosity_error()
+hf_logging.disable_progress_bar()
 from fp8lab import hadamard, kv_bits, kv_quant as kq, provenance
 SMALL = os.environ.get("FP8LAB_SMALL") == "1"
 RUN = Path("../outputs/kv_bits")          # the committed run (read only: this notebook never writes outputs/)
@@ -127,7 +128,8 @@ try:
 except FileNotFoundError:
     res = None
     print(f"{RUN} is not in this checkout yet. Make it with:\n"
-          "  python -m fp8lab.kv_bits --windows 6 --seq-len 8192 --out outputs/kv_bits")
+          "  python -m fp8lab.kv_bits --windows 6 --seq-len 8192 --cal-windows 4 --cal-len 2048 "
+          "--sens-windows 8 --sens-len 2048 --record")
 if res:
     s = res["summary"]
     print(provenance.describe(res["provenance"]))
