@@ -89,7 +89,9 @@ def fwht(x: torch.Tensor, normalize: bool = True, block: int | None = None) -> t
         a, c = y[:, 0], y[:, 1]
         y = torch.stack((a + c, a - c), dim=1)
         h *= 2
-    y = y.reshape(n, m).T.reshape(*lead, n)
+    # back to vectors-last; .contiguous() so that the result has the ordinary layout (a strided view here would
+    # carry its stride-m last dimension into every later op: an attention reading such keys ran 5x slower)
+    y = y.reshape(n, m).T.contiguous().reshape(*lead, n)
     if normalize:
         y = y * (1.0 / math.sqrt(b))
     return y.to(x.dtype)

@@ -247,3 +247,13 @@ def test_4bit_kv_recipes_apply_and_remove_on_a_10_layer_model(name):
     assert not torch.equal(q1, ref)
     assert torch.equal(q1, q2)
     assert torch.isfinite(q1).all()
+
+
+@pytest.mark.parametrize("method", kq.METHODS)
+def test_quantized_kv_comes_back_in_the_ordinary_layout(method):
+    """Keys arrive as a transposed view ([B, S, H, D] storage); what we hand the attention must have head_dim
+    contiguous: a strided result (the FWHT's internal [D, vectors] layout) made SDPA several times slower."""
+    x = torch.randn(1, 40, 3, 64, generator=_gen(13)).transpose(1, 2)
+    params = _calibrated(torch.randn(1, 3, 64, 64, generator=_gen(14)))
+    y = kq.KV4Plan(method, params, n_layers=1).make(0, "key")(x)
+    assert y.shape == x.shape and y.stride()[-1] == 1 and y.is_contiguous()
