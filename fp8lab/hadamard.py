@@ -19,8 +19,12 @@ matrix of Sylvester blocks of the largest power of two dividing n (9 blocks of 6
 each block. Both are exact and orthogonal after normalization: the tests check H H^T = c I in integers (c = n, or
 the block size), R R^T = I in float64, and the fast transforms against the dense matrix.
 
-`RandomHadamard(n, seed)` is R = H diag(d) / sqrt(n) with random signs d (QuaRot's randomized Hadamard): the signs
-make the rotation data-independent "incoherent" -- no input vector is aligned with a row of H by accident.
+`RandomHadamard(n, seed)` is R = H diag(d) / sqrt(n) with random signs d (QuaRot's randomized Hadamard; TurboQuant
+rotates KV vectors the same way): the signs make the rotation data-independent "incoherent" -- no input vector is
+aligned with a row of H by accident (a fixed H turns the all-ones vector into one spike). `rot.inverse(y)` undoes it.
+
+Every function works along the last dimension of a float tensor on any device; bfloat16/float16 inputs are
+transformed in float32 and cast back once (a +-1 sum of 64 bf16 numbers rounded at every step loses bits).
 """
 from __future__ import annotations
 
@@ -30,7 +34,16 @@ from functools import lru_cache
 import torch
 
 __all__ = ["is_power_of_two", "sylvester", "paley", "small_factor", "row_weight", "hadamard_matrix", "orthonormal",
-           "fwht", "hadamard_transform", "RandomHadamard"]
+           "fwht", "hadamard_transform", "random_signs", "RandomHadamard"]
+
+
+def _work(x: torch.Tensor) -> torch.Tensor:
+    """x as float32 when it is a half type (transforms add many numbers: round once, at the end)."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise TypeError(f"a Hadamard transform needs a floating-point tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+    if x.dim() == 0:
+        raise ValueError("a Hadamard transform needs at least one dimension")
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 
 def is_power_of_two(n: int) -> bool:
@@ -163,14 +176,15 @@ def fwht(x: torch.Tensor, normalize: bool = True, radix: int = 16) -> torch.Tens
     n**2. radix=2 is the textbook butterfly, (a, b) -> (a + b, a - b); radix=16 does the same arithmetic in fewer,
     wider passes (faster in PyTorch on a CPU). Both are exact up to float rounding of the additions.
     """
+    w = _work(x)
     n = x.shape[-1]
     if not is_power_of_two(n):
         raise ValueError(f"fwht needs a power-of-two last dimension, got {n}")
     if not is_power_of_two(radix) or radix < 2:
         raise ValueError(f"radix must be a power of two >= 2, got {radix}")
     facs = _radix_factors(n, radix)
-    y = _apply_along(x.reshape(-1, *facs), [sylvester(f).to(x.dtype) for f in facs]).reshape(x.shape)
-    return y / math.sqrt(n) if normalize else y
+    y = _apply_along(w.reshape(-1, *facs), [sylvester(f).to(w.dtype).to(w.device) for f in facs]).reshape(x.shape)
+    return (y / math.sqrt(n) if normalize else y).to(x.dtype)
 
 
 def hadamard_transform(x: torch.Tensor, kind: str = "kronecker") -> torch.Tensor:
@@ -180,16 +194,24 @@ def hadamard_transform(x: torch.Tensor, kind: str = "kronecker") -> torch.Tensor
     fast transform over p.  block: x viewed as [..., n/p, p]: the fast transform inside each block of p.
     """
     _check_kind(kind)
+    w = _work(x)
     n = x.shape[-1]
     if kind == "block":
         p = _block(n)
-        return fwht(x.reshape(*x.shape[:-1], n // p, p)).reshape(x.shape)
+        return fwht(w.reshape(*x.shape[:-1], n // p, p)).reshape(x.shape).to(x.dtype)
     m = small_factor(n)
     if m == 1:
         return fwht(x)
     facs = _radix_factors(n // m, 16)
-    mats = [paley(m).to(x.dtype)] + [sylvester(f).to(x.dtype) for f in facs]
-    return _apply_along(x.reshape(-1, m, *facs), mats).reshape(x.shape) / math.sqrt(n)
+    mats = [paley(m).to(w.dtype).to(w.device)] + [sylvester(f).to(w.dtype).to(w.device) for f in facs]
+    return (_apply_along(w.reshape(-1, m, *facs), mats).reshape(x.shape) / math.sqrt(n)).to(x.dtype)
+
+
+def random_signs(n: int, seed: int = 0, dtype=torch.float32, device=None) -> torch.Tensor:
+    """n signs +-1 from a seeded CPU generator (the same seed gives the same signs on every machine)."""
+    g = torch.Generator().manual_seed(int(seed))
+    s = (torch.randint(0, 2, (int(n),), generator=g) * 2 - 1).to(dtype)
+    return s.to(device) if device is not None else s
 
 
 class RandomHadamard:
@@ -198,6 +220,7 @@ class RandomHadamard:
     rot = RandomHadamard(576, seed=0)
     rot(x)          # R x along the last dim (activations [..., 576], or each row of a weight [N, 576])
     rot(W)          # rows of W rotated = W R^T, so that (W R^T)(R x) = W x
+    rot.inverse(y)  # R^T y: x back, up to float rounding
 
     method="fast" runs `hadamard_transform` (what a GPU kernel does, O(n log n)); method="dense" multiplies by the
     cached dense R. Both give R x up to float rounding; on a CPU in PyTorch, for n <= a few thousand, one BLAS
@@ -210,17 +233,32 @@ class RandomHadamard:
         self.n, self.kind, self.method = int(n), kind, method
         hadamard_matrix(self.n, kind)     # validate the order now, not at the first forward
         g = torch.Generator().manual_seed(seed)
-        self.d = (torch.randint(0, 2, (self.n,), generator=g) * 2 - 1).float() if signs else torch.ones(self.n)
+        self.d = random_signs(self.n, seed) if signs else torch.ones(self.n)
         self._dense: dict = {}
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def _check(self, x: torch.Tensor) -> torch.Tensor:
+        w = _work(x)
         if x.shape[-1] != self.n:
             raise ValueError(f"rotation of order {self.n} applied to a last dimension of {x.shape[-1]}")
+        return w
+
+    def _mat(self, w: torch.Tensor, transpose: bool) -> torch.Tensor:
+        key = (w.dtype, w.device, transpose)
+        if key not in self._dense:
+            r = self.matrix()
+            self._dense[key] = (r.T if transpose else r).to(dtype=w.dtype, device=w.device).contiguous()
+        return self._dense[key]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        w = self._check(x)
         if self.method == "fast":
-            return hadamard_transform(x * self.d.to(x.dtype), self.kind)
-        if x.dtype not in self._dense:
-            self._dense[x.dtype] = self.matrix().T.to(x.dtype).contiguous()
-        return torch.matmul(x, self._dense[x.dtype])
+            return hadamard_transform(w * self.d.to(w.dtype).to(w.device), self.kind).to(x.dtype)
+        return torch.matmul(w, self._mat(w, True)).to(x.dtype)
+
+    def inverse(self, y: torch.Tensor) -> torch.Tensor:
+        """R^T y along the last dim (row form: y @ R): undoes `__call__` up to float rounding."""
+        w = self._check(y)
+        return torch.matmul(w, self._mat(w, False)).to(y.dtype)
 
     def matrix(self) -> torch.Tensor:
         """The dense R = H diag(d) / sqrt(c) (float64), for tests and small examples."""

@@ -60,6 +60,7 @@ from torch import nn
 from fp8lab import kv_hook
 from fp8lab.calibration import OnlineKVCalibration, static_fake_quant
 from fp8lab.formats import bf16_round
+from fp8lab.kv_quant import kv4_slot
 from fp8lab.scaling import QuantSpec, fake_quant
 
 __all__ = ["Recipe", "KVFunctions", "install_kv_functions", "RECIPES", "ALIASES", "RecipeError", "get_recipe",
@@ -238,6 +239,23 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            "tokens the model sees, then frozen (online calibration)", key=_CAL256, value=_CAL256),
     Recipe("e4m3-kv-cal256-channel", "E4M3 keys and values, per-(kv head, dim) channel scales from the first "
            "256 tokens the model sees, then frozen", key=_CAL256CH, value=_CAL256CH),
+    # ---- 4-bit KV caches (fp8lab.kv_quant; measured by `python -m fp8lab.kv_bits`) ----------------------------
+    # Causal: each token's codes depend on that token alone; the per-layer constants (NVFP4's global scale,
+    # turbo4's codebook) come from the first 256 tokens the model sees, then freeze (a calibration pass, as in
+    # e4m3-kv-cal256). 4.5 bits per element each: NVFP4 4 + 8/16, turbo4 4 + 16/32.
+    Recipe("nvfp4-kv", "NVFP4 keys and values: E2M1 in 16-blocks along head_dim, E4M3 block scales, global "
+           "scale frozen after 256 tokens; 4.5 bits/element",
+           key=KVFunctions(**kv4_slot("nvfp4")), value=KVFunctions(**kv4_slot("nvfp4"))),
+    *(Recipe(f"nvfp4-kv-hp{n}", f"nvfp4-kv, but the K/V of the first {n} and the last {n} layers stay in high "
+             f"precision (seed 002's --kv-high-precision-layers {n})",
+             key=KVFunctions(**kv4_slot("nvfp4", keep_ends=n)), value=KVFunctions(**kv4_slot("nvfp4", keep_ends=n)))
+      for n in (1, 2, 4)),
+    Recipe("turbo4-kv", "K/V rotated by a randomised Hadamard transform, 16-level Lloyd-Max codebook fitted on "
+           "256 tokens, fp16 RMS per 32 coordinates; 4.5 bits/element",
+           key=KVFunctions(**kv4_slot("turbo4")), value=KVFunctions(**kv4_slot("turbo4"))),
+    Recipe("turbo4-kv-gauss", "turbo4-kv with the Lloyd-Max levels of a standard normal: no calibration at all; "
+           "4.5 bits/element",
+           key=KVFunctions(**kv4_slot("turbo4-gauss")), value=KVFunctions(**kv4_slot("turbo4-gauss"))),
 ]}
 
 

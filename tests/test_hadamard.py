@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from fp8lab import hadamard as H
+from fp8lab.hadamard import RandomHadamard, fwht
 
 ORDERS = [1, 2, 4, 12, 20, 28, 36, 44, 64, 96, 576, 1536, 960, 2048]
 
@@ -76,3 +77,34 @@ def test_random_hadamard_rotation_identity(kind, method):
     ref = (w32.double() @ x32.double().transpose(-1, -2))
     got = rot(w32) @ rot(x32).transpose(-1, -2)
     assert (got.double() - ref).abs().max() / ref.abs().max() < 1e-5          # float32 tolerance
+
+
+# ---- the KV rotation's contract (fp8lab.kv_quant): inverse, half types, seeded signs, bad input -------------------
+@pytest.mark.parametrize("n", [64, 128, 576])
+def test_inverse_undoes_the_rotation(n):
+    x = torch.randn(5, n, dtype=torch.float64)
+    rot = RandomHadamard(n, seed=7)
+    torch.testing.assert_close(rot.inverse(rot(x)), x, atol=1e-12, rtol=0)
+    torch.testing.assert_close(rot(x).norm(dim=-1), x.norm(dim=-1), atol=1e-12, rtol=0)
+
+
+def test_outlier_is_spread_and_signs_are_seeded():
+    from fp8lab.hadamard import random_signs
+    x = torch.zeros(64)
+    x[3] = 8.0
+    assert torch.allclose(fwht(x).abs(), torch.full((64,), 1.0))
+    assert torch.equal(random_signs(64, 5), random_signs(64, 5))
+    assert not torch.equal(random_signs(64, 5), random_signs(64, 6))
+    ones = torch.ones(64)
+    assert torch.count_nonzero(fwht(ones)) == 1                       # a fixed H maps all-ones to one spike
+    assert torch.count_nonzero(RandomHadamard(64, seed=0)(ones)) > 16  # the random signs break that
+
+
+def test_bf16_in_bf16_out_and_bad_input():
+    x = torch.randn(4, 64, dtype=torch.bfloat16)
+    assert fwht(x).dtype == torch.bfloat16 and RandomHadamard(64)(x).dtype == torch.bfloat16
+    torch.testing.assert_close(fwht(x), fwht(x.float()).bfloat16(), atol=0, rtol=0)
+    with pytest.raises(TypeError):
+        fwht(torch.arange(8))
+    with pytest.raises(ValueError):
+        RandomHadamard(64)(torch.randn(2, 32))

@@ -55,7 +55,7 @@ def test_apply_then_remove_is_bit_identical(model, ids, name):
     assert model.config._attn_implementation == impl
     assert _hooks(model) == n_hooks
     assert not any(hasattr(m, "_fp8lab_kv") for m in model.modules())
-    if name == "baseline":
+    if name == "baseline" or name.startswith("nvfp4-kv-hp"):   # -hpN keeps the first/last N: all 2 layers here
         assert torch.equal(q, ref)
     else:
         assert not torch.equal(q, ref), f"{name} changed nothing"
