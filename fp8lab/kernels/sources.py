@@ -60,6 +60,7 @@ SOURCES = {s.file: s for s in (
            key_kernels=("gemv_nvfp4_r1_nt1_pf0", "gemv_nvfp4_v2_r1_nt1_c2_d2")),
     Source("gemv_v3.cu", defines="fp8lab.kernels.gemv_v3:cuda_defines",
            key_kernels=("gemv3_fp8c_r1_nt1_c2_p3_e0", "gemv3_fp8b_r1_nt1_c2_p3_e0", "gemv3_nvfp4_r1_nt1_c2_p3_e0")),
+    Source("decode_layer.cu", key_kernels=("rmsnorm_bf16", "rope_append_fp8", "silu_mul_bf16", "add_bf16")),
     Source("gemm_w8a8.cu", key_kernels=("w8a8_mma_fp8", "w8a8_mma_bf16")),
     Source("gemm_w8a8_wgmma.cu", arch_specific=frozenset({90}), only=frozenset({90}),
            why="wgmma and setmaxnreg exist only on sm_90a (Hopper); Blackwell has tcgen05 instead",
