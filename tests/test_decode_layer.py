@@ -159,3 +159,63 @@ def test_llama_shape_and_graph_replay(variant):
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(eager.view(torch.int16), layer.out.view(torch.int16))
+
+
+# ---- the benchmark's CLI and the report functions (CPU) -----------------------------------------------------------
+@pytest.mark.parametrize("argv,msg", [(["--batch", "0"], "batch must be in 1..32"), (["--batch", "1,x"], "integers"),
+                                      (["--context", "0"], "context"), (["--variants", "bf16,int4"], "unknown variant"),
+                                      (["--rounds", "0"], "rounds")])
+def test_bench_layer_rejects_bad_arguments_before_any_cuda_call(argv, msg, capsys):
+    from fp8lab.kernels import bench_layer
+
+    with pytest.raises(SystemExit) as e:
+        bench_layer.main(argv)
+    assert e.value.code == 2 and msg in capsys.readouterr().err
+
+
+def _fake_layer_results():
+    rows = []
+    for v, t in (("bf16", 120.0), ("scaled_mm", 90.0), ("fp8", 70.0), ("fp8_fused", 62.0), ("nvfp4_fused", 41.0)):
+        lb = DL.layer_bytes(v, 1, 1024)
+        c = DL.ceiling_us(lb["total"], 4235)
+        rows.append({"kernel": f"layer_{v}", "family": "layer", "variant": v, "batch": 1, "context": 1024,
+                     "time_us": t, "spread_us": {"q1": t - 0.1, "q3": t + 0.1}, "speedup": None if v == "bf16" else 120.0 / t,
+                     "bytes": lb["total"], "ceiling_us_copy": c, "of_ceiling": c / t, "tokens_per_s": 1 / (32 * t * 1e-6),
+                     "ceiling_tokens_per_s": 1 / (32 * c * 1e-6), "intensity": 2.0, "tflops": 0.1, "gbps": lb["total"] / t / 1e3})
+    bd = [{"i": 0, "kernel": "rmsnorm_bf16", "time_us": 2.0, "bytes": 0, "floor_us": None, "fraction_of_copy": None},
+          {"i": 1, "kernel": "gemv3_fp8c_r1_nt1_c2_p3_e0", "time_us": 7.0, "bytes": 25e6, "floor_us": 5.9,
+           "fraction_of_copy": 0.84}]
+    return {"results": rows, "breakdown": {"fp8_fused B=1 ctx=1024": bd}}
+
+
+def test_layer_report_functions():
+    from fp8lab.kernels import layer_report as LR
+
+    data = _fake_layer_results()
+    rows = LR.layer_table(data)
+    assert len(rows) == 5 and rows[0]["variant"] == "bf16"
+    g = {x["goal"].split(" layer")[0] + (" ceiling" if "ceiling" in x["goal"] else ""): x for x in LR.layer_goals(data)}
+    assert g["FP8"]["met"] is True and g["FP8"]["variant"] == "fp8_fused"          # 120 / 62 = 1.94 >= 1.8
+    assert g["NVFP4"]["met"] is True                                               # 120 / 41 = 2.93 >= 2.8
+    assert g["FP8 ceiling"]["met"] is False and "short" in g["FP8 ceiling"]["miss"]
+    assert "GEMVs alone take 7.0 us" in g["FP8 ceiling"]["why"]
+    pts = LR.layer_roofline_points(data)
+    assert {p["variant"] for p in pts} == {"bf16", "scaled_mm", "fp8", "fp8_fused", "nvfp4_fused"}
+    assert LR.format_rows(LR.goal_table(data)).count("\n") == 5
+    import matplotlib
+    matplotlib.use("Agg")
+    LR.plot_layer(data)
+
+
+def test_gemm_goals_over_every_big_shape():
+    from fp8lab.kernels import gemm_report as GR
+
+    res = []
+    for (N, K), sp, fr in (((28672, 8192), 1.10, 0.95), ((18944, 3584), 0.97, 0.86), ((4096, 4096), 0.5, 0.5)):
+        for M in (1, 16):
+            res.append({"kernel": "gemv_fp8_channel_v3", "family": "decode", "M": M, "N": N, "K": K, "speedup": 2.0,
+                        "speedup_vs_scaled_mm_tensorwise": sp, "weight_fraction_of_copy": fr})
+    goals = {g["goal"]: g for g in GR.goals({"results": res})}
+    g = next(v for k, v in goals.items() if k.startswith("W8A16 M=1 >= 1.0x"))
+    assert g["measured"] == 0.97 and g["shape"] == "18944x3584" and g["met"] is False  # 4096x4096 is under 32 MiB
+    assert set(g["per_shape"]) == {"28672x8192", "18944x3584"}

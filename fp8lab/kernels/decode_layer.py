@@ -247,7 +247,8 @@ class DecodeLayer:
     Attributes after a step: .out (bf16 [B, H]) and the stage tensors `stages()` names."""
 
     def __init__(self, shape: LayerShape, master: dict, variant: str, batch: int, context: int, *,
-                 max_context: int | None = None, seed: int = 1, gemv_config: dict | None = None):
+                 max_context: int | None = None, seed: int = 1, gemv_config: dict | None = None,
+                 weight_cache: dict | None = None):
         check_variant(variant)
         check_point(batch, context, max_context)
         self.shape, self.variant, self.B, self.context = shape, variant, batch, context
@@ -266,7 +267,9 @@ class DecodeLayer:
         kv_fp8 = self.fmt in ("fp8", "nvfp4")
         self.k_scale = self.v_scale = None
         self.cache_k, self.cache_v, self.k_scale, self.v_scale = _make_cache(batch, Hk, self.L, D, kv_fp8, g, dev)
-        self.launches = 0
+        # packed / converted weights (and their float64 dequantization) shared by layers of the same format
+        self._wcache = weight_cache if weight_cache is not None else {}
+        self.R = 2 if batch > 16 else 1
         if self.fmt in ("bf16", "scaled_mm"):
             self._init_torch(master)
         else:
@@ -280,14 +283,18 @@ class DecodeLayer:
         W = {n: master["qkv"][a:b] for n, (a, b) in rows.items()}
         W.update({n: master[n] for n in ("o", "gate", "up", "down")})
         if self.fmt == "bf16":
-            self.W = {n: w.contiguous() for n, w in W.items()}
+            if "bf16" not in self._wcache:
+                self._wcache["bf16"] = {n: w.contiguous() for n, w in W.items()}
+            self.W = self._wcache["bf16"]
             self.linear = lambda x, n: torch.nn.functional.linear(x, self.W[n])
         else:
-            self.Wq, self.Ws = {}, {}
-            for n, w in W.items():
-                sw = (w.float().abs().amax() / 448.0).reshape(())
-                self.Wq[n] = (w.float() / sw).to(torch.float8_e4m3fn)
-                self.Ws[n] = sw
+            if "scaled_mm" not in self._wcache:
+                Wq, Ws = {}, {}
+                for n, w in W.items():
+                    sw = (w.float().abs().amax() / 448.0).reshape(())
+                    Wq[n], Ws[n] = (w.float() / sw).to(torch.float8_e4m3fn), sw
+                self._wcache["scaled_mm"] = (Wq, Ws)
+            self.Wq, self.Ws = self._wcache["scaled_mm"]
             self.linear = lambda x, n: _scaled_mm_linear(x, self.Wq[n], self.Ws[n])
         self.attn = torch.empty(self.B, s.hidden, dtype=torch.bfloat16, device=self.device)
 
@@ -321,7 +328,7 @@ class DecodeLayer:
 
         s, B, dev = self.shape, self.B, self.device
         H, I = s.hidden, s.intermediate
-        R = 2 if B > 16 else 1
+        R = self.R
         fp8 = self.fmt == "fp8"
 
         def pack(w, interleave=None):
@@ -330,11 +337,15 @@ class DecodeLayer:
                 return V3.pack_fp8(codes, sc, R=R, interleave=interleave)
             packed, sc, gs = REF.quantize_nvfp4(w.float())
             return V3.pack_nvfp4(packed, sc, gs, R=R, interleave=interleave)
-        self.P = {"qkv": pack(master["qkv"]), "o": pack(master["o"]), "down": pack(master["down"])}
-        if self.fused:
-            self.P["gate_up"] = pack(torch.cat([master["gate"], master["up"]]), "gate_up")
-        else:
-            self.P["gate"], self.P["up"] = pack(master["gate"]), pack(master["up"])
+        key = (self.fmt, R, self.fused)
+        if key not in self._wcache:
+            P = {"qkv": pack(master["qkv"]), "o": pack(master["o"]), "down": pack(master["down"])}
+            if self.fused:
+                P["gate_up"] = pack(torch.cat([master["gate"], master["up"]]), "gate_up")
+            else:
+                P["gate"], P["up"] = pack(master["gate"]), pack(master["up"])
+            self._wcache[key] = P
+        self.P = self._wcache[key]
         bf = dict(dtype=torch.bfloat16, device=dev)
         self.xn, self.hn = torch.empty(B, H, **bf), torch.empty(B, H, **bf)
         self.qkv = torch.empty(B, s.qkv_rows, **bf)
@@ -395,7 +406,13 @@ class DecodeLayer:
 
     # -- checking and counting --
     def dequantized_weights(self) -> dict:
-        """float64 weights as the variant multiplies them, {"qkv", "o", "gate", "up", "down"}."""
+        """float64 weights as the variant multiplies them, {"qkv", "o", "gate", "up", "down"} (cached per format)."""
+        key = ("float64", self.fmt, self.R, self.fused)
+        if key not in self._wcache:
+            self._wcache[key] = self._dequantized_weights()
+        return self._wcache[key]
+
+    def _dequantized_weights(self) -> dict:
         from . import gemv_v3 as V3
 
         if self.fmt == "bf16":

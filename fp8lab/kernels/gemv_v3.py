@@ -419,7 +419,7 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     a = [_cuda.as_cupy(t) for t in keep]
     args = (*a, cp.int32(M), cp.int32(nout), cp.int32(p.Kp), cp.int32(KU), cp.int32(U), cp.int32(smax))
     info = {"kernel": kernel_name(*key), "config": (C, P, wpc, cps), "grid": grid, "warps": Wt, "units": U,
-            "bytes_per_unit": C * p.R * 1024, "smax": smax}
+            "bytes_per_unit": C * p.R * 1024, "smax": smax, "weight_bytes": p.weight_bytes()}
     return Launch(fn, (grid,), (32 * wpc,), args, out, info, pdl=pdl, keep=keep)
 
 
