@@ -135,7 +135,7 @@ def main(argv=None) -> int:
             kw["shapes"] = args.shapes
         if args.m:
             kw["Ms"] = tuple(args.m)
-        gemm_decode.bench_decode(bench, skip, **kw)
+        gemm_decode.bench_decode(bench, skip, on_shape_done=dump, **kw)
         dump()
     if "prefill" in only:
         gemm_prefill.bench_prefill(bench, skip, **({"shapes": args.prefill_shapes} if args.prefill_shapes else {}))

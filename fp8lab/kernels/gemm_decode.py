@@ -118,8 +118,9 @@ def _print_napkin(d: dict) -> None:
 
 
 def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECODE_M, versions=(1, 2, 3),
-                 tune=False, anchors=("tensorwise", "blockwise")) -> None:
-    """tune: False (each version at its default config), True (every version's candidates), or the versions to tune."""
+                 tune=False, anchors=("tensorwise", "blockwise"), on_shape_done=None) -> None:
+    """tune: False (each version at its default config), True (every version's candidates), or the versions to tune.
+    on_shape_done(): called after each shape (the CLI writes the JSON then, so a run cut short keeps what it has)."""
     tune_v = set(versions) if tune is True else set(tune or ())
     import torch
 
@@ -263,3 +264,5 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
             del x, xq
         del w8, w4, wbf, wd, wd4, v3_packs
         torch.cuda.empty_cache()
+        if on_shape_done is not None:
+            on_shape_done()

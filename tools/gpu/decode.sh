@@ -15,18 +15,18 @@ step "identity"
   python3 -c "import torch, cupy; print(torch.__version__, cupy.__version__)"; } > "$D/identity.txt" 2>&1
 
 step "GPU tests: gemv_v3 + decode layer (compiles gemv_v3.cu, decode_layer.cu, attention_fp8kv.cu; CuPy caches them)"
-timeout 60 python3 -m pytest -q -m gpu -p no:cacheprovider -k "v3 or decode_layer or variant or llama_shape" \
+timeout 58 python3 -u -m pytest -v -m gpu -p no:cacheprovider -k "v3 or decode_layer" \
     tests/test_kernels_gemm.py tests/test_decode_layer.py > "$D/pytest.txt" 2>&1
 echo "pytest rc=$?" >> "$D/steps.log"
 
-step "sweep: every v3 config (and v2 defaults) at 3 shapes x M = 1, 8, 16, interleaved with cuBLAS / _scaled_mm"
-timeout 48 python3 -m fp8lab.kernels.bench gemm --only decode,sass --no-smoke --no-pytest --versions 2,3 --tune 3 \
+step "sweep: every v3 config at 3 shapes x M = 1, 8, 16, interleaved with cuBLAS / _scaled_mm (v1, v2: run A)"
+timeout 46 python3 -u -m fp8lab.kernels.bench gemm --only decode --no-smoke --no-pytest --versions 3 --tune 3 \
     --shapes 28672x8192,18944x3584,4096x14336 --m 1,8,16 --rounds 3 --budget-s 38 \
     --out "$D/gemm_sweep.json" > "$D/gemm_sweep.log" 2>&1
 echo "sweep rc=$?" >> "$D/steps.log"
 
 step "decode layer: batch 1, context 1k, every variant (validated, then timed), per-kernel breakdown"
-timeout 28 python3 -m fp8lab.kernels.bench layer --batch 1 --context 1024 --rounds 3 --budget-s 20 \
+timeout 27 python3 -u -m fp8lab.kernels.bench layer --batch 1 --context 1024 --rounds 3 --budget-s 20 \
     --out "$D/layer_b1.json" > "$D/layer_b1.log" 2>&1
 echo "layer rc=$?" >> "$D/steps.log"
 
