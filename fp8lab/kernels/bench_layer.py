@@ -81,14 +81,19 @@ def run(bench: harness.Bench, batches, contexts, variants, config=None, budget_s
     n_layers = 32
     master = DL.make_master(shape)
     for B in batches:
-        wcache: dict = {}
         for ctx in contexts:
+            # weights (packed, and float64 for the references) carry over between contexts; KV caches do not
+            wcache: dict = {} if ctx == contexts[0] else {k: v for k, v in wcache.items()
+                                                          if not (isinstance(k, tuple) and k[0] == "cache")}
             if time.time() - t0 > budget_s:
                 bench.notes.append({"point": f"B={B} ctx={ctx}", "error": "skipped: the run's time budget was spent"})
                 print(f"  out of time budget: skipping B={B} ctx={ctx}", flush=True)
                 continue
             point = f"B={B} ctx={ctx}"
             layers, timers = {}, {}
+            # graphs of >= 16 steps for short steps; fewer (and fewer repetitions) where one step is ~1 ms
+            slow = DL.ceiling_us(DL.layer_bytes("bf16", B, ctx, config or DL.CONFIG)["total"], copy)
+            calls, rep = max(2, min(16, int(4000 / slow))), (20 if slow < 500 else 10)
             for v in variants:
                 name = f"{v} {point}"
                 try:
@@ -101,7 +106,7 @@ def run(bench: harness.Bench, batches, contexts, variants, config=None, budget_s
                 ok = bench.validate(name, lambda layer=layer: layer.validate(), lambda r: (r[0], {"rel_rms": r[1]}))
                 if ok:
                     layers[v] = layer
-                    timers[name] = lambda layer=layer: harness.graph_time_us([layer.step])
+                    timers[name] = lambda layer=layer: harness.graph_time_us([layer.step], min_calls=calls, rep=rep)
             if not timers:
                 continue
             t = bench.compare(timers)
@@ -136,7 +141,7 @@ def run(bench: harness.Bench, batches, contexts, variants, config=None, budget_s
                             bench.notes.append({"kernel": v, "error": f"breakdown failed: {e}"[:300]})
             del layers, timers
             torch.cuda.empty_cache()
-        del wcache
+        wcache = {}
         torch.cuda.empty_cache()
 
 

@@ -265,10 +265,14 @@ class DecodeLayer:
         self.cs = rope_table(shape, self.L, dev)
         self.pos = torch.full((batch,), context - 1, dtype=torch.int32, device=dev)
         kv_fp8 = self.fmt in ("fp8", "nvfp4")
-        self.k_scale = self.v_scale = None
-        self.cache_k, self.cache_v, self.k_scale, self.v_scale = _make_cache(batch, Hk, self.L, D, kv_fp8, g, dev)
-        # packed / converted weights (and their float64 dequantization) shared by layers of the same format
+        # packed / converted weights (and their float64 dequantization) shared by layers of the same format; the KV
+        # cache shared by layers of the same cache type and size (each step writes only position context-1, and
+        # `reference` replaces that slot with its own value, so sharing changes no result)
         self._wcache = weight_cache if weight_cache is not None else {}
+        ckey = ("cache", kv_fp8, batch, Hk, self.L, D)
+        if ckey not in self._wcache:
+            self._wcache[ckey] = _make_cache(batch, Hk, self.L, D, kv_fp8, g, dev)
+        self.cache_k, self.cache_v, self.k_scale, self.v_scale = self._wcache[ckey]
         self.R = 2 if batch > 16 else 1
         if self.fmt in ("bf16", "scaled_mm"):
             self._init_torch(master)
