@@ -81,10 +81,10 @@ def run(bench: harness.Bench, batches, contexts, variants, config=None, budget_s
     n_layers = 32
     master = DL.make_master(shape)
     for B in batches:
+        wcache: dict = {}
         for ctx in contexts:
             # weights (packed, and float64 for the references) carry over between contexts; KV caches do not
-            wcache: dict = {} if ctx == contexts[0] else {k: v for k, v in wcache.items()
-                                                          if not (isinstance(k, tuple) and k[0] == "cache")}
+            wcache = {k: v for k, v in wcache.items() if not (isinstance(k, tuple) and k[0] == "cache")}
             if time.time() - t0 > budget_s:
                 bench.notes.append({"point": f"B={B} ctx={ctx}", "error": "skipped: the run's time budget was spent"})
                 print(f"  out of time budget: skipping B={B} ctx={ctx}", flush=True)
@@ -141,7 +141,7 @@ def run(bench: harness.Bench, batches, contexts, variants, config=None, budget_s
                             bench.notes.append({"kernel": v, "error": f"breakdown failed: {e}"[:300]})
             del layers, timers
             torch.cuda.empty_cache()
-        wcache = {}
+        del wcache
         torch.cuda.empty_cache()
 
 

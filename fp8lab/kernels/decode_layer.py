@@ -259,7 +259,7 @@ class DecodeLayer:
         dev = master["qkv"].device
         self.device = dev
         g = torch.Generator(device=dev).manual_seed(seed)
-        H, Hq, Hk, D = shape.hidden, shape.heads, shape.kv_heads, shape.head_dim
+        H, Hk, D = shape.hidden, shape.kv_heads, shape.head_dim
         self.x = torch.randn(batch, H, generator=g, device=dev).to(torch.bfloat16)
         self.g1, self.g2 = master["g1"], master["g2"]
         self.cs = rope_table(shape, self.L, dev)
