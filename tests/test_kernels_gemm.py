@@ -497,6 +497,10 @@ def test_v3_rejects_bad_arguments():
         V3.gemv_v3(x, p, epilogue="residual")
     with pytest.raises(ValueError, match="not compiled"):
         V3.gemv_v3(x, p, config=(3, 3, 4, 4))
+    with pytest.raises(ValueError, match="gamma"):
+        V3.gemv_v3(x, p, norm=(torch.ones(128, dtype=torch.bfloat16), 1e-5))
+    with pytest.raises(ValueError, match="M <= 16"):
+        V3.gemv_v3(torch.zeros(17, 256, dtype=torch.bfloat16), p, norm=(torch.ones(256, dtype=torch.bfloat16), 1e-5))
     with pytest.raises(TypeError, match="CUDA"):
         V3.gemv_v3(x, p)  # everything checked: only then the device
     assert V3.n_tiles(1) == 1 and V3.n_tiles(9) == 2 and V3.n_tiles(32) == 4
@@ -508,15 +512,18 @@ def test_v3_compiled_list_is_the_python_set():
     d = dict(x.split("=", 1) for x in V3.cuda_defines())
     ids = {v: k for k, v in V3._FMT_ID.items()}
     eps = {v: k for k, v in V3.EPILOGUES.items()}
-    built = {(ids[int(a)], int(b), int(c), int(e), int(f), eps[int(h)])
-             for a, b, c, e, f, h in re.findall(r"GEMV3\((\d),(\d),(\d),(\d),(\d),(\d)\)", d["FP8LAB_GEMV_V3"])}
+    built = {(ids[int(a)], int(b), int(c), int(e), int(f), eps[int(h)], int(n))
+             for a, b, c, e, f, h, n in re.findall(r"GEMV3\((\d),(\d),(\d),(\d),(\d),(\d),(\d)\)", d["FP8LAB_GEMV_V3"])}
     assert built == V3.KERNELS
-    for fmt in ("fp8c", "nvfp4"):  # the decode layer's defaults exist with every epilogue
+    for fmt in ("fp8c", "nvfp4"):  # the decode layer's defaults exist with every epilogue (and the fused norm)
         for M in (1, 8, 16, 32):
             C, P, _, _ = V3.default_config(fmt, M)
             R = 2 if M > 16 else 1
             for e in V3.EPILOGUES:
-                assert (fmt, R, V3.n_tiles(M), C, P, e) in V3.KERNELS, (fmt, M, e)
+                assert (fmt, R, V3.n_tiles(M), C, P, e, 0) in V3.KERNELS, (fmt, M, e)
+            if M <= 16:
+                for e in ("store", "silu_mul"):
+                    assert (fmt, R, V3.n_tiles(M), C, P, e, 1) in V3.KERNELS, (fmt, M, e)
 
 
 # ---- version 3 on the GPU: every compiled config, several distributions, odd shapes, M = 1..32 ------------------
@@ -551,7 +558,8 @@ def test_v3_every_config_matches_reference(fmt, M):
     """Every compiled store-epilogue config of this M (and its R), outputs poisoned, odd N and K."""
     NT = V3.n_tiles(M)
     for R in (1, 2):
-        cfgs = sorted({(C, P) for (f, r, nt, C, P, e) in V3.KERNELS if f == fmt and r == R and nt == NT and e == "store"})
+        cfgs = sorted({(C, P) for (f, r, nt, C, P, e, n) in V3.KERNELS
+                       if f == fmt and r == R and nt == NT and e == "store" and not n})
         if not cfgs:
             continue
         N, K = (400, 1000) if fmt != "nvfp4" else (400, 1008)
@@ -596,6 +604,27 @@ def test_v3_fused_epilogues(fmt, M):
     pg = _v3_inputs(fmt, 2 * I, K, R, "normal", interleave="gate_up", seed=5)
     ref, terms = V3.reference(x, pg, "silu_mul")
     assert_close(V3.gemv_v3(x, pg, epilogue="silu_mul", out=_poison((M, I))), ref, terms, name, K)
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ["fp8c", "nvfp4"])
+@pytest.mark.parametrize("M", [1, 5, 16])
+def test_v3_fused_rmsnorm(fmt, M):
+    """norm=(gamma, eps): the activations RMS-normalized inside the kernel (once per CTA, in shared memory) equal
+    bf16(RMSNorm(x)) fed to the plain kernel -- up to a 1-ulp bf16 flip where the fp32 sum of squares and the float64
+    reference round differently, which the input-rounding term of the tolerance covers."""
+    N, K = 272, 4096
+    x = _activations(M, K, "outliers", seed=M)
+    gamma = (1 + 0.1 * torch.randn(K, device="cuda")).to(torch.bfloat16)
+    name = "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4"
+    for epilogue, n in (("store", N), ("silu_mul", N // 2)):
+        p = _v3_inputs(fmt, N, K, 1, "normal", interleave="gate_up" if epilogue == "silu_mul" else None, seed=7)
+        ref, terms = V3.reference(x, p, epilogue, norm=(gamma, 1e-5))
+        y = V3.gemv_v3(x, p, epilogue=epilogue, norm=(gamma, 1e-5), out=_poison((M, n)))
+        # one bf16 ulp (2**-8 relative) of any normalized activation moves y by <= 2**-8 of its terms
+        tol = tolerances.matmul(name, K)
+        bound = tol.bound(ref, terms) + 2.0**-8 * terms
+        assert bool(((y.double() - ref).abs() <= bound).all()), (epilogue, float(((y.double() - ref).abs() / bound).max()))
 
 
 @gpu

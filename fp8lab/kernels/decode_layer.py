@@ -22,6 +22,8 @@ Variants (VARIANTS; what each one runs, kernel by kernel, is `describe(variant)`
                      prologue kernel, RoPE+append too)
     *_fused_pdl      the same, launched with programmatic dependent launch (each kernel's weight loads start while
                      the previous kernel finishes; launch_ex.py)
+    *_fused_norm_pdl and both RMSNorms inside the QKV and gate|up GEMVs (each CTA normalizes the activations once into
+                     shared memory: two launches fewer; batch <= 16, larger batches keep the norm kernel)
 
 Batch > 16 (batch 32): the v3 GEMV takes up to 32 tokens in one pass (four 8-token MMA tiles per 16 weight rows,
 packed with R = 2), so the weights are still read ONCE per step; splitting into two 16-token passes would read
@@ -45,7 +47,8 @@ import torch
 from . import harness
 
 CONFIG = harness.REPO / "tests" / "data" / "llama3_8b_config.json"
-VARIANTS = ("bf16", "scaled_mm", "fp8", "fp8_fused", "fp8_fused_pdl", "nvfp4", "nvfp4_fused", "nvfp4_fused_pdl")
+VARIANTS = ("bf16", "scaled_mm", "fp8", "fp8_fused", "fp8_fused_pdl", "fp8_fused_norm_pdl",
+            "nvfp4", "nvfp4_fused", "nvfp4_fused_pdl", "nvfp4_fused_norm_pdl")
 #: relative RMS error a stage may have against the float64 reference: bf16 roundings (2**-9 each) through a few
 #: stages and E4M3 KV rounding stay well under it; a wrong tile, scale or k order is orders of magnitude above.
 STAGE_REL_RMS = 2.0 ** -6
@@ -86,7 +89,13 @@ def describe(variant: str) -> list[str]:
     fmt = "W8A16 FP8 per-channel" if variant.startswith("fp8") else "W4A16 NVFP4"
     out = ["rmsnorm_bf16", f"QKV: gemv_v3 {fmt}", "rope_append_fp8 (RoPE, E4M3 K/V appended)",
            "decode_attention FP8 KV (main + split reduce)"]
-    if "_fused" in variant:
+    if "_norm" in variant:
+        out = [f"QKV: gemv_v3 {fmt} with the RMSNorm fused (activations normalized per CTA in shared memory)",
+               "rope_append_fp8 (RoPE, E4M3 K/V appended)", "decode_attention FP8 KV (main + split reduce)",
+               f"O: gemv_v3 {fmt} + residual epilogue",
+               f"gate|up interleaved: ONE gemv_v3 {fmt} pass, RMSNorm fused, SiLU*mul epilogue",
+               f"down: gemv_v3 {fmt} + residual epilogue", "(lab kernels launched with programmatic dependent launch)"]
+    elif "_fused" in variant:
         out += [f"O: gemv_v3 {fmt} + residual epilogue", "rmsnorm_bf16",
                 f"gate|up interleaved: ONE gemv_v3 {fmt} pass, SiLU*mul epilogue", f"down: gemv_v3 {fmt} + residual epilogue"]
         if variant.endswith("_pdl"):
@@ -255,6 +264,7 @@ class DecodeLayer:
         self.L = max_context or context
         self.fused = "_fused" in variant
         self.pdl = variant.endswith("_pdl")
+        self.norm_in_gemv = "_norm" in variant and batch <= 16
         self.fmt = "bf16" if variant == "bf16" else "scaled_mm" if variant == "scaled_mm" else variant.split("_")[0]
         dev = master["qkv"].device
         self.device = dev
@@ -359,9 +369,9 @@ class DecodeLayer:
         self.h, self.out, self.a = torch.empty(B, H, **bf), torch.empty(B, H, **bf), torch.empty(B, I, **bf)
         cfg = gemv_config
 
-        def gemv(x, name, out, epilogue="store", residual=None):
+        def gemv(x, name, out, epilogue="store", residual=None, norm=None):
             return V3.prepare(x, self.P[name], out=out, epilogue=epilogue, residual=residual, pdl=self.pdl,
-                              config=cfg.get(name))
+                              config=cfg.get(name), norm=norm)
         mod = _cuda.load_module("decode_layer.cu")
         cp = _cuda._cupy()
         A = _cuda.as_cupy
@@ -373,8 +383,11 @@ class DecodeLayer:
             fn = mod.get_function(name)
             self.steps.append(_SmallLaunch(fn, grid, (256,), args, self.pdl))
 
-        small("rmsnorm_bf16", (B,), (A(self.x), A(self.g1), A(self.xn), cp.int32(H), cp.float32(s.eps)))
-        self.steps.append(gemv(self.xn, "qkv", self.qkv))
+        if self.norm_in_gemv:
+            self.steps.append(gemv(self.x, "qkv", self.qkv, norm=(self.g1, s.eps)))
+        else:
+            small("rmsnorm_bf16", (B,), (A(self.x), A(self.g1), A(self.xn), cp.int32(H), cp.float32(s.eps)))
+            self.steps.append(gemv(self.xn, "qkv", self.qkv))
         small("rope_append_fp8", (B,), (A(self.qkv), A(self.pos), A(self.cs), A(self.q), A(self.cache_k), A(self.cache_v),
                                         A(self.k_scale), A(self.v_scale), cp.int32(s.heads), cp.int32(s.kv_heads),
                                         cp.int32(s.head_dim), cp.int32(self.L)))
@@ -385,8 +398,11 @@ class DecodeLayer:
         ew_grid = lambda n: (max(1, min(1024, -(-n // 2048))),)  # noqa: E731  8 elements x 256 threads per CTA
         if self.fused:
             self.steps.append(gemv(self.attn, "o", self.h, "residual", self.x))
-            small("rmsnorm_bf16", (B,), (A(self.h), A(self.g2), A(self.hn), cp.int32(H), cp.float32(s.eps)))
-            self.steps.append(gemv(self.hn, "gate_up", self.a, "silu_mul"))
+            if self.norm_in_gemv:
+                self.steps.append(gemv(self.h, "gate_up", self.a, "silu_mul", norm=(self.g2, s.eps)))
+            else:
+                small("rmsnorm_bf16", (B,), (A(self.h), A(self.g2), A(self.hn), cp.int32(H), cp.float32(s.eps)))
+                self.steps.append(gemv(self.hn, "gate_up", self.a, "silu_mul"))
             self.steps.append(gemv(self.a, "down", self.out, "residual", self.h))
         else:
             self.o = torch.empty(B, H, **bf)

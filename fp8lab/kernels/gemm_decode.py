@@ -68,8 +68,8 @@ def v3_candidates(fmt: str, M: int, tune: bool) -> list[tuple]:
     R0 = 2 if NT == 4 else 1
     out = [(V3.default_config(fmt, M, R0), R0)]
     if tune:
-        for (f, R, nt, C, P, e) in sorted(V3.KERNELS):
-            if f == fmt and nt == NT and e == "store":
+        for (f, R, nt, C, P, e, norm) in sorted(V3.KERNELS):
+            if f == fmt and nt == NT and e == "store" and not norm:
                 for wpc, cps in ((4, 4), (4, 2), (8, 2)):
                     out.append(((C, P, wpc, cps), R))
     seen, uniq = set(), []

@@ -41,8 +41,9 @@
 // 16t + 4s + {0, 1} for the MMA's k (2t, 2t + 1) and 16t + 4s + {2, 3} for (2t + 8, 2t + 9); NVFP4 step s (0..7)
 // of a 128-k chunk the same with 32t + 4s. Token rows past M read token 0 (their outputs are never stored).
 //
-// Launch: grid = ceil(Wt / WPC) CTAs of 32 * WPC threads (the Python side picks Wt <= U), no shared memory.
-// Kernel names: gemv3_{fp8c|fp8b|nvfp4}_r{R}_nt{NT}_c{C}_p{P}_e{EPI}; the instantiation list comes from
+// Launch: grid = ceil(Wt / WPC) CTAs of 32 * WPC threads (the Python side picks Wt <= U); shared memory only with
+// NORM = 1 (the RMS-normalized activations, M (Kp + 8) bf16).
+// Kernel names: gemv3_{fp8c|fp8b|nvfp4}_r{R}_nt{NT}_c{C}_p{P}_e{EPI}_n{NORM}; the instantiation list comes from
 // gemv_v3.py KERNELS as a -D define, like versions 1 and 2.
 #include "fp8_decode.cuh"
 
@@ -201,11 +202,56 @@ __device__ __forceinline__ void v3_finish(const V3Out& o, const float (&acc)[R][
 }
 
 // ---- the kernel body -------------------------------------------------------------------------------------------
-template <int FMT, int R, int NT, int C, int P, int EPI>
+// NORM = 1: the activations are RMS-normalized once per CTA into shared memory (row stride Kp + 8: the 16-byte pad
+// keeps the 8 token rows of a warp's loads in different banks), y = bf16(x * rsqrt(mean(x^2) + eps) * gamma), exactly
+// decode_layer.cu's rmsnorm_bf16 arithmetic; the GEMV then reads its B fragments from there. This fuses the decode
+// layer's RMSNorm into the QKV and gate|up GEMVs (one launch fewer each). Dynamic shared memory: M (Kp + 8) 2 bytes.
+template <int M_MAX>
+__device__ __forceinline__ void v3_stage_normed(const u16* __restrict__ X, const u16* __restrict__ G, float eps, int M,
+                                                int Kp, int Kn, u16* xs) {
+    __shared__ float part[M_MAX][8];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    for (int m = 0; m < M; ++m) {
+        float ss = 0.f;
+        for (int i = threadIdx.x * 8; i < Kp; i += blockDim.x * 8) {
+            const uint4 v = *reinterpret_cast<const uint4*>(X + (size_t)m * Kp + i);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const u32 p = word_of(v, j);
+                ss = fmaf(bf16_lo(p), bf16_lo(p), ss);
+                ss = fmaf(bf16_hi(p), bf16_hi(p), ss);
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+        if (lane == 0) part[m][warp] = ss;
+    }
+    __syncthreads();
+    for (int m = 0; m < M; ++m) {
+        float tot = 0.f;
+        for (int w = 0; w < nw; ++w) tot += part[m][w];
+        const float inv = f_div(1.f, sqrtf(f_add(f_div(tot, (float)Kn), eps)));
+        for (int i = threadIdx.x * 8; i < Kp; i += blockDim.x * 8) {
+            const uint4 v = *reinterpret_cast<const uint4*>(X + (size_t)m * Kp + i);
+            const uint4 gg = i < Kn ? *reinterpret_cast<const uint4*>(G + i) : make_uint4(0u, 0u, 0u, 0u);
+            uint4 o;
+            u32* op = reinterpret_cast<u32*>(&o);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const u32 p = word_of(v, j), q = word_of(gg, j);
+                op[j] = bf16x2_rn(f_mul(f_mul(bf16_lo(p), inv), bf16_lo(q)), f_mul(f_mul(bf16_hi(p), inv), bf16_hi(q)));
+            }
+            *reinterpret_cast<uint4*>(xs + (size_t)m * (Kp + 8) + i) = o;
+        }
+    }
+    __syncthreads();
+}
+
+template <int FMT, int R, int NT, int C, int P, int EPI, int NORM>
 __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void* __restrict__ S, const float* __restrict__ CS,
                                            const u16* __restrict__ X, u16* __restrict__ Y, const u16* __restrict__ RES,
                                            float* __restrict__ WS, int* __restrict__ CNT, int M, int nout, int Kp, int KU,
-                                           int U, int smax) {
+                                           int U, int smax, const u16* __restrict__ G, float eps, int Kn) {
     constexpr bool NV = FMT == V3_NVFP4;
     constexpr int NW = 2 * C * R;            // 16-byte weight loads per lane per unit
     constexpr int NS = NV ? C * R : 1;       // NVFP4: 4-byte scale words per lane per unit
@@ -219,7 +265,7 @@ __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void*
     const int Wt = gridDim.x * wpc;
     pdl_launch_dependents();
     const long long u0 = (long long)wg * U / Wt, u1 = (long long)(wg + 1) * U / Wt;
-    if (u0 >= u1) return;
+    if (!NORM && u0 >= u1) return;  // (NORM: every warp joins the CTA's barriers; the Python side never makes empty warps)
 
     const u8* wbase = W + lane * 16;
     const u8* sbase = reinterpret_cast<const u8*>(S) + lane * 4;  // NVFP4 scale words
@@ -242,9 +288,22 @@ __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void*
     pdl_wait();
 
     const V3Out o{CS, RES, Y, M, nout};
+    extern __shared__ uint4 v3_smem[];
     const u16* xrow[NT];
+    if constexpr (NORM) {
+        u16* xs = reinterpret_cast<u16*>(v3_smem);
+        v3_stage_normed<NT * 8>(X, G, eps, M, Kp, Kn, xs);
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) xrow[nt] = X + (size_t)(nt * 8 + g < M ? nt * 8 + g : 0) * Kp + t * (CK / 4);
+        for (int nt = 0; nt < NT; ++nt) xrow[nt] = xs + (size_t)(nt * 8 + g < M ? nt * 8 + g : 0) * (Kp + 8) + t * (CK / 4);
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) xrow[nt] = X + (size_t)(nt * 8 + g < M ? nt * 8 + g : 0) * Kp + t * (CK / 4);
+    }
+    // activations: 16 bytes through L1 (global), or from the CTA's normalized copy (shared)
+    auto xload = [&](const u16* p) -> uint4 {
+        if constexpr (NORM) return *reinterpret_cast<const uint4*>(p);
+        else return ld_cached16(p);
+    };
     const int KB = Kp >> 7;  // FP8 block scales: float2 [group][Kp / 128][R] (rows 0-7, rows 8-15 of the tile)
 
     float acc[R][NT][4];
@@ -255,6 +314,7 @@ __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void*
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[r][nt][i] = 0.f;
     int grp = (int)(u0 / KU), kk = (int)(u0 - (long long)grp * KU);
+    if (u0 >= u1) return;
 
     for (long long ub = u0; ub < u1; ub += P) {
 #pragma unroll
@@ -287,7 +347,7 @@ __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void*
 #pragma unroll
                             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                                for (int v = 0; v < 2; ++v) xa[nt][v] = ld_cached16(xrow[nt] + k0 + c * 64 + v * 8);
+                                for (int v = 0; v < 2; ++v) xa[nt][v] = xload(xrow[nt] + k0 + c * 64 + v * 8);
 #pragma unroll
                             for (int r = 0; r < R; ++r)
                                 v3_fp8_chunk<NT>(part[r], cur[(c * R + r) * 2], cur[(c * R + r) * 2 + 1], xa);
@@ -312,7 +372,7 @@ __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void*
 #pragma unroll
                         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                            for (int v = 0; v < XV; ++v) xa[nt][v] = ld_cached16(xrow[nt] + k0 + c * CK + v * 8);
+                            for (int v = 0; v < XV; ++v) xa[nt][v] = xload(xrow[nt] + k0 + c * CK + v * 8);
 #pragma unroll
                         for (int r = 0; r < R; ++r) {
                             if constexpr (NV) {
@@ -346,13 +406,13 @@ __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void*
 #define V3_FMT_NAME_2 nvfp4
 #define V3_CAT2(a, b) a##b
 #define V3_CAT(a, b) V3_CAT2(a, b)
-#define GEMV3(FMT, R, NT, C, P, EPI)                                                                               \
+#define GEMV3(FMT, R, NT, C, P, EPI, NORM)                                                                         \
     extern "C" __global__ void __launch_bounds__(256) V3_CAT(gemv3_, V3_CAT(V3_FMT_NAME_##FMT,                     \
-        _r##R##_nt##NT##_c##C##_p##P##_e##EPI))(                                                                    \
+        _r##R##_nt##NT##_c##C##_p##P##_e##EPI##_n##NORM))(                                                          \
         const u8* __restrict__ W, const void* __restrict__ S, const float* __restrict__ CS, const u16* __restrict__ X, \
         u16* __restrict__ Y, const u16* __restrict__ RES, float* __restrict__ WS, int* __restrict__ CNT, int M,      \
-        int nout, int Kp, int KU, int U, int smax) {                                                               \
-        gemv3_body<FMT, R, NT, C, P, EPI>(W, S, CS, X, Y, RES, WS, CNT, M, nout, Kp, KU, U, smax);                  \
+        int nout, int Kp, int KU, int U, int smax, const u16* __restrict__ G, float eps, int Kn) {                  \
+        gemv3_body<FMT, R, NT, C, P, EPI, NORM>(W, S, CS, X, Y, RES, WS, CNT, M, nout, Kp, KU, U, smax, G, eps, Kn); \
     }
 
 #ifndef FP8LAB_GEMV_V3

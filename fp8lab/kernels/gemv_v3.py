@@ -42,26 +42,28 @@ CHUNK_K = {"fp8c": 64, "fp8b": 64, "nvfp4": 128}
 K_ALIGN = {"fp8c": 256, "fp8b": 256, "nvfp4": 512}    # K is padded to whole units of the largest compiled C
 _FMT_ID = {"fp8c": 0, "fp8b": 1, "nvfp4": 2}
 
-# compiled (format, R, NT, C, P, epilogue): the GEMV sweep configs, then what the decode layer uses
+# compiled (format, R, NT, C, P, epilogue, norm): the GEMV sweep configs, then what the decode layer uses (norm = 1:
+# RMSNorm of the activations fused into the kernel, decode layer variants *_fused_norm_pdl)
 _GEMV = [(1, 1, 2, 2), (1, 1, 2, 3), (1, 1, 2, 4), (1, 1, 4, 2), (1, 2, 2, 2), (1, 2, 2, 3), (2, 2, 2, 2), (2, 1, 2, 2)]
 _GEMV4 = [(1, 1, 2, 2), (1, 1, 2, 3), (1, 1, 1, 4), (1, 1, 4, 2), (1, 2, 2, 2), (1, 2, 2, 3), (2, 2, 2, 2), (2, 1, 2, 2)]
 KERNELS = (
-    {("fp8c", *c, "store") for c in _GEMV} | {("fp8b", *c, "store") for c in _GEMV}
-    | {("nvfp4", *c, "store") for c in _GEMV4}
-    | {(f, 1, 1, 2, 3, e) for f in ("fp8c", "nvfp4") for e in ("residual", "silu_mul")}
-    | {(f, 1, 2, 2, 2, e) for f in ("fp8c", "nvfp4") for e in ("store", "residual", "silu_mul")}
-    | {(f, 2, 4, 2, 2, e) for f in ("fp8c", "nvfp4") for e in ("store", "residual", "silu_mul")}
+    {("fp8c", *c, "store", 0) for c in _GEMV} | {("fp8b", *c, "store", 0) for c in _GEMV}
+    | {("nvfp4", *c, "store", 0) for c in _GEMV4}
+    | {(f, 1, 1, 2, 3, e, 0) for f in ("fp8c", "nvfp4") for e in ("residual", "silu_mul")}
+    | {(f, 1, 2, 2, 2, e, 0) for f in ("fp8c", "nvfp4") for e in ("store", "residual", "silu_mul")}
+    | {(f, 2, 4, 2, 2, e, 0) for f in ("fp8c", "nvfp4") for e in ("store", "residual", "silu_mul")}
+    | {(f, 1, nt, 2, p, e, 1) for f in ("fp8c", "nvfp4") for nt, p in ((1, 3), (2, 2)) for e in ("store", "silu_mul")}
 )
 
 
 def cuda_defines() -> tuple[str, ...]:
-    """The instantiation list as the -D define gemv_v3.cu expects: GEMV3(fmt id, R, NT, C, P, epilogue id)..."""
-    items = sorted((_FMT_ID[f], R, NT, C, P, EPILOGUES[e]) for f, R, NT, C, P, e in KERNELS)
+    """The instantiation list as the -D define gemv_v3.cu expects: GEMV3(fmt id, R, NT, C, P, epilogue id, norm)..."""
+    items = sorted((_FMT_ID[f], R, NT, C, P, EPILOGUES[e], n) for f, R, NT, C, P, e, n in KERNELS)
     return ("FP8LAB_GEMV_V3=" + "".join(f"GEMV3({','.join(map(str, c))})" for c in items),)
 
 
-def kernel_name(fmt: str, R: int, NT: int, C: int, P: int, epilogue: str) -> str:
-    return f"gemv3_{fmt}_r{R}_nt{NT}_c{C}_p{P}_e{EPILOGUES[epilogue]}"
+def kernel_name(fmt: str, R: int, NT: int, C: int, P: int, epilogue: str, norm: int = 0) -> str:
+    return f"gemv3_{fmt}_r{R}_nt{NT}_c{C}_p{P}_e{EPILOGUES[epilogue]}_n{norm}"
 
 
 def n_tiles(M: int) -> int:
@@ -333,20 +335,20 @@ class Launch:
     """A prepared call: arguments converted and the workspace allocated once; a call is one kernel launch on
     torch's current stream (capturable in a CUDA graph). pdl=True launches with programmatic dependent launch."""
 
-    def __init__(self, fn, grid, block, args, out, info, pdl=False, keep=()):
+    def __init__(self, fn, grid, block, args, out, info, pdl=False, keep=(), smem=0):
         self.fn, self.grid, self.block, self.args, self.out, self.info, self.pdl = fn, grid, block, args, out, info, pdl
-        self._keep = keep
+        self._keep, self.smem = keep, smem
 
     def __call__(self) -> torch.Tensor:
         stream = torch.cuda.current_stream().cuda_stream
         if self.pdl:
             from . import launch_ex
 
-            launch_ex.launch(self.fn, self.grid, self.block, self.args, 0, stream, pdl=True)
+            launch_ex.launch(self.fn, self.grid, self.block, self.args, self.smem, stream, pdl=True)
         else:
             cp = _cuda._cupy()
             with cp.cuda.ExternalStream(stream):
-                self.fn(self.grid, self.block, self.args)
+                self.fn(self.grid, self.block, self.args, shared_mem=self.smem)
         return self.out
 
 
@@ -363,8 +365,11 @@ def check_x(x, K: int) -> int:
 
 def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue: str = "store",
             residual: torch.Tensor | None = None, out: torch.Tensor | None = None, pdl: bool = False,
-            sms: int | None = None) -> Launch:
-    """Validate (before any CUDA call), pick the config, allocate the workspace; returns a Launch computing y."""
+            norm: tuple | None = None, sms: int | None = None) -> Launch:
+    """Validate (before any CUDA call), pick the config, allocate the workspace; returns a Launch computing y.
+
+    norm = (gamma bf16 [K], eps): y = RMSNorm(x) . W^T with the normalization done inside the kernel, once per CTA
+    (bf16(x * rsqrt(mean(x^2) + eps) * gamma), decode_layer.cu's arithmetic); M <= 16."""
     if not isinstance(p, Packed):
         raise TypeError(f"weights must be a gemv_v3.Packed (pack_fp8 / pack_nvfp4), got {type(p).__name__}")
     M = check_x(x, p.K)
@@ -380,9 +385,19 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     elif residual is not None:
         raise ValueError("a residual is only read by epilogue='residual'")
     C, P, wpc, cps = config if config is not None else default_config(p.fmt, M, p.R)
-    key = (p.fmt, p.R, NT, C, P, epilogue)
+    smem = 0
+    if norm is not None:
+        gamma, eps = norm
+        if not isinstance(gamma, torch.Tensor) or gamma.dtype != torch.bfloat16 or tuple(gamma.shape) != (p.K,):
+            raise ValueError(f"norm=(gamma, eps) needs a bf16 gamma of shape ({p.K},)")
+        if p.K % 8 or M > 16:
+            raise ValueError(f"the fused RMSNorm needs K % 8 == 0 and M <= 16 (shared memory), got K = {p.K}, M = {M}")
+        smem = M * (p.Kp + 8) * 2
+        if smem > 64 * 1024:
+            wpc = max(wpc, 8)  # one or two CTAs per SM fit: make them 8 warps each
+    key = (p.fmt, p.R, NT, C, P, epilogue, 1 if norm is not None else 0)
     if key not in KERNELS:
-        raise ValueError(f"not compiled: (format, R, NT, C, P, epilogue) = {key}; see gemv_v3.KERNELS")
+        raise ValueError(f"not compiled: (format, R, NT, C, P, epilogue, norm) = {key}; see gemv_v3.KERNELS")
     if p.Kp % (CHUNK_K[p.fmt] * C):
         raise ValueError(f"K padded to {p.Kp} is not a whole number of {C}-chunk units")
     for name, t in (("x", x), ("weights", p.data)):
@@ -405,7 +420,9 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
 
     sms = sms or sm_count(x.device)
     wpc = max(1, min(wpc, U))
-    cps = min(cps, resident_ctas(fn, 32 * wpc))   # the whole grid resident at once (stream-K: no late CTAs)
+    if smem > 48 * 1024:
+        fn.max_dynamic_shared_size_bytes = smem
+    cps = min(cps, resident_ctas(fn, 32 * wpc, smem))   # the whole grid resident at once (stream-K: no late CTAs)
     grid = max(1, min(sms * cps, U // wpc))       # every warp gets >= 1 unit
     Wt = grid * wpc
     smax = smax_bound(G, KU, Wt)
@@ -415,12 +432,14 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     cs = {"fp8c": p.scales, "nvfp4": p.gscale, "fp8b": ws[:1]}[p.fmt]   # per-channel scales / global scale / unused
     S = ws[:1] if p.fmt == "fp8c" else p.scales                          # block scales / NVFP4 scale codes / unused
     res = residual.contiguous() if residual is not None else out
-    keep = (p.data, S, cs, xk, out, res, ws, cnt)
+    g = norm[0].contiguous() if norm is not None else out
+    keep = (p.data, S, cs, xk, out, res, ws, cnt, g)
     a = [_cuda.as_cupy(t) for t in keep]
-    args = (*a, cp.int32(M), cp.int32(nout), cp.int32(p.Kp), cp.int32(KU), cp.int32(U), cp.int32(smax))
+    args = (*a[:8], cp.int32(M), cp.int32(nout), cp.int32(p.Kp), cp.int32(KU), cp.int32(U), cp.int32(smax), a[8],
+            cp.float32(norm[1] if norm is not None else 0.0), cp.int32(p.K))
     info = {"kernel": kernel_name(*key), "config": (C, P, wpc, cps), "grid": grid, "warps": Wt, "units": U,
             "bytes_per_unit": C * p.R * 1024, "smax": smax, "weight_bytes": p.weight_bytes()}
-    return Launch(fn, (grid,), (32 * wpc,), args, out, info, pdl=pdl, keep=keep)
+    return Launch(fn, (grid,), (32 * wpc,), args, out, info, pdl=pdl, keep=keep, smem=smem)
 
 
 def gemv_v3(x: torch.Tensor, p: Packed, **kw) -> torch.Tensor:
@@ -543,11 +562,21 @@ def dequant(p_or_codes, scale=None) -> torch.Tensor:
     return v * _unorder(rows, p)[:, : p.K]
 
 
-def reference(x: torch.Tensor, p: Packed, epilogue: str = "store", residual=None) -> tuple[torch.Tensor, torch.Tensor]:
+def rmsnorm_bf16_reference(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
+    """The fused RMSNorm's activations: bf16(x * rsqrt(mean(x^2) + eps) * gamma), in float64 then rounded."""
+    xd = x.double()
+    y = xd / torch.sqrt((xd * xd).mean(-1, keepdim=True) + eps) * gamma.double()
+    return y.float().to(torch.bfloat16)
+
+
+def reference(x: torch.Tensor, p: Packed, epilogue: str = "store", residual=None, norm=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(float64 reference, sum |x w| terms for the tolerance) of what gemv_v3 computes.
 
-    store: x W^T; residual: + residual; silu_mul: silu(x Wg^T) * (x Wu^T) (its terms bound the product's error)."""
+    store: x W^T; residual: + residual; silu_mul: silu(x Wg^T) * (x Wu^T) (its terms bound the product's error);
+    norm = (gamma, eps): x replaced by its bf16 RMSNorm first."""
     wd = dequant(p).to(x.device)
+    if norm is not None:
+        x = rmsnorm_bf16_reference(x, *norm)
     xd = x.double()
     y, terms = xd @ wd.T, xd.abs() @ wd.abs().T
     if epilogue == "residual":
