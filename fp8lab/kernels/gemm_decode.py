@@ -118,9 +118,10 @@ def _print_napkin(d: dict) -> None:
 
 
 def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECODE_M, versions=(1, 2, 3),
-                 tune=False, anchors=("tensorwise", "blockwise"), on_shape_done=None) -> None:
+                 tune=False, anchors=("tensorwise", "blockwise"), on_shape_done=None, pdl: bool = True) -> None:
     """tune: False (each version at its default config), True (every version's candidates), or the versions to tune.
-    on_shape_done(): called after each shape (the CLI writes the JSON then, so a run cut short keeps what it has)."""
+    on_shape_done(): called after each shape (the CLI writes the JSON then, so a run cut short keeps what it has).
+    pdl: also time version 3 (channel, NVFP4) launched with programmatic dependent launch (label suffix _pdl)."""
     tune_v = set(versions) if tune is True else set(tune or ())
     import torch
 
@@ -239,6 +240,20 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
                               {"version": version, cfg_key: (list(best) if not v3 else [list(best[0]), best[1]])
                                if best is not None else "default",
                                "tuned_us": {str(c): t for c, t in tuned.items()}, "weight_bytes": wbytes, **info})
+                if v3 and pdl and kname != "gemv_fp8_block_v3":
+                    # the same kernel and config launched with programmatic dependent launch: consecutive calls
+                    # overlap (the next one's weight loads during this one's tail), as in a decode layer. Reported
+                    # beside the plain launch; the goals use the plain launch, like the anchors'.
+                    pname = f"{kname}_pdl {shape}"
+                    bench.validation[pname] = bench.validation[name]
+
+                    def make_pdl(make=make, best=best):
+                        ls = make(best)
+                        for launch in ls:
+                            launch.pdl = True
+                        return ls
+                    timers[pname] = lambda make_pdl=make_pdl: harness.graph_time_us(make_pdl(), rep=30)
+                    meta[pname] = (f"{kname}_pdl", meta[name][1], meta[name][2], {**meta[name][3], "pdl": True})
             # ---- every contender of this shape in interleaved rounds
             t = bench.compare(timers)
             t_bf16 = t[f"bf16_cublas {shape}"].median
