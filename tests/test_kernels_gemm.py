@@ -388,3 +388,273 @@ def test_gemm_w8a8_accuracy_gate_on_gpu(kind):
         _check_gate(gate, kind)
         # bf16 output rounding adds ~2**-9 / sqrt(3) relative RMS in quadrature: < 1e-3 change
         assert abs(gate["rel_rms"] - math_gate["rel_rms"]) < 1e-3, (kernel, gate, math_gate)
+
+
+# ---- version 3 (gemv_v3): packing, the CPU model of the kernel's dataflow, the stream-K split ----------------------
+from fp8lab.kernels import gemv_v3 as V3  # noqa: E402
+
+
+@pytest.mark.parametrize("pos", range(4))
+def test_v3_e4m3_word_widening_every_code(pos):
+    """pack_fp8's scrambled word, widened as v3_e4m3x4 does (1 + 4 integer ops): every code in every position
+    gives its E4M3 value times 2**-120 in the right bf16 half (NaN codes give +-480, as in versions 1 and 2)."""
+    import numpy as np
+
+    g = torch.Generator().manual_seed(pos)
+    es = [torch.randint(0, 256, (256,), dtype=torch.int64, generator=g) for _ in range(4)]
+    es[pos] = torch.arange(256, dtype=torch.int64)
+    a, b = V3.widen_e4m3_words(V3.scramble_e4m3(*es).numpy().astype(np.uint32))
+    half = [a & 0xFFFF, a >> 16, b & 0xFFFF, b >> 16][pos]
+    got = torch.from_numpy(half.astype(np.int32)).to(torch.int16).view(torch.bfloat16).double() * 2.0**120
+    want = formats.E4M3.decode(torch.arange(256, dtype=torch.uint8)).double()
+    finite = ~torch.isnan(want)
+    assert torch.equal(got[finite], want[finite])
+    assert got[~finite].abs().tolist() == [480.0, 480.0]
+
+
+@pytest.mark.parametrize("N,K,R,interleave", [(40, 300, 1, None), (272, 1024, 2, None), (48, 256, 1, "gate_up"),
+                                              (34, 520, 2, "gate_up"), (1, 64, 1, None)])
+def test_v3_packing_round_trips(N, K, R, interleave):
+    """Packing only moves bytes (and pads with zeros): unpack gives the original codes / nibbles / scale codes."""
+    from fp8lab.scaling import unpack_nibbles
+
+    g = torch.Generator().manual_seed(N + K)
+    c = torch.randint(0, 256, (N, K), dtype=torch.uint8, generator=g)
+    assert torch.equal(V3.unpack_fp8(V3.pack_fp8(c, torch.rand(N), R=R, interleave=interleave)), c)
+    if interleave is None or (N // 2) % 8 == 0:
+        p = V3.pack_fp8(c, torch.rand(math.ceil(N / 128), math.ceil(K / 128)), R=R, interleave=interleave)
+        assert torch.equal(V3.unpack_fp8(p), c)
+    Kn = K - K % 16
+    wp = torch.randint(0, 256, (N, Kn // 2), dtype=torch.uint8, generator=g)
+    sc = torch.randint(0, 127, (N, Kn // 16), dtype=torch.uint8, generator=g)
+    nib, sc2 = V3.unpack_nvfp4(V3.pack_nvfp4(wp, sc, 0.5, R=R, interleave=interleave))
+    assert torch.equal(nib, unpack_nibbles(wp)) and torch.equal(sc2, sc)
+
+
+@pytest.mark.parametrize("fmt", V3.FORMATS)
+@pytest.mark.parametrize("N,K,M,R,interleave", [(20, 200, 3, 1, None), (40, 384, 9, 2, None), (32, 256, 17, 2, None),
+                                                (32, 256, 2, 1, "gate_up")])
+def test_v3_cpu_model_of_the_kernel_equals_reference(fmt, N, K, M, R, interleave):
+    """The kernel's dataflow emulated lane by lane on the CPU (gemv_v3.emulate: packed words, widening, the
+    m16n8k16 fragment map, the activations each lane pairs with them, block promotion, scales) equals the float64
+    reference: the layout, k order and fragment map are right before any GPU runs."""
+    import numpy as np
+
+    g = torch.Generator().manual_seed(N * M + K)
+    if fmt == "nvfp4":
+        K -= K % 16
+        wp = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, generator=g)
+        sc = torch.randint(1, 0x7F, (N, K // 16), dtype=torch.uint8, generator=g)
+        p = V3.pack_nvfp4(wp, sc, 0.3, R=R, interleave=interleave)
+    else:
+        c = torch.randint(0, 254, (N, K), dtype=torch.uint8, generator=g)
+        c[c == 0x7F] = 0
+        s = torch.rand(N) if fmt == "fp8c" else torch.rand(math.ceil(N / 128), math.ceil(K / 128))
+        p = V3.pack_fp8(c, s, R=R, interleave=interleave)
+    x = torch.randn(M, K, generator=g).to(torch.bfloat16)
+    ref, terms = V3.reference(x, p)
+    err = np.abs(V3.emulate(x, p) - ref.numpy()) / np.maximum(terms.numpy(), 1e-300)
+    assert err.max() < 1e-12
+
+
+@pytest.mark.parametrize("G,KU,Wt", [(3, 4, 5), (1, 64, 64), (1184, 28, 2112), (10, 3, 30), (256, 112, 2112), (7, 1, 7)])
+def test_v3_streamk_split(G, KU, Wt):
+    """Every unit belongs to exactly one warp, ranges differ by at most one unit, no warp is empty, and the
+    workspace bound covers the most warps any row group is split between."""
+    plan = V3.streamk_plan(G, KU, Wt)
+    st = plan["starts"]
+    assert st[0] == 0 and st[-1] == G * KU and all(b > a for a, b in zip(st, st[1:]))
+    lo, hi = plan["units_per_warp"]
+    assert hi - lo <= 1 and lo >= 1
+    assert plan["smax"] <= V3.smax_bound(G, KU, Wt)
+    with pytest.raises(ValueError, match="empty warp"):
+        V3.streamk_plan(G, KU, G * KU + 1)
+
+
+def test_v3_rejects_bad_arguments():
+    c = torch.zeros(32, 256, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="R"):
+        V3.pack_fp8(c, torch.ones(32), R=3)
+    with pytest.raises(ValueError, match="block scales"):
+        V3.pack_fp8(c, torch.ones(2, 2))
+    with pytest.raises(TypeError, match="float32"):
+        V3.pack_fp8(c, torch.ones(32, dtype=torch.float64))
+    with pytest.raises(ValueError, match="gate_up"):
+        V3.pack_fp8(c[:31], torch.ones(31), interleave="gate_up")
+    with pytest.raises(ValueError, match="multiple of 16"):
+        V3.pack_nvfp4(torch.zeros(4, 12, dtype=torch.uint8), torch.zeros(4, 1, dtype=torch.uint8), 1.0)
+    p = V3.pack_fp8(c, torch.ones(32))
+    x = torch.zeros(1, 256, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="M = 1..32"):
+        V3.gemv_v3(torch.zeros(33, 256, dtype=torch.bfloat16), p)
+    with pytest.raises(ValueError, match=r"\[M, K = 256\]"):
+        V3.gemv_v3(torch.zeros(1, 128, dtype=torch.bfloat16), p)
+    with pytest.raises(TypeError, match="bfloat16"):
+        V3.gemv_v3(x.float(), p)
+    with pytest.raises(ValueError, match="silu_mul"):
+        V3.gemv_v3(x, p, epilogue="silu_mul")
+    with pytest.raises(ValueError, match="residual"):
+        V3.gemv_v3(x, p, epilogue="residual")
+    with pytest.raises(ValueError, match="not compiled"):
+        V3.gemv_v3(x, p, config=(3, 3, 4, 4))
+    with pytest.raises(ValueError, match="gamma"):
+        V3.gemv_v3(x, p, norm=(torch.ones(128, dtype=torch.bfloat16), 1e-5))
+    with pytest.raises(ValueError, match="M <= 16"):
+        V3.gemv_v3(torch.zeros(17, 256, dtype=torch.bfloat16), p, norm=(torch.ones(256, dtype=torch.bfloat16), 1e-5))
+    with pytest.raises(TypeError, match="CUDA"):
+        V3.gemv_v3(x, p)  # everything checked: only then the device
+    assert V3.n_tiles(1) == 1 and V3.n_tiles(9) == 2 and V3.n_tiles(32) == 4
+
+
+def test_v3_compiled_list_is_the_python_set():
+    import re
+
+    d = dict(x.split("=", 1) for x in V3.cuda_defines())
+    ids = {v: k for k, v in V3._FMT_ID.items()}
+    eps = {v: k for k, v in V3.EPILOGUES.items()}
+    built = {(ids[int(a)], int(b), int(c), int(e), int(f), eps[int(h)], int(n))
+             for a, b, c, e, f, h, n in re.findall(r"GEMV3\((\d),(\d),(\d),(\d),(\d),(\d),(\d)\)", d["FP8LAB_GEMV_V3"])}
+    assert built == V3.KERNELS
+    for fmt in ("fp8c", "nvfp4"):  # the decode layer's defaults exist with every epilogue (and the fused norm)
+        for M in (1, 8, 16, 32):
+            C, P, _, _ = V3.default_config(fmt, M)
+            R = 2 if M > 16 else 1
+            for e in V3.EPILOGUES:
+                assert (fmt, R, V3.n_tiles(M), C, P, e, 0) in V3.KERNELS, (fmt, M, e)
+            if M <= 16:
+                for e in ("store", "silu_mul"):
+                    assert (fmt, R, V3.n_tiles(M), C, P, e, 1) in V3.KERNELS, (fmt, M, e)
+
+
+# ---- version 3 on the GPU: every compiled config, several distributions, odd shapes, M = 1..32 ------------------
+def _v3_inputs(fmt, N, K, R, dist, interleave=None, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    if fmt == "nvfp4":
+        wp = torch.randint(0, 256, (N, K // 2), dtype=torch.int32, device="cuda", generator=g).to(torch.uint8)
+        sc = torch.randint(1, 0x7F, (N, K // 16), dtype=torch.int32, device="cuda", generator=g).to(torch.uint8)
+        return V3.pack_nvfp4(wp, sc, torch.tensor(0.37, device="cuda"), R=R, interleave=interleave)
+    c = F8.random_codes(N, K, generator=g)
+    s = (torch.rand(N, device="cuda", generator=g) + 0.01 if fmt == "fp8c"
+         else torch.rand(math.ceil(N / 128), math.ceil(K / 128), device="cuda", generator=g) + 0.01)
+    return V3.pack_fp8(c, s, R=R, interleave=interleave)
+
+
+def _activations(M, K, dist, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed + 1)
+    x = torch.randn(M, K, device="cuda", generator=g)
+    if dist == "outliers":  # a few channels 100x larger, as LLM activations have
+        x[:, torch.randint(0, K, (max(1, K // 64),), device="cuda", generator=g)] *= 100
+    elif dist == "tiny":
+        x = x * 1e-6
+    elif dist == "uniform":
+        x = torch.rand(M, K, device="cuda", generator=g) * 8 - 4
+    return x.to(torch.bfloat16)
+
+
+@gpu
+@pytest.mark.parametrize("fmt", V3.FORMATS)
+@pytest.mark.parametrize("M", [1, 3, 8, 9, 16, 17, 32])
+def test_v3_every_config_matches_reference(fmt, M):
+    """Every compiled store-epilogue config of this M (and its R), outputs poisoned, odd N and K."""
+    NT = V3.n_tiles(M)
+    for R in (1, 2):
+        cfgs = sorted({(C, P) for (f, r, nt, C, P, e, n) in V3.KERNELS
+                       if f == fmt and r == R and nt == NT and e == "store" and not n})
+        if not cfgs:
+            continue
+        N, K = (400, 1000) if fmt != "nvfp4" else (400, 1008)
+        p = _v3_inputs(fmt, N, K, R, "normal", seed=M)
+        x = _activations(M, K, "normal", seed=M)
+        ref, terms = V3.reference(x, p)
+        for C, P in cfgs:
+            for wpc, cps in ((4, 4), (1, 1), (8, 2)):
+                y = V3.gemv_v3(x, p, config=(C, P, wpc, cps), out=_poison((M, N)))
+                assert_close(y, ref, terms, "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", K)
+
+
+@gpu
+@pytest.mark.parametrize("fmt", V3.FORMATS)
+@pytest.mark.parametrize("dist", ["normal", "outliers", "tiny", "uniform"])
+@pytest.mark.parametrize("N,K", [(1, 256), (17, 4096), (4097, 512), (64, 9000)])
+def test_v3_distributions_and_odd_shapes(fmt, dist, N, K):
+    """bf16 activations go into the MMA unchanged (no f16 conversion): tiny and outlier activations are as exact
+    as normal ones. N = 1 and 17 (partial tiles), K = 9000 (padded to whole units, x padded by the wrapper)."""
+    if fmt == "nvfp4":
+        K -= K % 16
+    M = 5
+    p = _v3_inputs(fmt, N, K, 1, dist, seed=N + K)
+    x = _activations(M, K, dist, seed=N)
+    ref, terms = V3.reference(x, p)
+    assert_close(V3.gemv_v3(x, p, out=_poison((M, N))), ref, terms, "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", K)
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ["fp8c", "nvfp4"])
+@pytest.mark.parametrize("M", [1, 8, 16, 32])
+def test_v3_fused_epilogues(fmt, M):
+    """residual: y = r + x W^T; silu_mul on an interleaved [gate; up] weight: silu(x Wg^T) * (x Wu^T)."""
+    R = 2 if M > 16 else 1
+    N, K, I = 272, 512, 136
+    x = _activations(M, K, "normal", seed=3)
+    p = _v3_inputs(fmt, N, K, R, "normal", seed=4)
+    r = torch.randn(M, N, device="cuda").to(torch.bfloat16)
+    ref, terms = V3.reference(x, p, "residual", r)
+    name = "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4"
+    assert_close(V3.gemv_v3(x, p, epilogue="residual", residual=r, out=_poison((M, N))), ref, terms, name, K)
+    pg = _v3_inputs(fmt, 2 * I, K, R, "normal", interleave="gate_up", seed=5)
+    ref, terms = V3.reference(x, pg, "silu_mul")
+    assert_close(V3.gemv_v3(x, pg, epilogue="silu_mul", out=_poison((M, I))), ref, terms, name, K)
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ["fp8c", "nvfp4"])
+@pytest.mark.parametrize("M", [1, 5, 16])
+def test_v3_fused_rmsnorm(fmt, M):
+    """norm=(gamma, eps): the activations RMS-normalized inside the kernel (once per CTA, in shared memory) equal
+    bf16(RMSNorm(x)) fed to the plain kernel -- up to a 1-ulp bf16 flip where the fp32 sum of squares and the float64
+    reference round differently, which the input-rounding term of the tolerance covers."""
+    N, K = 272, 4096
+    x = _activations(M, K, "outliers", seed=M)
+    gamma = (1 + 0.1 * torch.randn(K, device="cuda")).to(torch.bfloat16)
+    name = "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4"
+    for epilogue, n in (("store", N), ("silu_mul", N // 2)):
+        p = _v3_inputs(fmt, N, K, 1, "normal", interleave="gate_up" if epilogue == "silu_mul" else None, seed=7)
+        ref, terms = V3.reference(x, p, epilogue, norm=(gamma, 1e-5))
+        y = V3.gemv_v3(x, p, epilogue=epilogue, norm=(gamma, 1e-5), out=_poison((M, n)))
+        # one bf16 ulp (2**-8 relative) of any normalized activation moves y by <= 2**-8 of its terms
+        tol = tolerances.matmul(name, K)
+        bound = tol.bound(ref, terms) + 2.0**-8 * terms
+        assert bool(((y.double() - ref).abs() <= bound).all()), (epilogue, float(((y.double() - ref).abs() / bound).max()))
+
+
+@gpu
+def test_v3_is_deterministic_and_reusable():
+    """Split row groups are summed in slot order by whichever warp finishes last: repeated calls (counters reset
+    by the kernel) give bit-identical results, for a split-heavy config (few groups, many warps)."""
+    p = _v3_inputs("fp8b", 64, 16384, 1, "normal", seed=9)
+    x = _activations(4, 16384, "normal", seed=9)
+    launch = V3.prepare(x, p, config=(2, 2, 8, 4))
+    assert launch.info["warps"] > p.groups  # every group split between warps
+    ys = [launch().clone() for _ in range(5)]
+    assert all(torch.equal(ys[0].view(torch.int16), y.view(torch.int16)) for y in ys[1:])
+    ref, terms = V3.reference(x, p)
+    assert_close(ys[0], ref, terms, "gemv_fp8", 16384)
+
+
+@gpu
+def test_v3_pdl_launch_matches_plain_launch():
+    """The programmatic-dependent-launch path (cuLaunchKernelEx through ctypes) computes the same bits, also
+    when captured in a CUDA graph."""
+    p = _v3_inputs("nvfp4", 272, 1024, 1, "normal", seed=11)
+    x = _activations(2, 1024, "normal", seed=11)
+    y0 = V3.gemv_v3(x, p)
+    launch = V3.prepare(x, p, pdl=True, out=_poison((2, 272)))
+    y1 = launch().clone()
+    assert torch.equal(y0.view(torch.int16), y1.view(torch.int16))
+    launch.out.fill_(float("nan"))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        launch()
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y0.view(torch.int16), launch.out.view(torch.int16))

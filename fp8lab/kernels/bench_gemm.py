@@ -21,13 +21,16 @@ from pathlib import Path
 
 from . import harness
 # what notebook 07 reads back, re-exported so `bench_gemm.load(...)` etc. keep working
-from .gemm_report import (DEFAULT_OUT, decode_table, format_rows, gate_table, goals, load, plot_decode,  # noqa: F401
-                          plot_prefill, prefill_table, provenance_summary, roofline_us, sass_table, source_digest)
+from .gemm_report import (DEFAULT_OUT, decode_roofline_points, decode_table, format_rows, gate_table,  # noqa: F401
+                          goal_table, goals, load, plot_decode, plot_prefill, prefill_table, provenance_summary,
+                          roofline_us, sass_table, source_digest)
 
 SASS_KERNELS = {"gemm_w8a8.cu": ("w8a8_mma_fp8", "w8a8_mma_bf16"),
                 "gemm_w8a8_wgmma.cu": ("w8a8_wgmma", "w8a8_wgmma_pipe", "w8a8_wgmma_256", "w8a8_wgmma_ws"),
                 "gemv_fp8.cu": ("gemv_fp8_block_r1_nt1_pf0", "gemv_fp8_v2_block_r1_nt1_c2_d2"),
-                "gemv_nvfp4.cu": ("gemv_nvfp4_r1_nt1_pf0", "gemv_nvfp4_v2_r1_nt1_c2_d2")}
+                "gemv_nvfp4.cu": ("gemv_nvfp4_r1_nt1_pf0", "gemv_nvfp4_v2_r1_nt1_c2_d2"),
+                "gemv_v3.cu": ("gemv3_fp8c_r1_nt1_c2_p3_e0", "gemv3_fp8b_r1_nt1_c2_p3_e0", "gemv3_nvfp4_r1_nt1_c2_p3_e0",
+                               "gemv3_fp8c_r1_nt2_c2_p2_e0", "gemv3_nvfp4_r1_nt2_c2_p2_e0")}
 
 
 def _dims(text: str, n: int) -> list[tuple]:
@@ -39,6 +42,18 @@ def _dims(text: str, n: int) -> list[tuple]:
             raise argparse.ArgumentTypeError(f"{item!r}: expected {n} positive integers joined by 'x'")
         out.append(tuple(int(p) for p in parts))
     return out
+
+
+def _ints(text: str, lo: int, hi: int, what: str) -> list[int]:
+    """'1,8,16' -> [1, 8, 16], each in lo..hi; a clear argparse error otherwise."""
+    try:
+        vals = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers ({what})") from None
+    bad = [v for v in vals if not lo <= v <= hi]
+    if bad or not vals:
+        raise argparse.ArgumentTypeError(f"{what} must be in {lo}..{hi}, got {bad or text!r}")
+    return vals
 
 
 def sass_counts(cc: int, path: Path) -> dict:
@@ -75,9 +90,14 @@ def main(argv=None) -> int:
     p.add_argument("--only", default="decode,prefill,gate,sass")
     p.add_argument("--budget-s", type=float, default=float("inf"), help="skip remaining shapes after this many seconds")
     p.add_argument("--shapes", type=lambda t: _dims(t, 2), default=None, help="decode (N, K) shapes: NxK,NxK")
-    p.add_argument("--m", type=lambda t: [int(v) for v in t.split(",")], default=None, help="decode token counts: 1,4,16")
+    p.add_argument("--m", type=lambda t: _ints(t, 1, 16, "decode token counts"), default=None,
+                   help="decode token counts: 1,8,16")
     p.add_argument("--prefill-shapes", type=lambda t: _dims(t, 3), default=None, help="prefill MxNxK,...")
-    p.add_argument("--versions", default="1,2", help="GEMV versions to time (default both)")
+    p.add_argument("--versions", type=lambda t: _ints(t, 1, 3, "GEMV versions"), default=[1, 2, 3],
+                   help="GEMV versions to time (default all three: 1,2,3)")
+    p.add_argument("--tune", type=lambda t: _ints(t, 1, 3, "versions to tune"), default=[],
+                   help="versions whose every compiled config is validated and timed, e.g. 3 or 1,2,3 "
+                        "(default none: each version at its default config, the recording run)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (median and quartiles over them)")
     args = p.parse_args(argv)
 
@@ -110,12 +130,12 @@ def main(argv=None) -> int:
         bench.extra["sass_counts"] = sass_counts(device_cc(), out.with_name(out.stem + "_sass.txt"))
         dump()
     if "decode" in only:
-        kw = {"versions": tuple(int(v) for v in args.versions.split(","))}
+        kw = {"versions": tuple(args.versions), "tune": tuple(args.tune)}
         if args.shapes:
             kw["shapes"] = args.shapes
         if args.m:
             kw["Ms"] = tuple(args.m)
-        gemm_decode.bench_decode(bench, skip, **kw)
+        gemm_decode.bench_decode(bench, skip, on_shape_done=dump, **kw)
         dump()
     if "prefill" in only:
         gemm_prefill.bench_prefill(bench, skip, **({"shapes": args.prefill_shapes} if args.prefill_shapes else {}))
@@ -125,7 +145,10 @@ def main(argv=None) -> int:
         dump()
     harness.print_table(bench.results)
     for g in bench.extra["goals"]:
-        print(f"GOAL {g['goal']}: measured {g['measured']} -> {'MET' if g['met'] else 'not met'}")
+        m = g["measured"]
+        print(f"GOAL {g['goal']}: measured {m if m is None else round(m, 3)}"
+              + (f" (worst shape {g['shape']}, {g['kernel']})" if g.get("shape") else "")
+              + f" -> {'MET' if g['met'] else 'not met'}")
     print("wrote", out)
     return 0
 

@@ -1,11 +1,13 @@
-"""Decode (M = 1..16 tokens): the W8A16 FP8 and W4A16 NVFP4 GEMVs, versions 1 and 2, each tuned over its compiled
-configs, against cuBLAS bf16 and torch._scaled_mm (tensorwise, rowwise, blockwise), in interleaved rounds.
+"""Decode (M = 1..16 tokens): the W8A16 FP8 and W4A16 NVFP4 GEMVs, versions 1, 2 and 3, against cuBLAS bf16 and
+torch._scaled_mm (tensorwise, blockwise), in interleaved rounds.
 
-    records = bench_decode(bench, skip=set(), shapes=[(28672, 8192)], Ms=(1, 16))
+    records = bench_decode(bench, skip=set(), shapes=[(28672, 8192)], Ms=(1, 16))            # defaults only
+    records = bench_decode(bench, skip=set(), shapes=[(28672, 8192)], Ms=(1, 16), tune=True) # every config
 
 Per (N, K) and M: every config of every kernel is validated against the float64 reference (outputs poisoned) before
-any is timed; the configs are timed briefly to pick the best (tuning); then the tuned kernels and the anchors are
-timed together in interleaved rounds (harness.Bench.compare) and recorded with the median and spread.
+any is timed; with tune=True the configs are timed briefly to pick the best, otherwise each version runs its default
+config (the recording run); then the kernels and the anchors are timed together in interleaved rounds
+(harness.Bench.compare) and recorded with the median and spread. `napkin` prints the two numbers first.
 Timing: CUDA graphs of >= 16 calls over weight copies totalling >= 4x the L2 (harness.sets_for_l2): HBM, not L2.
 """
 from __future__ import annotations
@@ -16,8 +18,12 @@ from . import harness, tolerances
 from .gemm_anchors import scaled_mm_calls
 from .gemm_smoke import out_of_time
 
-DECODE_SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192)]  # (N, K)
-DECODE_M = (1, 4, 16)
+#: (N, K): the lab's own shapes, then Qwen2.5-7B's MLP, a 152064 x 3584 lm_head, Llama-3-70B-like MLP shapes
+DECODE_SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (18944, 3584), (3584, 18944),
+                 (152064, 3584), (8192, 28672), (57344, 8192)]
+DECODE_M = (1, 8, 16)
+#: the goals' threshold: shapes whose FP8 weights are at least this many bytes
+GOAL_MIN_FP8_BYTES = 32 * 2**20
 
 
 def n_sets(bytes_per_set: int) -> int:
@@ -53,6 +59,27 @@ def v2_candidates(M: int, N: int, K: int) -> tuple[list, list]:
     return c8, c4
 
 
+def v3_candidates(fmt: str, M: int, tune: bool) -> list[tuple]:
+    """Version-3 configs ((C, P, WPC, CPS), R) to validate and time: the default, or (tune) every compiled (C, P) of
+    this M at a few grid shapes. R = 2 (32 rows per unit) is a separate packing."""
+    from . import gemv_v3 as V3
+
+    NT = V3.n_tiles(M)
+    R0 = 2 if NT == 4 else 1
+    out = [(V3.default_config(fmt, M, R0), R0)]
+    if tune:
+        for (f, R, nt, C, P, e, norm) in sorted(V3.KERNELS):
+            if f == fmt and nt == NT and e == "store" and not norm:
+                for wpc, cps in ((4, 4), (4, 2), (8, 2)):
+                    out.append(((C, P, wpc, cps), R))
+    seen, uniq = set(), []
+    for c in out:
+        if c not in seen:
+            seen.add(c)
+            uniq.append(c)
+    return uniq
+
+
 def _tune(make, configs) -> tuple[tuple, dict]:
     """Time each (validated) config briefly; return (best config, {config: us})."""
     times = {}
@@ -61,27 +88,75 @@ def _tune(make, configs) -> tuple[tuple, dict]:
     return min(times, key=times.get), times
 
 
-def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECODE_M, versions=(1, 2)) -> None:
+def napkin(M: int, N: int, K: int, copy_gbps: float | None) -> dict:
+    """The two numbers before any timing: bytes and FLOPs of y = x W^T at M tokens, the floor each format's weight
+    bytes set at the run's copy bandwidth, and what M = 16 asks of the CUDA cores.
+
+    napkin(16, 28672, 8192, 4235)["fp8_floor_us"] -> 55.5;  ["flop_per_fp8_byte"] -> 32"""
+    fp8 = N * K + 4 * N
+    nv = N * K // 2 + N * K // 16 + 4
+    bf = 2 * N * K
+    act = 2 * M * K + 2 * M * N
+    flops = 2 * M * N * K
+    bw = copy_gbps or 4235.0
+    d = {"M": M, "N": N, "K": K, "bytes_bf16": bf + act, "bytes_fp8": fp8 + act, "bytes_nvfp4": nv + act,
+         "flops": flops, "flop_per_fp8_byte": flops / fp8, "flop_per_nvfp4_byte": flops / nv,
+         "bf16_floor_us": (bf + act) / (bw * 1e3), "fp8_floor_us": (fp8 + act) / (bw * 1e3),
+         "nvfp4_floor_us": (nv + act) / (bw * 1e3)}
+    # at the FP8 floor the FLOPs must flow at this rate; fp32 CUDA-core FMA on an H200 peaks near 67 TFLOP/s
+    d["tflops_needed_at_fp8_floor"] = flops / (d["fp8_floor_us"] * 1e6)
+    d["cuda_core_fma_share"] = d["tflops_needed_at_fp8_floor"] / 67.0
+    return d
+
+
+def _print_napkin(d: dict) -> None:
+    print(f"  napkin M={d['M']} N={d['N']} K={d['K']}: bytes bf16 {d['bytes_bf16'] / 1e6:.1f} MB / fp8 "
+          f"{d['bytes_fp8'] / 1e6:.1f} / nvfp4 {d['bytes_nvfp4'] / 1e6:.1f} -> floors {d['bf16_floor_us']:.1f} / "
+          f"{d['fp8_floor_us']:.1f} / {d['nvfp4_floor_us']:.1f} us at copy bandwidth; {d['flop_per_fp8_byte']:.0f} FLOP "
+          f"per FP8 byte = {d['tflops_needed_at_fp8_floor']:.0f} TFLOP/s at the floor "
+          f"({100 * d['cuda_core_fma_share']:.0f} % of fp32 CUDA-core FMA peak)", flush=True)
+
+
+def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECODE_M, versions=(1, 2, 3),
+                 tune=False, anchors=("tensorwise", "blockwise"), on_shape_done=None, pdl: bool = True) -> None:
+    """tune: False (each version at its default config), True (every version's candidates), or the versions to tune.
+    on_shape_done(): called after each shape (the CLI writes the JSON then, so a run cut short keeps what it has).
+    pdl: also time version 3 (channel, NVFP4) launched with programmatic dependent launch (label suffix _pdl)."""
+    tune_v = set(versions) if tune is True else set(tune or ())
     import torch
 
     from . import gemv_fp8 as F8
     from . import gemv_nvfp4 as F4
+    from . import gemv_v3 as V3
 
     copy_gbps = bench.ceilings.get("copy_gbps")
+    bench.extra.setdefault("napkin", [])
     for N, K in shapes:
         if out_of_time(f"decode N={N} K={K}", bench.notes):
             continue
         torch.manual_seed(N + K)
         w8 = [F8.random_codes(N, K) for _ in range(n_sets(N * K))]
         sch = torch.rand(N, device="cuda") * 1e-3 + 1e-4
-        sbl = torch.rand(math.ceil(N / 128), K // 128, device="cuda") * 1e-3 + 1e-4
+        sbl = torch.rand(math.ceil(N / 128), math.ceil(K / 128), device="cuda") * 1e-3 + 1e-4
         w4 = [F4.random_nvfp4(N, K) for _ in range(n_sets(N * K // 2 + N * K // 16))]
         gs = torch.tensor(0.01, device="cuda")
         wbf = [(torch.randn(N, K, device="cuda") * 0.02).to(torch.bfloat16) for _ in range(n_sets(2 * N * K))]
+        v3_packs: dict = {}
+
+        def packs(fmt, R):  # version-3 packings of the same weight sets, made once per shape
+            if (fmt, R) not in v3_packs:
+                if fmt == "nvfp4":
+                    v3_packs[(fmt, R)] = [V3.pack_nvfp4(wp, sc, gs, R=R) for wp, sc in w4]
+                else:
+                    v3_packs[(fmt, R)] = [V3.pack_fp8(w, sch if fmt == "fp8c" else sbl, R=R) for w in w8]
+            return v3_packs[(fmt, R)]
         wd = {"channel": F8.dequant_weight(w8[0], sch), "block": F8.dequant_weight(w8[0], sbl)}  # float64, set 0
         wd4 = F4.dequant_weight(*w4[0], gs)
         for M in Ms:
             shape = f"M={M} N={N} K={K}"
+            nap = napkin(M, N, K, copy_gbps)
+            bench.extra["napkin"].append(nap)
+            _print_napkin(nap)
             x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
             flops, act_bytes = 2 * M * N * K, 2 * M * K + 2 * M * N
             xq = x.float().clamp(-448, 448).to(torch.float8_e4m3fn)
@@ -89,11 +164,13 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
             timers, meta = {}, {}
             bench.trust(f"bf16_cublas {shape}", "library anchor (torch F.linear, bf16 weights of the same shape)")
             timers[f"bf16_cublas {shape}"] = lambda: harness.graph_time_us([lambda w=w: torch.nn.functional.linear(x, w) for w in wbf])
-            meta[f"bf16_cublas {shape}"] = ("bf16_cublas (torch F.linear)", "bf16 x bf16", 2 * N * K + act_bytes, {})
-            for kind in ("tensorwise", "rowwise", "blockwise"):
+            meta[f"bf16_cublas {shape}"] = ("bf16_cublas (torch F.linear)", "bf16 x bf16", 2 * N * K + act_bytes, {"weight_bytes": 2 * N * K})
+            for kind in anchors:
+                if kind == "blockwise" and M == 1:
+                    continue  # not part of any goal at M = 1; keeps the recording run short
                 name = f"scaled_mm_{kind} {shape}"
                 try:
-                    sa = torch.rand(M, K // 128, device="cuda") + 0.5
+                    sa = torch.rand(M, math.ceil(K / 128), device="cuda") + 0.5
                     fns = [scaled_mm_calls(kind, xq, w.view(torch.float8_e4m3fn), sa, sbl if kind == "blockwise" else None)
                            for w in w8]
                 except Exception as e:
@@ -102,44 +179,81 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
                 bench.trust(name, "library anchor (torch._scaled_mm)")
                 timers[name] = lambda fns=fns: harness.graph_time_us([f for f, _ in fns])
                 meta[name] = (f"scaled_mm_{kind} (torch._scaled_mm)", "e4m3 x e4m3", N * K + M * K + 2 * M * N,
-                              {"layout": fns[0][1]})
-            # ---- ours: validate every config, tune, keep the best
+                              {"layout": fns[0][1], "weight_bytes": N * K})
+            # ---- ours: validate every config, tune (or take the default), keep the best
             c8_1, c4_1 = v1_candidates(M, N, K)
             c8_2, c4_2 = v2_candidates(M, N, K)
             ours = []
             for v, suffix in ((1, ""), (2, "_v2")):
-                if v not in versions:
+                if v not in versions or K % 256:
                     continue
                 for mode, scale in (("channel", sch), ("block", sbl)):
                     ours.append((f"gemv_fp8_{mode}{suffix}", "gemv_fp8", N * K + scale.numel() * 4,
                                  lambda cfg, scale=scale, v=v: [F8.prepare(x, w, scale, config=cfg, version=v) for w in w8],
-                                 c8_1 if v == 1 else c8_2, wd[mode]))
+                                 (c8_1 if v == 1 else c8_2) if v in tune_v else [], wd[mode]))
                 ours.append((f"gemv_nvfp4{suffix}", "gemv_nvfp4", N * K // 2 + N * K // 16,
                              lambda cfg, v=v: [F4.prepare(x, wp, sc, gs, config=cfg, version=v) for wp, sc in w4],
-                             c4_1 if v == 1 else c4_2, wd4))
+                             (c4_1 if v == 1 else c4_2) if v in tune_v else [], wd4))
+            if 3 in versions:
+                for fmt, label, wbytes, wdeq in (("fp8c", "gemv_fp8_channel_v3", N * K + 4 * N, wd["channel"]),
+                                                 ("fp8b", "gemv_fp8_block_v3", N * K + sbl.numel() * 4, wd["block"]),
+                                                 ("nvfp4", "gemv_nvfp4_v3", N * K // 2 + N * K // 16, wd4)):
+                    cands = v3_candidates(fmt, M, 3 in tune_v)
+                    if 3 not in tune_v and fmt == "fp8b" and M not in (1, 16):
+                        continue  # the recording run: block scales at M = 1 and 16 only
+                    ours.append((label, "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", wbytes,
+                                 lambda cfg, fmt=fmt: [V3.prepare(x, p, config=cfg[0]) for p in packs(fmt, cfg[1])],
+                                 cands, wdeq))
             for kname, smoke_name, wbytes, make, cands, wdeq in ours:
                 if smoke_name in skip:
                     bench.notes.append({"kernel": kname, "shape": shape, "error": "failed its smoke test: not timed"})
                     continue
                 ref, terms = x.double() @ wdeq.T, x.double().abs() @ wdeq.abs().T
                 tol = tolerances.matmul(smoke_name, K)
+                v3 = kname.endswith("_v3")
                 good = []
-                for cfg in [None] + list(cands):  # every config validated before any is timed
-                    launch = make(cfg)[0]
+                for cfg in ([] if v3 else [None]) + list(cands):  # every config validated before any is timed
+                    try:
+                        launch = make(cfg)[0]
+                    except Exception as e:
+                        bench.notes.append({"kernel": kname, "shape": shape, "config": str(cfg), "error": str(e)[:300]})
+                        continue
                     ok = bench.validate(f"{kname} {cfg} {shape}", launch, lambda y: (
                         (e := tol.worst(y, ref, terms)) <= 1.0, {"err_over_tol": e}), outputs=[launch.out])
-                    if ok and cfg is not None:
+                    if ok and (cfg is not None):
                         good.append(cfg)
+                    elif ok and not cands:
+                        good.append(None)
                 if not good:
                     continue
-                best, tuned = _tune(make, good)
+                best, tuned = _tune(make, good) if len(good) > 1 else (good[0], {})
                 name = f"{kname} {shape}"
                 bench.validation[name] = bench.validation[f"{kname} {best} {shape}"]
                 timers[name] = lambda make=make, best=best: harness.graph_time_us(make(best), rep=30)
+                version = 3 if v3 else 2 if kname.endswith("_v2") else 1
+                cfg_key = {1: "config_RSPF", 2: "config_RSCD", 3: "config_CPWC_R"}[version]
+                info = {}
+                if v3:
+                    li = make(best)[0].info
+                    info = {k: li[k] for k in ("kernel", "grid", "warps", "units", "bytes_per_unit", "smax")}
                 meta[name] = (kname, "e2m1+e4m3/16 x bf16" if "nvfp4" in kname else "e4m3 x bf16", wbytes + act_bytes,
-                              {"version": 2 if kname.endswith("_v2") else 1,
-                               "config_RSCD" if kname.endswith("_v2") else "config_RSPF": list(best),
-                               "tuned_us": {",".join(map(str, c)): t for c, t in tuned.items()}, "weight_bytes": wbytes})
+                              {"version": version, cfg_key: (list(best) if not v3 else [list(best[0]), best[1]])
+                               if best is not None else "default",
+                               "tuned_us": {str(c): t for c, t in tuned.items()}, "weight_bytes": wbytes, **info})
+                if v3 and pdl and kname != "gemv_fp8_block_v3":
+                    # the same kernel and config launched with programmatic dependent launch: consecutive calls
+                    # overlap (the next one's weight loads during this one's tail), as in a decode layer. Reported
+                    # beside the plain launch; the goals use the plain launch, like the anchors'.
+                    pname = f"{kname}_pdl {shape}"
+                    bench.validation[pname] = bench.validation[name]
+
+                    def make_pdl(make=make, best=best):
+                        ls = make(best)
+                        for launch in ls:
+                            launch.pdl = True
+                        return ls
+                    timers[pname] = lambda make_pdl=make_pdl: harness.graph_time_us(make_pdl(), rep=30)
+                    meta[pname] = (f"{kname}_pdl", meta[name][1], meta[name][2], {**meta[name][3], "pdl": True})
             # ---- every contender of this shape in interleaved rounds
             t = bench.compare(timers)
             t_bf16 = t[f"bf16_cublas {shape}"].median
@@ -150,12 +264,20 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
                     for a, ta in t.items():
                         if a.startswith("scaled_mm_"):
                             extra[f"speedup_vs_{a.split()[0]}"] = ta.median / timing.median
+                wb = extra.get("weight_bytes")
+                if wb and copy_gbps:
+                    extra["weight_gbps"] = wb / (timing.median * 1e-6) / 1e9
+                    extra["weight_fraction_of_copy"] = extra["weight_gbps"] / copy_gbps
                 bench.record(harness.Result(label, shape, dtype, timing.median, bytes=nbytes, flops=flops,
                                             anchor="bf16_cublas" if label != "bf16_cublas (torch F.linear)" else "",
                                             anchor_time_us=t_bf16 if label != "bf16_cublas (torch F.linear)" else None,
                                             copy_gbps=copy_gbps, extra={**extra, "M": M, "N": N, "K": K, "family": "decode"}),
                              timing)
-                print(f"  {label:40s} {shape:24s} {timing.median:8.1f} us [{timing.q1:.1f}, {timing.q3:.1f}]", flush=True)
+                print(f"  {label:40s} {shape:24s} {timing.median:8.1f} us [{timing.q1:.1f}, {timing.q3:.1f}]"
+                      + (f"  {extra['weight_fraction_of_copy']:.2f} of copy" if "weight_fraction_of_copy" in extra else ""),
+                      flush=True)
             del x, xq
-        del w8, w4, wbf, wd, wd4
+        del w8, w4, wbf, wd, wd4, v3_packs
         torch.cuda.empty_cache()
+        if on_shape_done is not None:
+            on_shape_done()

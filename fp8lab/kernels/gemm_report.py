@@ -14,7 +14,7 @@ from . import harness
 
 KDIR = harness.REPO / "fp8lab" / "kernels"
 DEFAULT_OUT = harness.REPO / "outputs" / "kernels" / "gemm.json"
-SOURCES = ("gemv_fp8.cu", "gemv_nvfp4.cu", "gemm_w8a8.cu", "gemm_w8a8_wgmma.cu", "gemv_common.cuh", "gemm_w8a8_common.cuh",
+SOURCES = ("gemv_fp8.cu", "gemv_nvfp4.cu", "gemv_v3.cu", "gemv_v3.py", "launch_ex.py", "gemm_w8a8.cu", "gemm_w8a8_wgmma.cu", "gemv_common.cuh", "gemm_w8a8_common.cuh",
            "ptx.cuh", "fp8_decode.cuh", "formats.cuh", "gemv_fp8.py", "gemv_nvfp4.py", "gemm_w8a8.py", "bench_gemm.py",
            "gemm_decode.py", "gemm_prefill.py")
 
@@ -50,9 +50,9 @@ def decode_table(data: dict) -> list[dict]:
     rows = []
     for r in dec:
         row = {"kernel": r["kernel"], "M": r["M"], "N": r["N"], "K": r["K"], "time_us": r["time_us"],
-               "GB/s": r.get("gbps"), "x_vs_bf16": r.get("speedup"),
+               "GB/s": r.get("gbps"), "weight_x_copy": r.get("weight_fraction_of_copy"), "x_vs_bf16": r.get("speedup"),
                "x_vs_scaled_mm_tensorwise": r.get("speedup_vs_scaled_mm_tensorwise"),
-               "x_vs_scaled_mm_rowwise": r.get("speedup_vs_scaled_mm_rowwise")}
+               "x_vs_scaled_mm_blockwise": r.get("speedup_vs_scaled_mm_blockwise")}
         if bw and rate:
             floor = roofline_us(r["bytes"], r["flops"], bw, rate)
             row["roofline_us"] = floor
@@ -71,38 +71,57 @@ def prefill_table(data: dict) -> list[dict]:
     return rows
 
 
+W8A16_KERNELS = ("gemv_fp8_channel_v3", "gemv_fp8_block_v3", "gemv_fp8_channel_v2", "gemv_fp8_block_v2",
+                 "gemv_fp8_channel", "gemv_fp8_block")
+NVFP4_KERNELS = ("gemv_nvfp4_v3", "gemv_nvfp4_v2", "gemv_nvfp4")
+#: the decode goals apply to shapes whose FP8 weights are at least this many bytes
+GOAL_MIN_FP8_BYTES = 32 * 2**20
+
+
+def _best_per_shape(dec, kernels, M, key):
+    """{(N, K): the record of `kernels` at M with the largest `key`} over the goal shapes (FP8 weights >= 32 MiB)."""
+    out = {}
+    for r in dec:
+        if r["kernel"] in kernels and r.get("M") == M and r["N"] * r["K"] >= GOAL_MIN_FP8_BYTES and r.get(key):
+            k = (r["N"], r["K"])
+            if k not in out or r[key] > out[k][key]:
+                out[k] = r
+    return out
+
+
+def _worst_goal(goal, target, per_shape, key):
+    """One goal over every shape: measured = the WORST shape's value of its best kernel (met only if all shapes are)."""
+    if not per_shape:
+        return {"goal": goal, "target": target, "measured": None, "kernel": None, "shape": None, "per_shape": {}}
+    worst = min(per_shape.values(), key=lambda r: r[key])
+    return {"goal": goal, "target": target, "measured": worst[key], "kernel": worst["kernel"],
+            "shape": f"{worst['N']}x{worst['K']}",
+            "per_shape": {f"{n}x{k}": {"value": r[key], "kernel": r["kernel"]} for (n, k), r in sorted(per_shape.items())}}
+
+
 def goals(data: dict) -> list[dict]:
-    """The issue's four goals, each with the measured ratio (None where the run has no such number)."""
+    """The lab's decode goals (each with its measured value, None where the run has no such number) and the prefill one.
+
+    Every decode goal is evaluated on every shape whose FP8 weights are >= 32 MiB; `measured` is the worst shape's
+    value of the best kernel there (the goal holds only if it holds everywhere), `per_shape` lists them all."""
     res = data["results"]
-
-    def find(kernel, M=None, N=None, K=None):
-        for r in res:
-            if r["kernel"] == kernel and (M is None or r.get("M") == M) and (N is None or r.get("N") == N) \
-                    and (K is None or r.get("K") == K):
-                return r
-        return None
-
+    dec = [r for r in res if r.get("family") == "decode"]
     out = []
-
-    def best(kernels, M, key):
-        rs = [r for r in (find(k, M, 28672, 8192) for k in kernels) if r and r.get(key)]
-        return max(rs, key=lambda r: r[key]) if rs else None
-
-    fp8_kernels = ("gemv_fp8_channel", "gemv_fp8_block", "gemv_fp8_channel_v2", "gemv_fp8_block_v2")
-    r = best(fp8_kernels, 1, "speedup")
-    out.append({"goal": "W8A16 GEMV M=1 28672x8192 >= 1.9x bf16 cuBLAS", "target": 1.9,
-                "measured": r and r["speedup"], "kernel": r and r["kernel"]})
-    for r in res:  # against the FASTEST torch._scaled_mm variant measured at M=16
-        if r["kernel"].startswith("gemv_fp8") and r.get("M") == 16 and r.get("N") == 28672:
-            r["_vs_best_scaled_mm"] = min((v for k, v in r.items() if k.startswith("speedup_vs_scaled_mm") and v), default=None)
-    r = best(fp8_kernels, 16, "_vs_best_scaled_mm")
-    out.append({"goal": "W8A16 M=16 28672x8192 >= 1.5x torch._scaled_mm FP8 (its fastest scaling)", "target": 1.5,
-                "measured": r and r["_vs_best_scaled_mm"], "kernel": r and r["kernel"]})
-    for r in res:
-        r.pop("_vs_best_scaled_mm", None)
-    r = best(("gemv_nvfp4", "gemv_nvfp4_v2"), 1, "speedup")
-    out.append({"goal": "NVFP4 GEMV M=1 28672x8192 >= 3.5x bf16 cuBLAS", "target": 3.5, "measured": r and r["speedup"],
-                "kernel": r and r["kernel"]})
+    for M in (1, 16):
+        out.append(_worst_goal(f"W8A16 M={M} >= 1.0x torch._scaled_mm tensorwise at every shape with >= 32 MiB of FP8 weights",
+                               1.0, _best_per_shape(dec, W8A16_KERNELS, M, "speedup_vs_scaled_mm_tensorwise"),
+                               "speedup_vs_scaled_mm_tensorwise"))
+        out.append(_worst_goal(f"W8A16 M={M} >= 0.90 of copy bandwidth on the weight bytes (every shape >= 32 MiB)",
+                               0.90, _best_per_shape(dec, W8A16_KERNELS, M, "weight_fraction_of_copy"),
+                               "weight_fraction_of_copy"))
+    r = max((r for r in dec if r["kernel"] in NVFP4_KERNELS and r.get("M") == 1 and (r["N"], r["K"]) == (28672, 8192)
+             and r.get("speedup")), key=lambda r: r["speedup"], default=None)
+    out.append({"goal": "NVFP4 GEMV M=1 28672x8192 >= 3.3x bf16 cuBLAS", "target": 3.3, "measured": r and r["speedup"],
+                "kernel": r and r["kernel"], "shape": "28672x8192"})
+    out.append(_worst_goal("NVFP4 M=1 >= 0.85 of copy bandwidth on its 0.5625 B/weight (every shape >= 32 MiB)", 0.85,
+                           _best_per_shape(dec, NVFP4_KERNELS, 1, "weight_fraction_of_copy"), "weight_fraction_of_copy"))
+    out.append(_worst_goal("NVFP4 M=8 >= 2.5x bf16 cuBLAS (every shape >= 32 MiB)", 2.5,
+                           _best_per_shape(dec, NVFP4_KERNELS, 8, "speedup"), "speedup"))
     cands = [r for r in res if r["kernel"].startswith("w8a8_wgmma") and r.get("M") == 4096 and r.get("N") == 7168
              and r.get("K") == 7168 and r.get("speedup_vs_scaled_mm_blockwise")]
     r = max(cands, key=lambda r: r["speedup_vs_scaled_mm_blockwise"]) if cands else None
@@ -111,6 +130,26 @@ def goals(data: dict) -> list[dict]:
     for g in out:
         g["met"] = None if g["measured"] is None else bool(g["measured"] >= g["target"])
     return out
+
+
+def decode_roofline_points(data: dict, kernels=("bf16_cublas (torch F.linear)", "scaled_mm_tensorwise (torch._scaled_mm)",
+                                                "gemv_fp8_channel_v3", "gemv_nvfp4_v3"), shape=(28672, 8192)) -> list[dict]:
+    """Measured decode GEMV points for notebook 04's roofline: for each kernel and M at one shape, the arithmetic
+    intensity of the bytes it moved (FLOP / byte), the achieved TFLOP/s and GB/s. fp8lab.bandwidth.roofline_figure
+    takes them as `measured` points ({"name", "intensity", "tflops"})."""
+    pts = []
+    for r in data["results"]:
+        if r.get("family") == "decode" and r["kernel"] in kernels and (r["N"], r["K"]) == tuple(shape) and r.get("tflops"):
+            pts.append({"name": f"{r['kernel'].split(' (')[0]} M={r['M']}", "kernel": r["kernel"], "M": r["M"],
+                        "intensity": r["flops"] / r["bytes"], "tflops": r["tflops"], "gbps": r.get("gbps"),
+                        "time_us": r["time_us"]})
+    return sorted(pts, key=lambda p: (p["kernel"], p["M"]))
+
+
+def goal_table(data: dict) -> list[dict]:
+    """The goals as table rows (goal, target, measured, met, worst shape, kernel)."""
+    return [{"goal": g["goal"], "target": g["target"], "measured": g["measured"], "met": g["met"],
+             "shape": g.get("shape"), "kernel": g.get("kernel")} for g in data.get("goals") or goals(data)]
 
 
 def format_rows(rows: list[dict], cols: list[str] | None = None) -> str:
@@ -151,7 +190,8 @@ def provenance_summary(data: dict) -> dict:
 
 def sass_table(data: dict, kernels=("w8a8_mma_fp8", "w8a8_mma_bf16", "w8a8_wgmma", "w8a8_wgmma_pipe", "w8a8_wgmma_256",
                                     "w8a8_wgmma_ws",
-                                    "gemv_fp8_block_r1_nt1_pf0", "gemv_nvfp4_r1_nt1_pf0")) -> list[dict]:
+                                    "gemv_fp8_block_r1_nt1_pf0", "gemv_nvfp4_r1_nt1_pf0", "gemv3_fp8c_r1_nt1_c2_p3_e0",
+                                    "gemv3_nvfp4_r1_nt1_c2_p3_e0")) -> list[dict]:
     """Opcode counts recorded from cuobjdump: which matrix instruction each kernel really runs."""
     sc = data.get("sass_counts") or {}
     rows = []
@@ -180,7 +220,7 @@ def plot_decode(data: dict, path=None):
     rows = [r for r in data["results"] if r.get("family") == "decode"]
     shapes = sorted({(r["N"], r["K"]) for r in rows}, key=lambda s: s[0] * s[1])
     Ms = sorted({r["M"] for r in rows})
-    kernels = ["bf16_cublas (torch F.linear)", "scaled_mm_tensorwise (torch._scaled_mm)", "gemv_fp8_block", "gemv_nvfp4"]
+    kernels = ["bf16_cublas (torch F.linear)", "scaled_mm_tensorwise (torch._scaled_mm)", "gemv_fp8_channel_v3", "gemv_nvfp4_v3"]
     fig, axes = plt.subplots(1, len(Ms), figsize=(5 * len(Ms), 4), sharey=True)
     axes = [axes] if len(Ms) == 1 else axes
     for ax, M in zip(axes, Ms):

@@ -164,3 +164,26 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 __device__ __forceinline__ void cp_async_mbar_arrive_noinc(u32 bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
+
+// ==== added for the v3 decode GEMV and the decode layer (gemv_v3.cu, decode_layer.cu) ========================
+// A streamed 4-byte word (the NVFP4 block-scale codes of a packed unit): read once, kept out of L1.
+__device__ __forceinline__ u32 ld_stream_u32(const void* p) {
+    u32 v;
+    asm("ld.global.nc.L1::no_allocate.b32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+// Programmatic dependent launch (sm_90+; PTX griddepcontrol). A kernel launched with the programmatic-stream-
+// serialization attribute may start while the previous kernel in the stream still runs: everything before
+// pdl_wait() must not read what that kernel writes (weights may be streamed in; activations may not).
+// pdl_launch_dependents() lets the next such kernel start its own prologue early. Both are no-ops when the kernel
+// was launched normally, and compile to nothing on sm_89 (no PDL there).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}

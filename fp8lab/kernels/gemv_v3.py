@@ -1,0 +1,591 @@
+"""Decode GEMV, version 3 (gemv_v3.cu): packed weights streamed evenly over a persistent grid, fused epilogues.
+
+    pw = pack_fp8(codes, scale)                    # once, at load time (E4M3 [N, K] + per-channel [N] or 128x128 scales)
+    pw = pack_nvfp4(w_packed, scale_codes, gs)     # NVFP4 (E2M1 nibbles [N, K/2], E4M3 scales [N, K/16], global)
+    y = gemv_v3(x, pw)                             # x bf16 [M, K], M = 1..32  ->  y bf16 [M, N]
+    y = gemv_v3(x, pw, epilogue="residual", residual=h)      # y = h + x . W^T        (decode layer: O, down)
+    pw = pack_fp8(codes_gate_up, scale, interleave="gate_up")  # [2I, K]: gate rows, then up rows
+    a = gemv_v3(x, pw, epilogue="silu_mul")                  # a = silu(x . Wg^T) * (x . Wu^T), [M, I]
+
+Worked example (what the kernel computes, checked against `reference` in the tests):
+    codes [[0x38, 0xB8]] (= [[1.0, -1.0]]), per-channel scale [0.5], x [[3.0, 1.0]]  ->  y = 0.5 * (3 - 1) = [[1.0]]
+
+Why pack (Marlin, Machete and TensorRT-LLM repack their weights the same way, once): the kernel's loads and bit
+moves decide whether a decode GEMV reaches the memory limit. Packed, 16 rows x 64 k (FP8) or x 128 k (NVFP4) are one
+1 KiB chunk in the order the lanes consume it: each warp load reads 512 contiguous bytes, the whole matrix is one
+linear stream, the activations need no permutation, and FP8 widening costs 5 integer ops per 4 codes instead of
+about 8 (gemv_v3.cu says how). The packed bytes are the same bytes (plus zero padding to whole tiles): nothing is
+rounded again; `unpack_fp8` / `unpack_nvfp4` give the originals back (tested).
+
+Work split (stream-K): the matrix is U units (C chunks of R 16-row tiles); warp w of the persistent grid takes
+units [floor(w U / Wt), floor((w + 1) U / Wt)), so every warp streams the same bytes, whatever N / 16 is. A row
+group split between warps is finished by the last one to arrive, from a workspace, summing in slot order: the
+result does not depend on timing (bit-reproducible). `streamk_plan` is the same arithmetic in Python.
+
+Config (C, P, WPC, CPS): C chunks per unit, P units of loads in flight per warp, WPC warps per CTA, CPS CTAs per SM.
+The compiled kernels (format, R, NT, C, P, epilogue) are KERNELS; R (16-row tiles per unit) is fixed at packing.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from . import _cuda
+from . import reference as reference_values
+
+MAX_M = 32
+FORMATS = ("fp8c", "fp8b", "nvfp4")       # FP8 per-channel, FP8 128x128 blocks, NVFP4
+EPILOGUES = {"store": 0, "residual": 1, "silu_mul": 2}
+CHUNK_K = {"fp8c": 64, "fp8b": 64, "nvfp4": 128}
+K_ALIGN = {"fp8c": 256, "fp8b": 256, "nvfp4": 512}    # K is padded to whole units of the largest compiled C
+_FMT_ID = {"fp8c": 0, "fp8b": 1, "nvfp4": 2}
+
+# compiled (format, R, NT, C, P, epilogue, norm): the GEMV sweep configs, then what the decode layer uses (norm = 1:
+# RMSNorm of the activations fused into the kernel, decode layer variants *_fused_norm_pdl)
+_GEMV = [(1, 1, 2, 2), (1, 1, 2, 3), (1, 1, 2, 4), (1, 1, 4, 2), (1, 2, 2, 2), (1, 2, 2, 3), (2, 2, 2, 2), (2, 1, 2, 2)]
+_GEMV4 = [(1, 1, 2, 2), (1, 1, 2, 3), (1, 1, 1, 4), (1, 1, 4, 2), (1, 2, 2, 2), (1, 2, 2, 3), (2, 2, 2, 2), (2, 1, 2, 2)]
+KERNELS = (
+    {("fp8c", *c, "store", 0) for c in _GEMV} | {("fp8b", *c, "store", 0) for c in _GEMV}
+    | {("nvfp4", *c, "store", 0) for c in _GEMV4}
+    | {(f, 1, 1, 2, 3, e, 0) for f in ("fp8c", "nvfp4") for e in ("residual", "silu_mul")}
+    | {(f, 1, 2, 2, 2, e, 0) for f in ("fp8c", "nvfp4") for e in ("store", "residual", "silu_mul")}
+    | {(f, 2, 4, 2, 2, e, 0) for f in ("fp8c", "nvfp4") for e in ("store", "residual", "silu_mul")}
+    | {(f, 1, nt, 2, p, e, 1) for f in ("fp8c", "nvfp4") for nt, p in ((1, 3), (2, 2)) for e in ("store", "silu_mul")}
+)
+
+
+def cuda_defines() -> tuple[str, ...]:
+    """The instantiation list as the -D define gemv_v3.cu expects: GEMV3(fmt id, R, NT, C, P, epilogue id, norm)..."""
+    items = sorted((_FMT_ID[f], R, NT, C, P, EPILOGUES[e], n) for f, R, NT, C, P, e, n in KERNELS)
+    return ("FP8LAB_GEMV_V3=" + "".join(f"GEMV3({','.join(map(str, c))})" for c in items),)
+
+
+def kernel_name(fmt: str, R: int, NT: int, C: int, P: int, epilogue: str, norm: int = 0) -> str:
+    return f"gemv3_{fmt}_r{R}_nt{NT}_c{C}_p{P}_e{EPILOGUES[epilogue]}_n{norm}"
+
+
+def n_tiles(M: int) -> int:
+    """Token tiles of 8 (the MMA's N): M <= 8 -> 1, <= 16 -> 2, <= 32 -> 4."""
+    if not 1 <= M <= MAX_M:
+        raise ValueError(f"gemv_v3 takes M = 1..{MAX_M} tokens, got M = {M}")
+    return 1 if M <= 8 else 2 if M <= 16 else 4
+
+
+# ---- packing --------------------------------------------------------------------------------------------------
+@dataclass
+class Packed:
+    """A packed weight matrix. `data`: the byte stream; `scales`: FP8 channel [Np] fp32 / FP8 block float2
+    [G, Kp/128, R] / NVFP4 scale-code stream; `gscale`: NVFP4 global scale (1-element fp32 tensor)."""
+
+    fmt: str
+    data: torch.Tensor
+    scales: torch.Tensor
+    gscale: torch.Tensor | None
+    N: int            # logical rows (output columns; for interleave="gate_up" the 2I rows of gate + up)
+    K: int
+    Np: int           # packed rows (whole groups of 16 R)
+    Kp: int           # packed k (whole units)
+    R: int
+    interleave: str | None = None
+
+    @property
+    def groups(self) -> int:
+        return self.Np // (16 * self.R)
+
+    @property
+    def nout(self) -> int:
+        """Output columns of the plain / residual epilogue (N), or of silu_mul (I = N / 2)."""
+        return self.N // 2 if self.interleave == "gate_up" else self.N
+
+    def weight_bytes(self) -> int:
+        """Bytes the kernel streams per call (packed data + scales; zero padding included)."""
+        return self.data.numel() + self.scales.numel() * self.scales.element_size()
+
+
+def _row_order(N: int, R: int, interleave: str | None) -> torch.Tensor:
+    """Source row of every packed row (-1: padding). gate_up: tiles of [gate 8q..8q+7, up 8q..8q+7]."""
+    if interleave is None:
+        Np = math.ceil(N / (16 * R)) * 16 * R
+        src = torch.arange(Np)
+        return torch.where(src < N, src, torch.full_like(src, -1))
+    if interleave != "gate_up":
+        raise ValueError(f"interleave must be None or 'gate_up', got {interleave!r}")
+    if N % 2:
+        raise ValueError(f"interleave='gate_up' needs [2I, K] weights (gate rows, then up rows); got N = {N}")
+    I = N // 2
+    q = math.ceil(I / 8)
+    j = torch.arange(q * 8).reshape(q, 8)
+    gate = torch.where(j < I, j, torch.full_like(j, -1))
+    up = torch.where(j < I, j + I, torch.full_like(j, -1))
+    src = torch.stack([gate, up], 1).reshape(-1)  # [q, 2, 8] -> rows
+    Np = math.ceil(src.numel() / (16 * R)) * 16 * R
+    return torch.cat([src, torch.full((Np - src.numel(),), -1, dtype=src.dtype)])
+
+
+def _gather_rows(t: torch.Tensor, src: torch.Tensor, fill=0) -> torch.Tensor:
+    """t[src] with rows where src < 0 set to `fill`."""
+    idx = src.clamp_min(0).to(t.device)
+    out = t[idx]
+    out[(src < 0).to(t.device)] = fill
+    return out
+
+
+def _pad_k(t: torch.Tensor, Kp: int) -> torch.Tensor:
+    if t.shape[1] == Kp:
+        return t
+    out = torch.zeros((t.shape[0], Kp), dtype=t.dtype, device=t.device)
+    out[:, : t.shape[1]] = t
+    return out
+
+
+def scramble_e4m3(e0, e1, e2, e3) -> torch.Tensor:
+    """Four E4M3 code tensors (int64) -> the 32-bit words gemv_v3.cu widens with 1 + 4 integer ops (as int64).
+
+    scramble_e4m3(*[torch.tensor([0x38])] * 4) -> tensor([0x038B0380 | ...])   (see widen_e4m3_words for the inverse)
+    """
+    w = ((e0 & 0x80) << 8) | ((e0 & 0x7F) << 4) | ((e1 & 0x80) << 24) | ((e1 & 0x7F) << 20)
+    w = w | ((e2 >> 7) << 11) | (e2 & 0xF) | (((e2 >> 4) & 7) << 12)
+    w = w | ((e3 >> 7) << 27) | ((e3 & 0xF) << 16) | (((e3 >> 4) & 7) << 28)
+    return w
+
+
+def widen_e4m3_words(w):
+    """CPU model (numpy uint32) of the kernel's v3_e4m3x4 before its 2**120 multiply: (A, B) bf16x2 bits, each half
+    the E4M3 value times 2**-120. A = (e0, e1), B = (e2, e3). tests/test_kernels_gemm.py checks every code."""
+    import numpy as np
+
+    w = np.asarray(w, dtype=np.uint32)
+    a = w & np.uint32(0x87F087F0)
+    b = ((w & np.uint32(0x080F080F)) << np.uint32(4)) | ((w >> np.uint32(4)) & np.uint32(0x07000700))
+    return a, b
+
+
+def _to_bytes(words64: torch.Tensor) -> torch.Tensor:
+    """int64 tensor of 32-bit words -> their little-endian bytes, flat uint8."""
+    w = words64.to(torch.int64)
+    w = torch.where(w >= 2**31, w - 2**32, w).to(torch.int32).contiguous()
+    return w.view(torch.uint8).reshape(-1)
+
+
+def pack_fp8(codes: torch.Tensor, scale: torch.Tensor, *, R: int = 1, interleave: str | None = None) -> Packed:
+    """E4M3 weights [N, K] with per-channel [N] or 128x128 block [ceil(N/128), ceil(K/128)] fp32 scales -> Packed.
+
+    Any N and K: rows are padded to whole 16 R-row groups and k to a multiple of 256 with zero codes (zero
+    weights; the kernel pads x with zeros to match). Runs on the tensors' device."""
+    codes = _cuda.byte_codes(codes, "codes")
+    if codes.dim() != 2:
+        raise ValueError(f"codes must be 2-D [N, K], got shape {tuple(codes.shape)}")
+    if R not in (1, 2):
+        raise ValueError(f"R (16-row tiles per unit) must be 1 or 2, got {R}")
+    N, K = codes.shape
+    if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32:
+        raise TypeError(f"scale must be a float32 tensor, got {getattr(scale, 'dtype', type(scale).__name__)}")
+    if scale.dim() == 1 or (scale.dim() == 2 and scale.shape == (N, 1)):
+        fmt = "fp8c"
+        if scale.numel() != N:
+            raise ValueError(f"per-channel scale must have N = {N} entries, got shape {tuple(scale.shape)}")
+    elif scale.dim() == 2:
+        fmt = "fp8b"
+        want = (math.ceil(N / 128), math.ceil(K / 128))
+        if tuple(scale.shape) != want:
+            raise ValueError(f"128x128 block scales for [{N}, {K}] must have shape {want}, got {tuple(scale.shape)}")
+        if interleave == "gate_up" and (N // 2) % 8:
+            raise ValueError("gate_up interleave with block scales needs I % 8 == 0 (8-row groups inside a 128-row block)")
+    else:
+        raise ValueError(f"scale must be [N] or [ceil(N/128), ceil(K/128)], got shape {tuple(scale.shape)}")
+    src = _row_order(N, R, interleave)
+    Np, Kp = src.numel(), math.ceil(K / K_ALIGN["fp8c"]) * K_ALIGN["fp8c"]
+    w = _pad_k(_gather_rows(codes, src), Kp).to(torch.int64)
+    G, CH = Np // (16 * R), Kp // 64
+    e = w.reshape(G, R, 2, 8, CH, 4, 4, 4)            # [group][r][h][g][chunk][t][step][byte]
+    words = scramble_e4m3(e[..., 0], e[..., 1], e[..., 2], e[..., 3])  # [G, R, 2, 8, CH, 4, 4]
+    data = _to_bytes(words.permute(0, 4, 1, 2, 3, 5, 6))  # [group][chunk][r][h][lane = (g, t)][step]
+    if fmt == "fp8c":
+        scales = _gather_rows(scale.reshape(-1), src, 0.0).contiguous()
+    else:
+        KB = Kp // 128
+        blk = torch.zeros((scale.shape[0], KB), dtype=torch.float32, device=scale.device)
+        blk[:, : scale.shape[1]] = scale
+        first = src.reshape(G, R, 2, 8)[..., 0]          # first source row of each 8-row half
+        sc = blk[(first.clamp_min(0) // 128).to(scale.device)]   # [G, R, 2, KB]
+        sc[(first < 0).to(scale.device)] = 0.0
+        scales = sc.permute(0, 3, 1, 2).contiguous().reshape(-1)  # [group][kb][r][half]
+    return Packed(fmt, data, scales, None, N, K, Np, Kp, R, interleave)
+
+
+def pack_nvfp4(w_packed: torch.Tensor, scale_codes: torch.Tensor, global_scale, *, R: int = 1,
+               interleave: str | None = None) -> Packed:
+    """NVFP4 weights (E2M1 nibbles [N, K/2], element 2i low; E4M3 scale codes [N, K/16]; fp32 global) -> Packed.
+
+    Any N; K % 16 == 0 (whole NVFP4 blocks). Padding: zero nibbles with zero scale codes (value 0)."""
+    from fp8lab.scaling import unpack_nibbles
+
+    w_packed = _cuda.byte_codes(w_packed, "w_packed", "packed E2M1 nibbles")
+    scale_codes = _cuda.byte_codes(scale_codes, "scale_codes", "E4M3 scale codes")
+    if w_packed.dim() != 2:
+        raise ValueError(f"w_packed must be 2-D [N, K/2], got shape {tuple(w_packed.shape)}")
+    if R not in (1, 2):
+        raise ValueError(f"R (16-row tiles per unit) must be 1 or 2, got {R}")
+    N, K = w_packed.shape[0], 2 * w_packed.shape[1]
+    if K % 16:
+        raise ValueError(f"K = {K} must be a multiple of 16 (whole NVFP4 blocks)")
+    if tuple(scale_codes.shape) != (N, K // 16):
+        raise ValueError(f"scale_codes for [{N}, {K}] must have shape {(N, K // 16)}, got {tuple(scale_codes.shape)}")
+    gs = torch.as_tensor(global_scale, dtype=torch.float32).reshape(-1)
+    if gs.numel() != 1:
+        raise ValueError("global_scale must be one value")
+    src = _row_order(N, R, interleave)
+    Np, Kp = src.numel(), math.ceil(K / K_ALIGN["nvfp4"]) * K_ALIGN["nvfp4"]
+    nib = _pad_k(_gather_rows(unpack_nibbles(w_packed), src), Kp).to(torch.int64)
+    G, CH = Np // (16 * R), Kp // 128
+    n = nib.reshape(G, R, 2, 8, CH, 4, 8, 4)            # [group][r][h][g][chunk][t][step][k in step]
+    # word nibbles 0..7 = (g,k0) (g8,k0) (g,k2) (g8,k2) (g,k1) (g8,k1) (g,k3) (g8,k3): e2m1x8_to_bf16 -> a0 a1 a2 a3
+    order = [(0, 0), (1, 0), (0, 2), (1, 2), (0, 1), (1, 1), (0, 3), (1, 3)]
+    words = sum(n[:, :, h, :, :, :, :, e] << (4 * i) for i, (h, e) in enumerate(order))  # [G, R, 8, CH, 4, 8]
+    words = words.reshape(G, R, 8, CH, 4, 2, 4)          # step -> (half q, step in half)
+    data = _to_bytes(words.permute(0, 3, 1, 5, 2, 4, 6))  # [group][chunk][r][q][lane = (g, t)][step]
+    KS = Kp // 16
+    sc = torch.zeros((N, KS), dtype=torch.uint8, device=scale_codes.device)
+    sc[:, : K // 16] = scale_codes
+    sc = _gather_rows(sc, src).reshape(G, R, 2, 8, CH, 4, 2)  # [group][r][h][g][chunk][t][block b]
+    scales = sc.permute(0, 4, 1, 3, 5, 6, 2).contiguous().reshape(-1)  # [group][chunk][r][g][t][b][h]
+    return Packed("nvfp4", data, scales, gs.to(w_packed.device), N, K, Np, Kp, R, interleave)
+
+
+def unpack_fp8(p: Packed) -> torch.Tensor:
+    """The E4M3 codes [N, K] (source row order) back from a packed FP8 matrix: the inverse of pack_fp8's byte moves."""
+    w = p.data.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    G, CH, R = p.groups, p.Kp // 64, p.R
+    w = w.reshape(G, CH, R, 2, 8, 4, 4).permute(0, 2, 3, 4, 1, 5, 6)  # [G, R, h, g, CH, t, step]
+    e0 = ((w >> 8) & 0x80) | ((w >> 4) & 0x7F)
+    e1 = ((w >> 24) & 0x80) | ((w >> 20) & 0x7F)
+    e2 = (((w >> 11) & 1) << 7) | (w & 0xF) | (((w >> 12) & 7) << 4)
+    e3 = (((w >> 27) & 1) << 7) | ((w >> 16) & 0xF) | (((w >> 28) & 7) << 4)
+    codes = torch.stack([e0, e1, e2, e3], -1).reshape(p.Np, p.Kp).to(torch.uint8)
+    return _unorder(codes, p)[:, : p.K]
+
+
+def unpack_nvfp4(p: Packed) -> tuple[torch.Tensor, torch.Tensor]:
+    """(nibbles [N, K] uint8, scale codes [N, K/16]) back from a packed NVFP4 matrix (source row order)."""
+    w = p.data.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    G, CH, R = p.groups, p.Kp // 128, p.R
+    w = w.reshape(G, CH, R, 2, 8, 4, 4).permute(0, 2, 4, 1, 5, 3, 6).reshape(G, R, 8, CH, 4, 8)
+    order = [(0, 0), (1, 0), (0, 2), (1, 2), (0, 1), (1, 1), (0, 3), (1, 3)]
+    nib = torch.zeros((G, R, 2, 8, CH, 4, 8, 4), dtype=torch.int64, device=w.device)
+    for i, (h, e) in enumerate(order):
+        nib[:, :, h, :, :, :, :, e] = (w >> (4 * i)) & 0xF
+    nib = _unorder(nib.reshape(p.Np, p.Kp).to(torch.uint8), p)[:, : p.K]
+    sc = p.scales.reshape(G, CH, R, 8, 4, 2, 2).permute(0, 2, 6, 3, 1, 4, 5).reshape(p.Np, p.Kp // 16)
+    return nib, _unorder(sc, p)[:, : p.K // 16]
+
+
+def _unorder(t: torch.Tensor, p: Packed) -> torch.Tensor:
+    src = _row_order(p.N, p.R, p.interleave).to(t.device)
+    out = torch.zeros((p.N, t.shape[1]), dtype=t.dtype, device=t.device)
+    keep = src >= 0
+    out[src[keep]] = t[keep]
+    return out
+
+
+# ---- the work split (the kernel's arithmetic, in Python) ------------------------------------------------------
+def streamk_plan(G: int, KU: int, Wt: int) -> dict:
+    """Warp ranges of the stream-K split: warp w gets units [w U // Wt, (w + 1) U // Wt), U = G * KU.
+
+    streamk_plan(3, 4, 5) -> {'U': 12, 'units_per_warp': (2, 3), 'smax': 3, 'split_groups': 3, ...}
+    `smax`: the most warps any row group is split between (the workspace's slots per group)."""
+    U = G * KU
+    if not 1 <= Wt <= U:
+        raise ValueError(f"need 1 <= warps ({Wt}) <= units ({U}): an empty warp would stall a split group")
+    starts = [w * U // Wt for w in range(Wt + 1)]
+
+    def owner(u):  # the kernel's v3_owner
+        return ((u + 1) * Wt - 1) // U
+    contrib = [owner(g * KU + KU - 1) - owner(g * KU) + 1 for g in range(G)]
+    sizes = {starts[w + 1] - starts[w] for w in range(Wt)}
+    return {"U": U, "units_per_warp": (min(sizes), max(sizes)), "smax": max(contrib),
+            "split_groups": sum(c > 1 for c in contrib), "starts": starts, "contributors": contrib}
+
+
+def smax_bound(G: int, KU: int, Wt: int) -> int:
+    """An upper bound of streamk_plan's smax without the loop: ranges hold >= q = U // Wt units."""
+    q = (G * KU) // Wt
+    return KU // q + 2
+
+
+# ---- launching ---------------------------------------------------------------------------------------------------
+DEFAULT_CONFIG = {  # (C, P, WPC, CPS) by format and token tiles; chosen by the H200 sweep (tools/gpu/decode.sh)
+    ("fp8", 1): (2, 3, 4, 4), ("fp8", 2): (2, 2, 4, 4), ("fp8", 4): (2, 2, 4, 2),
+    ("nvfp4", 1): (2, 3, 4, 4), ("nvfp4", 2): (2, 2, 4, 4), ("nvfp4", 4): (2, 2, 4, 2),
+}
+
+
+def default_config(fmt: str, M: int, R: int = 1) -> tuple[int, int, int, int]:
+    """(C, P, WPC, CPS) for this format and M; R = 2 packings at NT <= 2 use P = 2 (twice the bytes per unit)."""
+    C, P, wpc, cps = DEFAULT_CONFIG[("nvfp4" if fmt == "nvfp4" else "fp8", n_tiles(M))]
+    return C, P, wpc, cps
+
+
+def sm_count(device=None) -> int:
+    return torch.cuda.get_device_properties(device or torch.cuda.current_device()).multi_processor_count
+
+
+class Launch:
+    """A prepared call: arguments converted and the workspace allocated once; a call is one kernel launch on
+    torch's current stream (capturable in a CUDA graph). pdl=True launches with programmatic dependent launch."""
+
+    def __init__(self, fn, grid, block, args, out, info, pdl=False, keep=(), smem=0):
+        self.fn, self.grid, self.block, self.args, self.out, self.info, self.pdl = fn, grid, block, args, out, info, pdl
+        self._keep, self.smem = keep, smem
+
+    def __call__(self) -> torch.Tensor:
+        stream = torch.cuda.current_stream().cuda_stream
+        if self.pdl:
+            from . import launch_ex
+
+            launch_ex.launch(self.fn, self.grid, self.block, self.args, self.smem, stream, pdl=True)
+        else:
+            cp = _cuda._cupy()
+            with cp.cuda.ExternalStream(stream):
+                self.fn(self.grid, self.block, self.args, shared_mem=self.smem)
+        return self.out
+
+
+def check_x(x, K: int) -> int:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.bfloat16:
+        raise TypeError(f"x must be bfloat16 activations, got {x.dtype}")
+    if x.dim() != 2 or x.shape[1] != K:
+        raise ValueError(f"x must be [M, K = {K}], got shape {tuple(x.shape)}")
+    n_tiles(x.shape[0])
+    return x.shape[0]
+
+
+def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue: str = "store",
+            residual: torch.Tensor | None = None, out: torch.Tensor | None = None, pdl: bool = False,
+            norm: tuple | None = None, sms: int | None = None) -> Launch:
+    """Validate (before any CUDA call), pick the config, allocate the workspace; returns a Launch computing y.
+
+    norm = (gamma bf16 [K], eps): y = RMSNorm(x) . W^T with the normalization done inside the kernel, once per CTA
+    (bf16(x * rsqrt(mean(x^2) + eps) * gamma), decode_layer.cu's arithmetic); M <= 16."""
+    if not isinstance(p, Packed):
+        raise TypeError(f"weights must be a gemv_v3.Packed (pack_fp8 / pack_nvfp4), got {type(p).__name__}")
+    M = check_x(x, p.K)
+    NT = n_tiles(M)
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"epilogue must be one of {sorted(EPILOGUES)}, got {epilogue!r}")
+    if (epilogue == "silu_mul") != (p.interleave == "gate_up"):
+        raise ValueError("epilogue='silu_mul' goes with weights packed with interleave='gate_up' (and only with them)")
+    nout = p.nout
+    if epilogue == "residual":
+        if not isinstance(residual, torch.Tensor) or residual.dtype != torch.bfloat16 or tuple(residual.shape) != (M, nout):
+            raise ValueError(f"epilogue='residual' needs a bf16 residual of shape {(M, nout)}")
+    elif residual is not None:
+        raise ValueError("a residual is only read by epilogue='residual'")
+    C, P, wpc, cps = config if config is not None else default_config(p.fmt, M, p.R)
+    smem = 0
+    if norm is not None:
+        gamma, eps = norm
+        if not isinstance(gamma, torch.Tensor) or gamma.dtype != torch.bfloat16 or tuple(gamma.shape) != (p.K,):
+            raise ValueError(f"norm=(gamma, eps) needs a bf16 gamma of shape ({p.K},)")
+        if p.K % 8 or M > 16:
+            raise ValueError(f"the fused RMSNorm needs K % 8 == 0 and M <= 16 (shared memory), got K = {p.K}, M = {M}")
+        smem = M * (p.Kp + 8) * 2
+        if smem > 64 * 1024:
+            wpc = max(wpc, 8)  # one or two CTAs per SM fit: make them 8 warps each
+    key = (p.fmt, p.R, NT, C, P, epilogue, 1 if norm is not None else 0)
+    if key not in KERNELS:
+        raise ValueError(f"not compiled: (format, R, NT, C, P, epilogue, norm) = {key}; see gemv_v3.KERNELS")
+    if p.Kp % (CHUNK_K[p.fmt] * C):
+        raise ValueError(f"K padded to {p.Kp} is not a whole number of {C}-chunk units")
+    for name, t in (("x", x), ("weights", p.data)):
+        if not t.is_cuda:
+            raise TypeError(f"{name} must be on a CUDA device, got {t.device}")
+    if x.data_ptr() % 16 and x.is_contiguous():
+        raise ValueError("x must start on a 16-byte boundary (a view at an odd offset?); pass a copy")
+    if out is None:
+        out = torch.empty((M, nout), dtype=torch.bfloat16, device=x.device)
+    elif out.shape != (M, nout) or out.dtype != torch.bfloat16 or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous bf16 tensor of shape {(M, nout)}")
+    xk = x.contiguous()
+    if p.Kp != p.K:  # zero columns to match the zero-padded weights (an extra copy, only for odd K)
+        xk = torch.nn.functional.pad(xk, (0, p.Kp - p.K))
+    G, KU = p.groups, p.Kp // (CHUNK_K[p.fmt] * C)
+    U = G * KU
+    cp = _cuda._cupy()
+    fn = _cuda.load_module("gemv_v3.cu").get_function(kernel_name(*key))
+    from .launch_ex import resident_ctas
+
+    sms = sms or sm_count(x.device)
+    wpc = max(1, min(wpc, U))
+    if smem > 48 * 1024:
+        fn.max_dynamic_shared_size_bytes = smem
+    cps = min(cps, resident_ctas(fn, 32 * wpc, smem))   # the whole grid resident at once (stream-K: no late CTAs)
+    grid = max(1, min(sms * cps, U // wpc))       # every warp gets >= 1 unit
+    Wt = grid * wpc
+    smax = smax_bound(G, KU, Wt)
+    # the stream-K workspace: smax slots of R*NT*4*32 fp32 partial sums per row group (a few MB at most)
+    ws = torch.empty(G * smax * p.R * NT * 4 * 32, dtype=torch.float32, device=x.device)
+    cnt = torch.zeros(G, dtype=torch.int32, device=x.device)
+    cs = {"fp8c": p.scales, "nvfp4": p.gscale, "fp8b": ws[:1]}[p.fmt]   # per-channel scales / global scale / unused
+    S = ws[:1] if p.fmt == "fp8c" else p.scales                          # block scales / NVFP4 scale codes / unused
+    res = residual.contiguous() if residual is not None else out
+    g = norm[0].contiguous() if norm is not None else out
+    keep = (p.data, S, cs, xk, out, res, ws, cnt, g)
+    a = [_cuda.as_cupy(t) for t in keep]
+    args = (*a[:8], cp.int32(M), cp.int32(nout), cp.int32(p.Kp), cp.int32(KU), cp.int32(U), cp.int32(smax), a[8],
+            cp.float32(norm[1] if norm is not None else 0.0), cp.int32(p.K))
+    info = {"kernel": kernel_name(*key), "config": (C, P, wpc, cps), "grid": grid, "warps": Wt, "units": U,
+            "bytes_per_unit": C * p.R * 1024, "smax": smax, "weight_bytes": p.weight_bytes()}
+    return Launch(fn, (grid,), (32 * wpc,), args, out, info, pdl=pdl, keep=keep, smem=smem)
+
+
+def gemv_v3(x: torch.Tensor, p: Packed, **kw) -> torch.Tensor:
+    """y = x . dequant(W)^T (or the chosen epilogue of it) in bf16. See the module docstring."""
+    return prepare(x, p, **kw)()
+
+
+# ---- the CPU model of the kernel (numpy) ------------------------------------------------------------------
+def _bf16_values(bits):
+    """uint32 bf16 bit patterns (one per element) -> float64 numpy values."""
+    import numpy as np
+
+    return torch.from_numpy(bits.astype(np.int32)).to(torch.int16).view(torch.bfloat16).double().numpy()
+
+def emulate(x, p: Packed):
+    """CPU model (numpy, float64) of gemv_v3.cu's dataflow on a Packed matrix, lane by lane: which packed word each
+    lane reads, the widening (widen_e4m3_words / gemv_nvfp4.e2m1x8_to_bf16_bits), which activations it pairs them
+    with, the m16n8k16 fragment map (a0: row g, k 2t..2t+1; a1: row g+8; a2, a3: k + 8; b0: k 2t..2t+1 of column g;
+    b1: k + 8), block promotion and the output scales. Equal to `reference` to rounding (tests): the packing, the
+    k order and the fragment map agree before any GPU runs. Small shapes only (a Python loop per lane)."""
+    import numpy as np
+
+    from .gemv_nvfp4 import e2m1x8_to_bf16_bits
+
+    M = x.shape[0]
+    NT = n_tiles(M)
+    xd = np.zeros((NT * 8, p.Kp))
+    xd[:M, :p.K] = x.double().cpu().numpy()
+    xd[M:] = xd[0]  # tokens past M read token 0
+    data, G, R = p.data.cpu().numpy(), p.groups, p.R
+    y = np.zeros((NT * 8, p.Np))
+    e4 = reference_values.decode("e4m3", torch.arange(256, dtype=torch.uint8)).numpy()
+    if p.fmt != "nvfp4":
+        CH = p.Kp // 64
+        words = data.view(np.uint32).reshape(G, CH, R, 2, 32, 4)  # [grp][chunk][r][h][lane][step word]
+        for grp in range(G):
+            for r in range(R):
+                acc = np.zeros((16, NT * 8))
+                part = np.zeros((16, NT * 8))
+                for ch in range(CH):
+                    for s in range(4):
+                        A, B = np.zeros((16, 16)), np.zeros((16, NT * 8))
+                        for lane in range(32):
+                            g, t = lane // 4, lane % 4
+                            a01, a23 = widen_e4m3_words(words[grp, ch, r, :, lane, s])  # h = 0 (row g), 1 (row g+8)
+                            for h in range(2):
+                                lo = _bf16_values(np.array([a01[h] & 0xFFFF, a01[h] >> 16])) * 2.0**120
+                                hi = _bf16_values(np.array([a23[h] & 0xFFFF, a23[h] >> 16])) * 2.0**120
+                                A[g + 8 * h, 2 * t:2 * t + 2] = lo          # a0 / a1
+                                A[g + 8 * h, 2 * t + 8:2 * t + 10] = hi     # a2 / a3
+                            for nt in range(NT):
+                                k = ch * 64 + 16 * t + 4 * s
+                                B[2 * t:2 * t + 2, nt * 8 + g] = xd[nt * 8 + g, k:k + 2]       # b0
+                                B[2 * t + 8:2 * t + 10, nt * 8 + g] = xd[nt * 8 + g, k + 2:k + 4]  # b1
+                        part += A @ B  # mma.sync m16n8k16 (fp32 there, float64 here)
+                    if p.fmt == "fp8b" and ch % 2 == 1:
+                        sc = p.scales.cpu().numpy().reshape(G, p.Kp // 128, R, 2)[grp, ch // 2, r]
+                        acc[:8] += part[:8] * sc[0]
+                        acc[8:] += part[8:] * sc[1]
+                        part[:] = 0
+                    elif p.fmt == "fp8c":
+                        acc += part
+                        part[:] = 0
+                rows = (grp * R + r) * 16 + np.arange(16)
+                if p.fmt == "fp8c":
+                    acc = acc * p.scales.cpu().numpy()[rows][:, None]
+                y[:, rows] = acc.T
+    else:
+        CH = p.Kp // 128
+        words = data.view(np.uint32).reshape(G, CH, R, 2, 32, 4)  # [grp][chunk][r][q][lane][word]
+        scw = p.scales.cpu().numpy().reshape(G, CH, R, 32, 4)            # [grp][chunk][r][lane][byte]
+        gs = float(p.gscale.reshape(()))
+        for grp in range(G):
+            for r in range(R):
+                acc = np.zeros((16, NT * 8))
+                for ch in range(CH):
+                    for st in range(8):
+                        q, s4 = st // 4, st % 4
+                        A, B = np.zeros((16, 16)), np.zeros((16, NT * 8))
+                        for lane in range(32):
+                            g, t = lane // 4, lane % 4
+                            pw = e2m1x8_to_bf16_bits(np.array([words[grp, ch, r, q, lane, s4]], np.uint32))
+                            vals = [_bf16_values(np.array([v[0] & 0xFFFF, v[0] >> 16])) * 2.0**126 for v in pw]
+                            sg, s8 = e4[scw[grp, ch, r, lane, 2 * q]], e4[scw[grp, ch, r, lane, 2 * q + 1]]
+                            A[g, 2 * t:2 * t + 2], A[g + 8, 2 * t:2 * t + 2] = vals[0] * sg, vals[1] * s8
+                            A[g, 2 * t + 8:2 * t + 10], A[g + 8, 2 * t + 8:2 * t + 10] = vals[2] * sg, vals[3] * s8
+                            for nt in range(NT):
+                                k = ch * 128 + 32 * t + 4 * st
+                                B[2 * t:2 * t + 2, nt * 8 + g] = xd[nt * 8 + g, k:k + 2]
+                                B[2 * t + 8:2 * t + 10, nt * 8 + g] = xd[nt * 8 + g, k + 2:k + 4]
+                        acc += A @ B
+                rows = (grp * R + r) * 16 + np.arange(16)
+                y[:, rows] = acc.T * gs
+    src = _row_order(p.N, p.R, p.interleave).numpy()
+    out, keep = np.zeros((M, p.N)), src >= 0
+    out[:, src[keep]] = y[:M, keep]
+    return out
+
+
+# ---- references (float64, any device) ----------------------------------------------------------------------------
+def dequant(p_or_codes, scale=None) -> torch.Tensor:
+    """float64 [N, K] weights of a Packed matrix (through unpack: also checks the packing), source row order."""
+    p = p_or_codes
+    if p.fmt == "nvfp4":
+        nib, sc = unpack_nvfp4(p)
+        v = reference_values.decode("e2m1", nib)
+        s = reference_values.decode("e4m3", sc).repeat_interleave(16, dim=1)
+        return v * s * float(p.gscale.reshape(()))
+    codes = unpack_fp8(p)
+    v = reference_values.decode("e4m3", codes)
+    scales = p.scales.double()
+    if p.fmt == "fp8c":
+        src = _row_order(p.N, p.R, p.interleave).to(scales.device)
+        s = torch.zeros(p.N, dtype=torch.float64, device=scales.device)
+        s[src[src >= 0]] = scales[src >= 0]
+        return v * s.reshape(-1, 1)
+    G, KB = p.groups, p.Kp // 128
+    sc = scales.reshape(G, KB, p.R, 2).permute(0, 2, 3, 1)  # [G, R, half, KB]
+    rows = sc.unsqueeze(3).expand(G, p.R, 2, 8, KB).reshape(p.Np, KB).repeat_interleave(128, 1)
+    return v * _unorder(rows, p)[:, : p.K]
+
+
+def rmsnorm_bf16_reference(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
+    """The fused RMSNorm's activations: bf16(x * rsqrt(mean(x^2) + eps) * gamma), in float64 then rounded."""
+    xd = x.double()
+    y = xd / torch.sqrt((xd * xd).mean(-1, keepdim=True) + eps) * gamma.double()
+    return y.float().to(torch.bfloat16)
+
+
+def reference(x: torch.Tensor, p: Packed, epilogue: str = "store", residual=None, norm=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(float64 reference, sum |x w| terms for the tolerance) of what gemv_v3 computes.
+
+    store: x W^T; residual: + residual; silu_mul: silu(x Wg^T) * (x Wu^T) (its terms bound the product's error);
+    norm = (gamma, eps): x replaced by its bf16 RMSNorm first."""
+    wd = dequant(p).to(x.device)
+    if norm is not None:
+        x = rmsnorm_bf16_reference(x, *norm)
+    xd = x.double()
+    y, terms = xd @ wd.T, xd.abs() @ wd.abs().T
+    if epilogue == "residual":
+        return y + residual.double(), terms
+    if epilogue == "silu_mul":
+        I = p.N // 2
+        g, u = y[:, :I], y[:, I:]
+        tg, tu = terms[:, :I], terms[:, I:]
+        sg = g * torch.sigmoid(g)
+        # d(silu(g) u) <= |u| |dg| (|silu'| <= 1.1) + |silu(g)| |du|: the terms of each factor, weighted
+        return sg * u, 1.1 * u.abs() * tg + sg.abs() * tu + tg * tu
+    return y, terms

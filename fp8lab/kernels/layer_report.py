@@ -1,0 +1,141 @@
+"""What notebooks 07 and 04 read from a recorded decode-layer benchmark (outputs/kernels/layer.json): tables, goals,
+the ceiling comparison, roofline points and a figure. Nothing here touches a GPU.
+
+    data = load()
+    print(format_rows(layer_table(data)))          # every variant at every (batch, context): time, x bf16, of ceiling
+    print(format_rows(goal_table(data)))           # the layer goals, with how much a missed one misses by and why
+    layer_roofline_points(data)                    # measured points for fp8lab.bandwidth.roofline_figure(measured=...)
+    plot_layer(data)                               # time per step against the ceiling of its bytes
+"""
+from __future__ import annotations
+
+from . import harness
+from .gemm_report import format_rows, provenance_summary  # noqa: F401  (re-exported for the notebooks)
+
+__all__ = ["load", "layer_table", "layer_goals", "goal_table", "breakdown_table", "layer_roofline_points",
+           "plot_layer", "format_rows", "provenance_summary"]
+
+DEFAULT_OUT = harness.REPO / "outputs" / "kernels" / "layer.json"
+GOAL_POINT = (1, 1024)  # batch, context
+
+
+def load(path=DEFAULT_OUT) -> dict:
+    return harness.load_json(path)
+
+
+def _layer_rows(data):
+    return [r for r in data["results"] if r.get("family") == "layer"]
+
+
+def layer_table(data: dict) -> list[dict]:
+    """One row per variant and point: time (median, quartiles), x bf16, the ceiling of its bytes, tokens/s."""
+    rows = []
+    for r in _layer_rows(data):
+        sp = r.get("spread_us") or {}
+        rows.append({"variant": r["variant"], "batch": r["batch"], "context": r["context"], "time_us": r["time_us"],
+                     "q1": sp.get("q1"), "q3": sp.get("q3"), "x_vs_bf16": r.get("speedup"),
+                     "ceiling_us": r["ceiling_us_copy"], "of_ceiling": r["of_ceiling"],
+                     "MB": r["bytes"] / 1e6, "tokens/s (32 layers)": r["tokens_per_s"],
+                     "ceiling tokens/s": r["ceiling_tokens_per_s"]})
+    return rows
+
+
+def _best(rows, prefix, key, point=GOAL_POINT):
+    cands = [r for r in rows if r["variant"].startswith(prefix) and (r["batch"], r["context"]) == point and r.get(key)]
+    return max(cands, key=lambda r: r[key]) if cands else None
+
+
+def _why(data, r) -> str:
+    """From the per-kernel breakdown of the same variant and point (bench_layer.breakdown), where the time goes."""
+    bd = (data.get("breakdown") or {}).get(f"{r['variant']} B={r['batch']} ctx={r['context']}")
+    if not bd:
+        return "no per-kernel breakdown recorded for this variant"
+    gemv = [b for b in bd if str(b["kernel"]).startswith("gemv3")]
+    t_g = sum(b["time_us"] for b in gemv)
+    f_g = sum(b["floor_us"] or 0 for b in gemv)
+    other = [b for b in bd if b not in gemv]
+    parts = sum(b["time_us"] for b in bd)
+    return (f"the GEMVs alone take {t_g:.1f} us for a {f_g:.1f} us floor ({f_g / t_g:.2f} of copy bandwidth); "
+            f"the other {len(other)} launches (norms, RoPE+append, attention) {sum(b['time_us'] for b in other):.1f} us "
+            f"timed alone; the whole step {r['time_us']:.1f} us against {parts:.1f} us of parts timed alone "
+            f"and a {r['ceiling_us_copy']:.1f} us ceiling")
+
+
+def layer_goals(data: dict) -> list[dict]:
+    """The layer goals at batch 1, context 1k: FP8 >= 1.8x bf16, NVFP4 >= 2.8x, each within 15 % of the ceiling of
+    its bytes (ceiling / time >= 1 / 1.15). A missed goal carries `miss` (how far, in the goal's own terms) and
+    `why` (from the per-kernel breakdown when the run recorded one)."""
+    rows = _layer_rows(data)
+    out = []
+    for fam, target in (("fp8", 1.8), ("nvfp4", 2.8)):
+        r = _best(rows, fam, "speedup")
+        out.append({"goal": f"{fam.upper()} layer >= {target}x bf16 at batch 1, context 1k", "target": target,
+                    "measured": r and r["speedup"], "variant": r and r["variant"], "row": r})
+        r = _best(rows, fam, "of_ceiling")
+        out.append({"goal": f"{fam.upper()} layer within 15 % of its bandwidth ceiling at batch 1, context 1k",
+                    "target": 1 / 1.15, "measured": r and r["of_ceiling"], "variant": r and r["variant"], "row": r})
+    for g in out:
+        r = g.pop("row")
+        g["met"] = None if g["measured"] is None else bool(g["measured"] >= g["target"])
+        if g["met"] is False:
+            g["miss"] = f"{g['measured']:.3f} against {g['target']:.3f} ({100 * (1 - g['measured'] / g['target']):.1f} % short)"
+            g["why"] = _why(data, r)
+    return out
+
+
+def goal_table(data: dict) -> list[dict]:
+    return [{k: g.get(k) for k in ("goal", "target", "measured", "met", "variant", "miss")}
+            for g in (data.get("goals") or layer_goals(data))]
+
+
+def breakdown_table(data: dict) -> list[dict]:
+    """Per-kernel times of the fastest FP8 and NVFP4 variants at the first point, each timed alone."""
+    rows = []
+    for key, bd in (data.get("breakdown") or {}).items():
+        for b in bd:
+            rows.append({"step": key, "kernel": b["kernel"], "time_us": b["time_us"], "floor_us": b.get("floor_us"),
+                         "of_copy": b.get("fraction_of_copy")})
+    return rows
+
+
+def layer_roofline_points(data: dict, batches=None, context: int = 1024) -> list[dict]:
+    """Measured layer points for notebook 04's roofline ({"name", "intensity", "tflops", "gbps"}): intensity is the
+    step's FLOPs over the bytes fp8lab.bandwidth counts for it; tflops / gbps what the measured time achieves."""
+    pts = []
+    for r in _layer_rows(data):
+        if r["context"] == context and (batches is None or r["batch"] in batches):
+            pts.append({"name": f"{r['variant']} B={r['batch']}", "variant": r["variant"], "batch": r["batch"],
+                        "intensity": r["intensity"], "tflops": r["tflops"], "gbps": r["gbps"], "time_us": r["time_us"]})
+    return pts
+
+
+def plot_layer(data: dict, path=None, context: int | None = None):
+    """Time per layer step for each variant and batch (one panel per context), the ceiling of each bar's bytes as a
+    black tick: the gap between bar and tick is what the implementation leaves on the table."""
+    import matplotlib.pyplot as plt
+
+    rows = _layer_rows(data)
+    ctxs = sorted({r["context"] for r in rows}) if context is None else [context]
+    batches = sorted({r["batch"] for r in rows})
+    variants = [v for v in dict.fromkeys(r["variant"] for r in rows)]
+    fig, axes = plt.subplots(1, len(ctxs), figsize=(6 * len(ctxs), 4), sharey=False, squeeze=False)
+    w = 0.8 / max(1, len(variants))
+    for ax, ctx in zip(axes[0], ctxs):
+        for i, v in enumerate(variants):
+            for j, B in enumerate(batches):
+                r = next((r for r in rows if r["variant"] == v and r["batch"] == B and r["context"] == ctx), None)
+                if r is None:
+                    continue
+                x = j + (i - len(variants) / 2 + 0.5) * w
+                ax.bar(x, r["time_us"], width=w, color=f"C{i}", label=v if j == 0 else None)
+                ax.plot([x - w / 2, x + w / 2], [r["ceiling_us_copy"]] * 2, color="k", lw=1.5)
+        ax.set_xticks(range(len(batches)), [f"batch {b}" for b in batches])
+        ax.set_title(f"one Llama-3-8B layer, context {ctx}")
+        ax.set_ylabel("us per step (black: bytes / copy bandwidth)")
+    axes[0][0].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    if path:
+        from fp8lab import store
+
+        store.save_figure(fig, path)
+    return fig

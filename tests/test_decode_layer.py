@@ -1,0 +1,221 @@
+"""The decode layer (fp8lab.kernels.decode_layer): its float64 reference, the torch baseline, the byte count, and on
+the GPU every variant validated stage by stage (outputs poisoned) and replayed in a CUDA graph.
+
+CPU part: the reference equals an independent float64 layer up to the bf16 roundings it models; the torch bf16
+baseline (the same code the benchmark times) runs on the CPU and passes its own validation; the ceiling's bytes
+agree with fp8lab.bandwidth's whole-model count; bad arguments fail before any CUDA call.
+"""
+import math
+
+import pytest
+import torch
+
+from fp8lab.kernels import cuda_available
+from fp8lab.kernels import decode_layer as DL
+
+TINY = DL.LayerShape(hidden=256, heads=4, kv_heads=2, head_dim=64, intermediate=512, eps=1e-5, theta=10000.0)
+
+
+def gpu(test):
+    return pytest.mark.gpu(pytest.mark.skipif(not cuda_available(), reason="needs a CUDA device")(test))
+
+
+def test_shape_from_the_llama3_config():
+    s = DL.LayerShape.from_config()
+    assert (s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate) == (4096, 32, 8, 128, 14336)
+    assert s.qkv_rows == 6144 and s.theta == 500000.0 and s.eps == 1e-5
+
+
+def _plain_layer(x, W, g1, g2, s, k, v, context, cs):
+    """An independent float64 layer with NO intermediate rounding (torch's own rms_norm and SDPA)."""
+    F = torch.nn.functional
+    B = x.shape[0]
+    pos = torch.full((B,), context - 1)
+    xn = F.rms_norm(x.double(), (s.hidden,), g1.double(), s.eps)
+    qkv = xn @ W["qkv"].T
+    Hq, Hk, D = s.heads, s.kv_heads, s.head_dim
+    q = DL.rope64(qkv[:, : Hq * D].reshape(B, Hq, D), cs, pos)
+    kn = DL.rope64(qkv[:, Hq * D:(Hq + Hk) * D].reshape(B, Hk, D), cs, pos)
+    vn = qkv[:, (Hq + Hk) * D:].reshape(B, Hk, D)
+    k, v = k[:, :, :context].double().clone(), v[:, :, :context].double().clone()
+    k[:, :, -1], v[:, :, -1] = kn, vn
+    a = F.scaled_dot_product_attention(q[:, :, None], k, v, enable_gqa=True).reshape(B, -1)
+    h = x.double() + a @ W["o"].T
+    hn = F.rms_norm(h, (s.hidden,), g2.double(), s.eps)
+    m = F.silu(hn @ W["gate"].T) * (hn @ W["up"].T)
+    return {"attn": a, "h": h, "out": h + m @ W["down"].T}
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_reference_is_the_plain_layer_up_to_bf16_roundings(fused):
+    torch.manual_seed(0)
+    master = DL.make_master(TINY, device="cpu")
+    B, ctx = 3, 37
+    x = torch.randn(B, TINY.hidden).to(torch.bfloat16)
+    k = torch.randn(B, TINY.kv_heads, ctx, TINY.head_dim).to(torch.bfloat16)
+    v = torch.randn_like(k)
+    cs = DL.rope_table(TINY, ctx, "cpu")
+    W = {n: master[n].double() for n in ("qkv", "o", "gate", "up", "down")}
+    ref = DL.reference(x, W, master["g1"], master["g2"], TINY, cache_k=k, cache_v=v, k_scale=None, v_scale=None,
+                       context=ctx, cs=cs, fused=fused)
+    plain = _plain_layer(x, W, master["g1"], master["g2"], TINY, k, v, ctx, cs)
+    for stage in ("attn", "h", "out"):
+        e = DL.rel_rms(ref[stage], plain[stage])
+        assert 1e-5 < e < 2.0 ** -7, (stage, e)  # bf16 roundings (~2**-9 each), not zero and not more
+
+
+def test_reference_fp8_cache_is_the_dequantized_cache():
+    """An E4M3 cache with per-head scales: the reference attends over decode(code) * scale, and the new token's
+    K/V are rounded to E4M3 exactly as the rope_append kernel does (fp32 divide, round to nearest even, saturate)."""
+    torch.manual_seed(1)
+    master = DL.make_master(TINY, device="cpu")
+    B, ctx = 2, 20
+    x = torch.randn(B, TINY.hidden).to(torch.bfloat16)
+    kc = torch.randint(0, 0x7E, (B, TINY.kv_heads, ctx, TINY.head_dim), dtype=torch.uint8)
+    vc = torch.randint(0, 0x7E, kc.shape, dtype=torch.uint8)
+    ks, vs = torch.tensor([0.01, 0.02]), torch.tensor([0.03, 0.04])
+    cs = DL.rope_table(TINY, ctx, "cpu")
+    W = {n: master[n].double() for n in ("qkv", "o", "gate", "up", "down")}
+    ref = DL.reference(x, W, master["g1"], master["g2"], TINY, cache_k=kc, cache_v=vc, k_scale=ks, v_scale=vs,
+                       context=ctx, cs=cs, fused=True)
+    from fp8lab.formats import E4M3
+    kd = E4M3.decode(kc).double() * ks.double().reshape(1, -1, 1, 1)
+    vd = E4M3.decode(vc).double() * vs.double().reshape(1, -1, 1, 1)
+    plain = _plain_layer(x, W, master["g1"], master["g2"], TINY, kd, vd, ctx, cs)
+    # the new token's K/V go through E4M3 (3 mantissa bits) in the reference only: a few % on attention
+    assert DL.rel_rms(ref["attn"], plain["attn"]) < 0.1
+    assert DL.rel_rms(ref["out"] - ref["h"], plain["out"] - plain["h"]) < 0.1
+
+
+def test_torch_baseline_runs_and_validates_on_the_cpu():
+    """The bf16 baseline the benchmark times (F.rms_norm, F.linear, RoPE in torch ops, SDPA) against the reference."""
+    torch.manual_seed(2)
+    layer = DL.DecodeLayer(TINY, DL.make_master(TINY, device="cpu"), "bf16", batch=2, context=33, max_context=40)
+    ok, err = layer.validate()
+    assert ok, err
+    assert set(err) == {"attn", "h", "a", "out"}
+
+
+def test_layer_bytes_agree_with_the_bandwidth_model():
+    from fp8lab import bandwidth as bw
+
+    s = bw.model_shape(str(DL.CONFIG))
+    for variant, fmt, kv in (("bf16", "bf16", "bf16"), ("nvfp4_fused", "nvfp4", "fp8"), ("scaled_mm", "fp8_tensor", "bf16")):
+        b = DL.layer_bytes(variant, 8, 8192)
+        whole = bw.bytes_per_decode_step(s, fmt, kv, 8, 8192)
+        outside = bw.FORMATS["bf16"].matrix_bytes(128256, 4096) * (1 + 8 / 128256) + 4096 * 2  # lm_head, 8 rows, norm
+        assert abs((whole - outside) / 32 - (b["weights"] + b["kv"])) / b["total"] < 1e-3, variant
+    b = DL.layer_bytes("fp8_fused", 1, 1024)
+    assert 218e6 < b["weights"] < 219e6 and b["kv"] == 2 * 8 * 128 * 1024
+    assert DL.ceiling_us(2.2e8, 4235) == pytest.approx(51.95, abs=0.01)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="variant"):
+        DL.describe("int4")
+    with pytest.raises(ValueError, match="batch"):
+        DL.check_point(33, 10)
+    with pytest.raises(ValueError, match="context"):
+        DL.check_point(1, 0)
+    with pytest.raises(ValueError, match="exceeds"):
+        DL.check_point(1, 100, max_context=50)
+    for v in DL.VARIANTS:
+        assert DL.describe(v)
+
+
+# ---- GPU: every variant, stage by stage ------------------------------------------------------------------------
+SMALL = DL.LayerShape(hidden=512, heads=8, kv_heads=2, head_dim=64, intermediate=1024, eps=1e-5, theta=500000.0)
+
+
+@gpu
+@pytest.mark.parametrize("variant", DL.VARIANTS)
+@pytest.mark.parametrize("batch,context", [(1, 40), (3, 300), (17, 64), (32, 129)])
+def test_every_variant_validates(variant, batch, context):
+    layer = DL.DecodeLayer(SMALL, DL.make_master(SMALL, seed=batch), variant, batch=batch, context=context,
+                           max_context=context + 7)
+    ok, err = layer.validate()
+    assert ok, err
+
+
+@gpu
+@pytest.mark.parametrize("variant", ["fp8_fused", "nvfp4_fused_pdl", "fp8"])
+def test_llama_shape_and_graph_replay(variant):
+    """The real Llama-3-8B layer at batch 1, 1k context: validated, then captured in a CUDA graph; the replay gives
+    the same bits as the eager step (the lab kernels are deterministic)."""
+    shape = DL.LayerShape.from_config()
+    layer = DL.DecodeLayer(shape, DL.make_master(shape), variant, batch=1, context=1024)
+    ok, err = layer.validate()
+    assert ok, err
+    eager = layer.out.clone()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        layer.step()
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        layer.step()
+    layer.out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(eager.view(torch.int16), layer.out.view(torch.int16))
+
+
+# ---- the benchmark's CLI and the report functions (CPU) -----------------------------------------------------------
+@pytest.mark.parametrize("argv,msg", [(["--batch", "0"], "batch must be in 1..32"), (["--batch", "1,x"], "integers"),
+                                      (["--context", "0"], "context"), (["--variants", "bf16,int4"], "unknown variant"),
+                                      (["--rounds", "0"], "rounds")])
+def test_bench_layer_rejects_bad_arguments_before_any_cuda_call(argv, msg, capsys):
+    from fp8lab.kernels import bench_layer
+
+    with pytest.raises(SystemExit) as e:
+        bench_layer.main(argv)
+    assert e.value.code == 2 and msg in capsys.readouterr().err
+
+
+def _fake_layer_results():
+    rows = []
+    for v, t in (("bf16", 120.0), ("scaled_mm", 90.0), ("fp8", 70.0), ("fp8_fused", 62.0), ("nvfp4_fused", 41.0)):
+        lb = DL.layer_bytes(v, 1, 1024)
+        c = DL.ceiling_us(lb["total"], 4235)
+        rows.append({"kernel": f"layer_{v}", "family": "layer", "variant": v, "batch": 1, "context": 1024,
+                     "time_us": t, "spread_us": {"q1": t - 0.1, "q3": t + 0.1}, "speedup": None if v == "bf16" else 120.0 / t,
+                     "bytes": lb["total"], "ceiling_us_copy": c, "of_ceiling": c / t, "tokens_per_s": 1 / (32 * t * 1e-6),
+                     "ceiling_tokens_per_s": 1 / (32 * c * 1e-6), "intensity": 2.0, "tflops": 0.1, "gbps": lb["total"] / t / 1e3})
+    bd = [{"i": 0, "kernel": "rmsnorm_bf16", "time_us": 2.0, "bytes": 0, "floor_us": None, "fraction_of_copy": None},
+          {"i": 1, "kernel": "gemv3_fp8c_r1_nt1_c2_p3_e0", "time_us": 7.0, "bytes": 25e6, "floor_us": 5.9,
+           "fraction_of_copy": 0.84}]
+    return {"results": rows, "breakdown": {"fp8_fused B=1 ctx=1024": bd}}
+
+
+def test_layer_report_functions():
+    from fp8lab.kernels import layer_report as LR
+
+    data = _fake_layer_results()
+    rows = LR.layer_table(data)
+    assert len(rows) == 5 and rows[0]["variant"] == "bf16"
+    g = {x["goal"].split(" layer")[0] + (" ceiling" if "ceiling" in x["goal"] else ""): x for x in LR.layer_goals(data)}
+    assert g["FP8"]["met"] is True and g["FP8"]["variant"] == "fp8_fused"          # 120 / 62 = 1.94 >= 1.8
+    assert g["NVFP4"]["met"] is True                                               # 120 / 41 = 2.93 >= 2.8
+    assert g["FP8 ceiling"]["met"] is False and "short" in g["FP8 ceiling"]["miss"]
+    assert "GEMVs alone take 7.0 us" in g["FP8 ceiling"]["why"]
+    pts = LR.layer_roofline_points(data)
+    assert {p["variant"] for p in pts} == {"bf16", "scaled_mm", "fp8", "fp8_fused", "nvfp4_fused"}
+    assert LR.format_rows(LR.goal_table(data)).count("\n") == 5
+    import matplotlib
+    matplotlib.use("Agg")
+    LR.plot_layer(data)
+
+
+def test_gemm_goals_over_every_big_shape():
+    from fp8lab.kernels import gemm_report as GR
+
+    res = []
+    for (N, K), sp, fr in (((28672, 8192), 1.10, 0.95), ((18944, 3584), 0.97, 0.86), ((4096, 4096), 0.5, 0.5)):
+        for M in (1, 16):
+            res.append({"kernel": "gemv_fp8_channel_v3", "family": "decode", "M": M, "N": N, "K": K, "speedup": 2.0,
+                        "speedup_vs_scaled_mm_tensorwise": sp, "weight_fraction_of_copy": fr})
+    goals = {g["goal"]: g for g in GR.goals({"results": res})}
+    g = next(v for k, v in goals.items() if k.startswith("W8A16 M=1 >= 1.0x"))
+    assert g["measured"] == 0.97 and g["shape"] == "18944x3584" and g["met"] is False  # 4096x4096 is under 32 MiB
+    assert set(g["per_shape"]) == {"28672x8192", "18944x3584"}
