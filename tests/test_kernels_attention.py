@@ -1,9 +1,11 @@
-"""Decode attention over an FP8 / bf16 KV cache (fp8lab/kernels/attention_fp8kv.*).
+"""Decode attention over an FP8 / bf16 KV cache (attention_fp8kv.*, versions 1 and 2) and over an NVFP4 KV cache
+(attention_nvfp4kv.*).
 
-CPU: the reference (vs a float64 softmax written out by hand), the paged gather, the FP8 cache quantizer
-(vs fp8lab.scaling), and argument checks that must fire before any CUDA call.
-GPU (skipped without CUDA): the kernel vs the reference on fresh random inputs of several distributions,
-contiguous and paged, odd lengths, B = 1..8, every split path, output poisoned first.
+CPU: the references (vs a float64 softmax written out by hand; NVFP4 decoded through fp8lab.scaling), the paged
+gather, the cache quantizers, the split plans, and argument checks that must fire before any CUDA call.
+GPU (skipped without CUDA): every kernel vs the reference on fresh random inputs of several distributions,
+contiguous and paged (shuffled pages), odd lengths, B = 1..8, GQA groups 1..16, D = 64 / 128, every split path,
+every compiled version-2 configuration, output poisoned first.
 """
 import math
 import zlib
@@ -160,6 +162,27 @@ def test_plan_splits():
     assert n % att.TILE == 0 and S * n >= 1000 and (S - 1) * n < 1000
 
 
+@pytest.mark.parametrize("L,B,Hk,bps", [(32768, 8, 8, 4), (32768, 8, 8, 3), (131072, 8, 8, 4), (100, 8, 8, 4),
+                                        (5000, 1, 1, 3), (16384, 64, 8, 4)])
+def test_plan_splits_v2_fills_one_wave_of_blocks(L, B, Hk, bps):
+    S, n = att.plan_splits_v2(L, B, Hk, sms=132, blocks_per_sm=bps)
+    assert n % att.TILE == 0 and S * n >= L and (S - 1) * n < L
+    blocks = B * Hk * -(-S // att.WARPS_PER_BLOCK_V2)
+    assert blocks <= max(132 * bps, B * Hk)  # one wave (or one block per pair when the pairs alone overfill it)
+    assert att.plan_splits_v2(32768, 8, 8, 132, 4) == (32, 1024) and att.plan_splits_v2(32768, 8, 8, 132, 3) == (24, 1376)
+
+
+def test_v2_config_lists():
+    """Every default is compiled, smem of every compiled config fits a block, names are what the .cu builds."""
+    for key, cfg in att.V2_DEFAULTS.items():
+        assert key + cfg in att.V2_KERNELS
+    for f, D, g, nsub, ns, rot, minb in att.V2_KERNELS:
+        assert f in att.V2_FMTS and D in att.HEAD_DIMS and g in ("g8", "g16") and ns >= 2 and rot in (0, 1)
+        assert att.v2_smem(f, D, nsub, ns) <= 227 * 1024
+    assert att.v2_smem("fp8cvt", 128, 1, 3) == 49152 and att.v2_tile_bytes("nvfp4", 128) == 2304
+    assert att.v2_kernel_name("fp8cvt", 128, "g8", (1, 3, 1, 4)) == "decode_v2_fp8cvt_d128_g8_n1_s3_r1_b4"
+
+
 # ---- CPU: argument checks fire before any CUDA call ------------------------------------------------------------
 def _good(**over):
     B, Hq, Hk, L, D = 2, 8, 2, 32, 128
@@ -194,6 +217,9 @@ BAD_ARGS = [
     ("unknown conversion", dict(conv="lut"), "conv must be one of"),
     ("unknown P.V layout", dict(pv="vc"), "pv must be one of"),
     ("paged, no seq_lens", dict(block_table=torch.zeros(2, 2, dtype=torch.int32), seq_lens=None), "needs seq_lens"),
+    ("unknown version", dict(version=3), "version must be one of"),
+    ("version 2 with vb", dict(version=2, pv="vb"), "only the 'va'"),
+    ("config for version 1", dict(version=1, config=(1, 3, 1, 4)), "config applies to version 2"),
 ]
 
 
@@ -244,68 +270,91 @@ def test_cpu_tensors_get_a_clear_error():
 
 
 # ---- GPU: the kernel against the reference ----------------------------------------------------------------------
-def run_kernel(kw, conv="cvt", num_splits=None, pv=att.DEFAULT_PV):
+def run_kernel(kw, conv="cvt", num_splits=None, pv=att.DEFAULT_PV, version=None, config=None):
     """Move the inputs to the GPU, poison the output (NaN), run, return the output on the CPU."""
     dev = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
     out = torch.full(kw["q"].shape, float("nan"), dtype=torch.bfloat16, device="cuda")
     fp8 = kw["k_cache"].dtype == torch.uint8
-    att.decode_attention(**dev, conv=conv if fp8 else att.DEFAULT_CONV, num_splits=num_splits, pv=pv, out=out)
+    att.decode_attention(**dev, conv=conv if fp8 else att.DEFAULT_CONV, num_splits=num_splits, pv=pv, out=out,
+                         version=version, config=config)
     torch.cuda.synchronize()
     return out.cpu()
 
 
 KINDS = [("fp8", "cvt"), ("fp8", "bit"), ("bf16", None)]
 LAYOUTS = [("contig", 0), ("paged", 16), ("paged", 64)]
+IMPLS = [(1, "va"), (1, "vb"), (2, "va")]  # (version, P.V layout): version 2 has only "va"
+IMPL_IDS = ["v1va", "v1vb", "v2"]
 
 
 @GPU
-@pytest.mark.parametrize("pv", att.PV_LAYOUTS)
+@pytest.mark.parametrize("version,pv", IMPLS, ids=IMPL_IDS)
 @pytest.mark.parametrize("kind,conv", KINDS, ids=["fp8cvt", "fp8bit", "bf16"])
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("layout,page", LAYOUTS, ids=["contig", "page16", "page64"])
 @pytest.mark.parametrize("dist", ["normal", "outlier"])
-def test_kernel_matches_reference(kind, conv, D, layout, page, dist, pv):
+def test_kernel_matches_reference(kind, conv, D, layout, page, dist, version, pv):
     # lengths: 1 token, a partial first tile, a page boundary +1, odd long ones (not multiples of 16/64/splits)
     kw, ref, vmax = case(B=5, Hq=8, Hk=2, D=D, lens=(1, 13, 65, 777, 1500), dist=dist, kind=kind,
                          layout=layout, page=page or 16, seed=zlib.crc32(repr((kind, conv, D, layout, page, dist)).encode()) % 1000)
-    assert_close(run_kernel(kw, conv, pv=pv), ref, vmax, kind, f"{kind}/{conv}/{pv} D={D} {layout}{page} {dist}")
+    assert_close(run_kernel(kw, conv, pv=pv, version=version), ref, vmax, kind,
+                 f"v{version} {kind}/{conv}/{pv} D={D} {layout}{page} {dist}")
 
 
 @GPU
+@pytest.mark.parametrize("version,pv", IMPLS, ids=IMPL_IDS)
 @pytest.mark.parametrize("kind,conv", KINDS, ids=["fp8cvt", "fp8bit", "bf16"])
 @pytest.mark.parametrize("num_splits", [1, 2, 7, 1000])
-@pytest.mark.parametrize("pv", att.PV_LAYOUTS)
-def test_every_split_count(kind, conv, num_splits, pv):
+def test_every_split_count(kind, conv, num_splits, version, pv):
     """S = 1 writes bf16 directly; S > 1 goes through the reduce kernel; 1000 -> one 16-token tile per split."""
     kw, ref, vmax = case(B=4, Hq=16, Hk=4, D=128, lens=(1, 16, 17, 2049), kind=kind, seed=num_splits)
-    assert_close(run_kernel(kw, conv, num_splits, pv), ref, vmax, kind, f"{kind}/{pv} S={num_splits}")
+    assert_close(run_kernel(kw, conv, num_splits, pv, version=version), ref, vmax, kind, f"v{version} {kind}/{pv} S={num_splits}")
 
 
 @GPU
+@pytest.mark.parametrize("version,pv", IMPLS, ids=IMPL_IDS)
 @pytest.mark.parametrize("kind,conv", KINDS, ids=["fp8cvt", "fp8bit", "bf16"])
 @pytest.mark.parametrize("Hq,Hk", [(4, 4), (8, 4), (32, 8), (64, 8), (80, 8), (128, 8)],
                          ids=["G1", "G2", "G4", "G8", "G10", "G16"])
-@pytest.mark.parametrize("pv", att.PV_LAYOUTS)
-def test_group_sizes(kind, conv, Hq, Hk, pv):
+def test_group_sizes(kind, conv, Hq, Hk, version, pv):
     """G > 8 uses the MMA's rows 8..15 too (the g16 kernels; "va" then runs a second n-tile of heads)."""
     kw, ref, vmax = case(B=2, Hq=Hq, Hk=Hk, D=128, lens=(100, 333), kind=kind, dist="outlier", seed=Hq)
-    assert_close(run_kernel(kw, conv, pv=pv), ref, vmax, kind, f"{kind}/{pv} Hq={Hq} Hk={Hk}")
+    assert_close(run_kernel(kw, conv, pv=pv, version=version), ref, vmax, kind, f"v{version} {kind}/{pv} Hq={Hq} Hk={Hk}")
 
 
 @GPU
+@pytest.mark.parametrize("version", att.VERSIONS)
 @pytest.mark.parametrize("B", [1, 2, 8])
 @pytest.mark.parametrize("conv", ["cvt", "bit"])
-def test_batch_sizes_random_lengths_per_head_scales(B, conv):
+def test_batch_sizes_random_lengths_per_head_scales(B, conv, version):
     gen = torch.Generator().manual_seed(B)
     lens = tuple(int(x) for x in torch.randint(1, 1200, (B,), generator=gen))
     kw, ref, vmax = case(B=B, Hq=32, Hk=8, D=128, lens=lens, per_head=True, layout="paged", page=16, seed=B)
-    assert_close(run_kernel(kw, conv), ref, vmax, "fp8", f"B={B} lens={lens}")
+    assert_close(run_kernel(kw, conv, version=version), ref, vmax, "fp8", f"v{version} B={B} lens={lens}")
+
+
+V2_CONFIGS = sorted(att.V2_KERNELS)
 
 
 @GPU
+@pytest.mark.parametrize("cfg", V2_CONFIGS, ids=["_".join(map(str, c)) for c in V2_CONFIGS])
+def test_every_compiled_v2_config(cfg):
+    """Each instantiation (NSUB tiles per step, ring depth, rotation, register cap): pages of 16 so that a 2-tile step
+    straddles pages, lengths that end inside a step, more splits than fit one wave and just one split."""
+    fmt, D, g, nsub, ns, rot, minb = cfg
+    kind, conv = ("bf16", "cvt") if fmt == "bf16" else ("fp8", fmt[3:])
+    Hq, Hk = (24, 2) if g == "g16" else (8, 2)
+    kw, ref, vmax = case(B=4, Hq=Hq, Hk=Hk, D=D, lens=(1, 31, 999, 2000), kind=kind, dist="outlier", layout="paged",
+                         page=16, seed=zlib.crc32(repr(cfg).encode()) % 1000)
+    for S in (None, 1, 37):
+        assert_close(run_kernel(kw, conv, S, version=2, config=cfg[3:]), ref, vmax, kind, f"{cfg} S={S}")
+
+
+@GPU
+@pytest.mark.parametrize("version", att.VERSIONS)
 @pytest.mark.parametrize("conv", ["cvt", "bit"])
 @pytest.mark.parametrize("D", [64, 128])
-def test_every_e4m3_code(conv, D):
+def test_every_e4m3_code(conv, D, version):
     """Codes drawn uniformly over all 254 finite E4M3 codes (subnormals, +-448): the conversions are exact."""
     gen = torch.Generator().manual_seed(D)
     B, Hk, L = 2, 2, 508
@@ -314,7 +363,7 @@ def test_every_e4m3_code(conv, D):
     q = (0.05 * torch.randn(B, 4 * Hk, D, generator=gen)).to(torch.bfloat16)  # small q: 448-sized keys, sane logits
     kw = dict(q=q, k_cache=codes[0], v_cache=codes[1], seq_lens=[L, 301], k_scale=0.01, v_scale=2.0)
     ref = att.reference_decode_attention(q, codes[0], codes[1], 0.01, 2.0, seq_lens=[L, 301])
-    assert_close(run_kernel(kw, conv), ref, 448 * 2.0, "fp8", f"all codes {conv} D={D}")
+    assert_close(run_kernel(kw, conv, version=version), ref, 448 * 2.0, "fp8", f"v{version} all codes {conv} D={D}")
 
 
 @GPU
@@ -334,8 +383,9 @@ def test_fp8_and_bf16_kernels_agree_on_the_same_values():
     assert torch.equal(kb.float(), att.dequantize_cache(kc, ks))  # exact
     ref = att.reference_decode_attention(q, kb, vb, seq_lens=lens)
     vmax = vb.float().abs().max().item()
-    for conv in ("cvt", "bit"):
-        o8 = run_kernel(dict(q=q, k_cache=kc, v_cache=vc, seq_lens=lens, k_scale=ks, v_scale=vs), conv)
-        assert_close(o8, ref, vmax, "fp8", f"fp8 kernel ({conv}) on exact-in-bf16 values")
-    o16 = run_kernel(dict(q=q, k_cache=kb, v_cache=vb, seq_lens=lens))
-    assert_close(o16, ref, vmax, "bf16", "bf16 kernel on the same values")
+    for version in att.VERSIONS:
+        for conv in ("cvt", "bit"):
+            o8 = run_kernel(dict(q=q, k_cache=kc, v_cache=vc, seq_lens=lens, k_scale=ks, v_scale=vs), conv, version=version)
+            assert_close(o8, ref, vmax, "fp8", f"v{version} fp8 kernel ({conv}) on exact-in-bf16 values")
+        o16 = run_kernel(dict(q=q, k_cache=kb, v_cache=vb, seq_lens=lens), version=version)
+        assert_close(o16, ref, vmax, "bf16", f"v{version} bf16 kernel on the same values")
