@@ -164,3 +164,11 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
 __device__ __forceinline__ void cp_async_mbar_arrive_noinc(u32 bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
+
+// ---- added for the attention kernels (attention_prefill.cu) -------------------------------------------------------
+// ldmatrix with the transpose: thread (g, t) receives elements (rows 2t, 2t+1; column g) of each 8x8 b16 matrix,
+// which is mma.sync's B fragment of a row-major [k][n] tile (V stored [key][dim] in P.V).
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
