@@ -389,3 +389,55 @@ def test_fp8_and_bf16_kernels_agree_on_the_same_values():
             assert_close(o8, ref, vmax, "fp8", f"v{version} fp8 kernel ({conv}) on exact-in-bf16 values")
         o16 = run_kernel(dict(q=q, k_cache=kb, v_cache=vb, seq_lens=lens), version=version)
         assert_close(o16, ref, vmax, "bf16", f"v{version} bf16 kernel on the same values")
+
+
+# ---- the benchmark's report functions on the current schema (synthetic records: a format check) ---------------------
+def _decode_records():
+    from fp8lab.kernels import bench_attention as ba
+
+    recs = []
+    for L in ba.CONTEXTS:
+        t = L / 32768
+        base = dict(layout="contiguous", head_dim=128, context=L, valid=True)
+        recs += [dict(kernel="v2_fp8kv[cvt]", fmt="fp8cvt", version=2, default=True, time_us=140 * t, speedup=1.9,
+                      speedup_vs_torch=1.7, fraction_of_copy_bw=0.91, **base),
+                 dict(kernel="v2_bf16kv", fmt="bf16", version=2, default=True, time_us=266 * t, speedup=0.9,
+                      fraction_of_copy_bw=0.96, **base),
+                 dict(kernel="v2_nvfp4kv", fmt="nvfp4", version=2, default=True, time_us=85 * t, speedup=3.1,
+                      fraction_of_copy_bw=0.84, **base),
+                 dict(kernel="v1_fp8kv[cvt]", fmt="fp8cvt", version=1, default=False, time_us=146 * t, speedup=1.79,
+                      fraction_of_copy_bw=0.87, **base),
+                 dict(kernel="v1_bf16kv", fmt="bf16", version=1, default=False, time_us=262 * t, **base),
+                 dict(kernel="torch_sdpa[default=cudnn]", fmt="torch", time_us=238 * t, **base)]
+    recs.append(dict(kernel="v2_fp8kv[cvt]{2,2,1,3}", fmt="fp8cvt", version=2, default=False, sweep=True, time_us=150.0,
+                     config=[2, 2, 1, 3], num_splits=24, speedup=1.8, layout="contiguous", head_dim=128, context=32768))
+    return {"provenance": {"device": "X", "date": "2000-01-01"}, "ceilings": {"copy_gbps": 4200.0}, "results": recs}
+
+
+def test_bench_report_functions_current_schema():
+    from fp8lab.kernels import bench_attention as ba
+
+    data = _decode_records()
+    rows = ba.summary_rows(data)
+    assert len(rows) == 3 and all(r["version"] == 2 for r in rows)  # the sweep row is not a summary row
+    r32 = next(r for r in rows if r["context"] == 32768)
+    assert r32["fp8_us"] == 140 and r32["nvfp4_vs_bf16"] == 3.1 and r32["fp8_v1_us"] == 146 and r32["torch_us"] == 238
+    g = ba.goals_table(data)
+    assert {x["goal"] for x in g} == {"fp8_vs_bf16", "fp8_vs_torch", "fp8_xcopy", "nvfp4_vs_bf16"}
+    assert all(x["met"] for x in g if x["goal"] in ("fp8_vs_bf16", "fp8_xcopy", "nvfp4_vs_bf16"))
+    assert not any(x["met"] for x in g if x["goal"] == "fp8_vs_torch")
+    assert "NOT met" in ba.format_goals(data) and "131072" in ba.format_summary(data)
+    assert "(2, 2, 1, 3)" in ba.format_sweep(data)
+    assert ba.goal_met(data) == (1.9, True)
+    ba.plot_speedup(data)
+    ba.plot_bandwidth(data)
+
+
+def test_bench_reference_matches_the_cpu_reference():
+    from fp8lab.kernels import bench_attention as ba
+
+    kw, ref, _ = case(B=2, Hq=8, Hk=2, D=64, lens=(40, 40), kind="fp8", seed=3)
+    kc, vc = kw["k_cache"][:, :, :40].contiguous(), kw["v_cache"][:, :, :40].contiguous()
+    got = ba.reference(kw["q"], kc, vc, kw["k_scale"], kw["v_scale"], rows=(0, 1))
+    for b in (0, 1):
+        torch.testing.assert_close(got[b], ref[b], rtol=1e-5, atol=1e-6)

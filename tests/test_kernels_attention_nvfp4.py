@@ -295,3 +295,24 @@ def test_agrees_with_the_bf16_kernel_on_the_same_values():
     out = torch.full((B, Hq, D), float("nan"), dtype=torch.bfloat16, device="cuda")
     att.decode_attention(q.cuda(), kb.cuda(), vb.cuda(), lens, out=out)
     assert_close(out.cpu(), ref, vmax, "bf16 kernel on the same values")
+
+
+def test_bench_reference_decodes_nvfp4_like_scaling():
+    """bench_attention's GPU-side NVFP4 decode (formats' tables) equals scaling's decode, and its float32 SDPA check
+    agrees with the float64 reference."""
+    from fp8lab.kernels import bench_attention as ba
+
+    gen = torch.Generator().manual_seed(6)
+    B, Hq, Hk, L, D = 2, 8, 2, 50, 64
+    k, v = make_kv(B, Hk, L, D, "outlier", gen)
+    kc, vc = nv.quantize_kv_nvfp4(k), nv.quantize_kv_nvfp4(v, "head")
+    for c in (kc, vc):
+        full = nv.dequantize_nvfp4_cache(c)
+        for b in range(B):
+            torch.testing.assert_close(ba._nvfp4_values(c, b), full[b], rtol=0, atol=0)
+    q = torch.randn(B, Hq, D, generator=gen).to(torch.bfloat16)
+    ref = nv.reference_decode_attention_nvfp4(q, kc, vc)
+    got = ba.reference(q, kc, vc, rows=(0, 1), nvfp4=True)
+    for b in (0, 1):
+        torch.testing.assert_close(got[b].double(), ref[b], rtol=1e-4, atol=1e-5)
+    assert ba.errors({b: ref[b].float() for b in (0, 1)}, got)["valid"]

@@ -215,3 +215,48 @@ def test_fp8_and_bf16_agree_on_the_same_values():
     vmax = vb.float().abs().max().item()
     assert_close(run_kernel(dict(q=q, k_cache=kc, v_cache=vc, prefix_len=Lc, k_scale=2.0**-5, v_scale=2.0**-6)), ref, vmax, "fp8")
     assert_close(run_kernel(dict(q=q, k_cache=kb, v_cache=vb, prefix_len=Lc)), ref, vmax, "bf16")
+
+
+# ---- the benchmark's validation reference and report functions (CPU, synthetic records) -----------------------------
+def test_bench_reference_rows_match_the_float64_reference():
+    from fp8lab.kernels import bench_prefill_attn as bp
+
+    kw, ref, _ = case(B=1, Hq=8, Hk=2, Mq=33, Lc=70, D=64, kind="fp8", extra=0, seed=5)
+    got = bp.reference_rows(kw["q"], kw["k_cache"], kw["v_cache"], 70, [0, 16, 32], kw["k_scale"], kw["v_scale"])
+    for t, r in got.items():
+        torch.testing.assert_close(r.double(), ref[0, :, t], rtol=1e-4, atol=1e-5)
+    ok, detail = bp.check(ref.float(), got)
+    assert ok and detail["rel_rms_err"] < 1e-5
+
+
+def _prefill_records():
+    recs = []
+    for Lc in (32768, 131072):
+        for Mq, r8 in ((16, 0.6), (512, 0.95), (2048, 1.1), (8192, 1.3)):
+            b16 = 1000.0 * Mq / 512 * Lc / 32768
+            nap = pf.napkin(Mq, Lc)
+            for kv, t in (("bf16", b16), ("fp8", b16 * r8)):
+                recs.append(dict(kernel=f"ours_{kv}kv[w4]", kv=kv, variant="w4", chunk=Mq, context=Lc, time_us=t,
+                                 tflops=1.0, valid=True, napkin=nap))
+            recs.append(dict(kernel="torch_sdpa[gqa,lower_right]", kv="bf16", variant="torch", chunk=Mq, context=Lc,
+                             time_us=b16 * 0.8, tflops=1.0, valid=True))
+    return {"provenance": {"device": "X", "date": "2000-01-01"}, "ceilings": {"copy_gbps": 4000.0, "mma_tflops_cublas": 600.0},
+            "results": recs}
+
+
+def test_prefill_report_functions():
+    from fp8lab.kernels import bench_prefill_attn as bp
+
+    data = _prefill_records()
+    rows = bp.summary_rows(data)
+    assert len(rows) == 8 and rows[0]["fp8_over_bf16"] == pytest.approx(0.6)
+    c = bp.crossover(data)
+    assert [x["context"] for x in c] == [32768, 131072]
+    assert 512 < c[0]["crossover_chunk"] < 2048 and c[0]["below"] == [16, 512] and c[0]["above"] == [2048, 8192]
+    text = bp.format_summary(data)
+    assert "8192" in text and "1.30x" in text
+    assert "FLOP/B" in bp.format_napkin(data) and "FLOPs" in bp.format_napkin()
+    reading = bp.seed004_reading(data)
+    assert "1.32x" in reading and "1.30x" in reading and "cannot" in reading
+    bp.plot_ratio(data)
+    assert bp.flops_of(1, 10) == 4.0 * 32 * 128 * 11

@@ -42,7 +42,7 @@
 // Shared helpers: ptx.cuh (packing, mma.sync), fp8_decode.cuh (the two E4M3 -> f16 conversions).
 // This file is VERSION 1, kept as it was measured (the llm.c habit: earlier versions stay beside the new one,
 // each timed). Version 2 -- shared-memory ring, more warps per SM, one softmax update per NSUB tiles -- lives in
-// attention_decode.cuh (whose header says what version 1 taught) and is instantiated at the end of this file.
+// attention_decode.cuh (whose header says what version 1 taught) and is instantiated in attention_decode_v2.cu.
 
 #include "attention_decode.cuh"
 
@@ -513,10 +513,3 @@ DECODE_KERNEL(decode_attn_fp8bit_d128_g16_vb, 128, CONV_BIT, true, false, 3)
 
 // ---- merge the splits (decode_reduce, shared by both versions and every format: attention_decode.cuh) -----------
 DECODE_REDUCE_KERNEL
-
-// ---- version 2 (attention_decode.cuh): the configurations listed in attention_fp8kv.py (V2_KERNELS), passed by the
-// loader as -DFP8LAB_ATTN_V2=DECODE_V2(fp8cvt,128,g8,1,4,1,3)... (one list, so the two sides cannot drift).
-#ifndef FP8LAB_ATTN_V2
-#error "compile attention_fp8kv.cu through fp8lab.kernels._cuda (it passes the version-2 instantiation list)"
-#endif
-FP8LAB_ATTN_V2
