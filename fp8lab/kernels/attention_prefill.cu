@@ -23,7 +23,7 @@
 // (FlashAttention-3's FP8 path); the lab has no such path, so this kernel measures what widening costs.
 //
 // Causality: key j is masked for row t when j > Lc + t; tiles past the block's last row are not visited; keys past
-// the cache end are zero-filled by the copy. Splits of the key range (flash-decoding, for short chunks that would
+// the block's last visible key are zero-filled by the copy (never read from memory). Splits of the key range (flash-decoding, for short chunks that would
 // not fill the GPU) write (max, sum, unnormalized O) per row and decode_reduce merges them, as for decode.
 // A row whose keys in a split are all masked writes max -inf, sum 0 and O = 0 (the merge gives it weight 0).
 //
@@ -142,7 +142,9 @@ __device__ __forceinline__ void prefill_body(
     float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
 
     const size_t kv_base = ((size_t)b * Hk + kvh) * Lkv;
-    // ---- copy tile t (keys kv0 .. kv0 + 63) into stage `st`: zero-filled past the cache end --------------------
+    // ---- copy tile t (keys kv0 .. kv0 + 63) into stage `st`. Keys at or past kv_hi are zero-filled, never read: no
+    // row of this block sees them (causality, or the next split), and the cache there may hold anything -- a NaN in V
+    // times a P of 0 would still be NaN.
     auto issue = [&](int t, int st) {
         const int kv0 = kv_lo + t * BN;
         if constexpr (FP8) {
@@ -150,7 +152,7 @@ __device__ __forceinline__ void prefill_body(
 #pragma unroll
             for (int it = 0; it < BN * CH8 / NT; ++it) {
                 const int id = tid + it * NT, n = id / CH8, ch = id % CH8;
-                const bool in = kv0 + n < Lkv;
+                const bool in = kv0 + n < kv_hi;
                 const size_t off = (kv_base + (in ? kv0 + n : 0)) * D + ch * 16;
                 attn::cp_async_z<16>(smem_s + SM::K8 + st * SM::TILE8 + n * D + ch * 16, kc + off, in);
                 attn::cp_async_z<16>(smem_s + SM::V8 + st * SM::TILE8 + n * D + ch * 16, vc + off, in);
@@ -159,7 +161,7 @@ __device__ __forceinline__ void prefill_body(
 #pragma unroll
             for (int it = 0; it < BN * CH / NT; ++it) {
                 const int id = tid + it * NT, n = id / CH, ch = id % CH;
-                const bool in = kv0 + n < Lkv;
+                const bool in = kv0 + n < kv_hi;
                 const size_t off = ((kv_base + (in ? kv0 + n : 0)) * D + ch * 8) * ROWE;
                 attn::cp_async_z<16>(smem_s + SM::KW + st * SM::TILE16 + tile_off<D>(n, ch), kc + off, in);
                 attn::cp_async_z<16>(smem_s + SM::VW + st * SM::TILE16 + tile_off<D>(n, ch), vc + off, in);
