@@ -6,6 +6,7 @@ GPU: the kernel against the float64 reference, output poisoned (NaN), slots past
 (per-tensor and per-head scales), D = 64 / 128, 4 and 8 warps, GQA packing on and off, GQA groups, odd chunk and
 prefix lengths, every split path (the merge of fully masked splits included).
 """
+import functools
 import math
 import zlib
 
@@ -40,6 +41,7 @@ def assert_close(out, ref, vmax, what=""):
     assert rel <= TOL.rms, f"{what}: relative RMS error {rel:.3g} > {TOL.rms:.3g}"
 
 
+@functools.lru_cache(maxsize=None)  # one case serves every block shape / packing (tests never modify the inputs)
 def case(B=2, Hq=8, Hk=2, Mq=37, Lc=100, D=128, kind="bf16", per_head=False, dist="normal", extra=7, seed=0):
     """q, caches with Lc + Mq real tokens and `extra` poisoned slots after them, the float64 reference, max |V|."""
     gen = torch.Generator().manual_seed(seed)
@@ -175,7 +177,7 @@ def run_kernel(kw, **launch):
 @pytest.mark.parametrize("Mq,Lc", [(1, 300), (37, 0), (130, 517)], ids=["decode-like", "no-prefix", "odd"])
 def test_kernel_matches_reference(kind, D, nw, pack, Mq, Lc):
     kw, ref, vmax = case(B=2, Hq=8, Hk=2, Mq=Mq, Lc=Lc, D=D, kind=kind, dist="outlier",
-                         seed=zlib.crc32(repr((kind, D, nw, pack, Mq, Lc)).encode()) % 1000)
+                         seed=zlib.crc32(repr((kind, D, Mq, Lc)).encode()) % 1000)
     assert_close(run_kernel(kw, nw=nw, pack=pack), ref, vmax, f"{kind} D={D} nw={nw} pack={pack} Mq={Mq} Lc={Lc}")
 
 

@@ -1,7 +1,15 @@
-"""Decode attention over an FP8 (E4M3) or bf16 KV cache, contiguous or paged (attention_fp8kv.cu).
+"""Decode attention over an FP8 (E4M3) or bf16 KV cache, contiguous or paged: two kernel versions.
 
     out = decode_attention(q, k_cache, v_cache, seq_lens, k_scale=ks, v_scale=vs)          # contiguous
     out = decode_attention(q, k_pool, v_pool, seq_lens, block_table=bt, k_scale=ks, v_scale=vs)  # paged
+    out = decode_attention(q, k_cache, v_cache, seq_lens, k_scale=ks, v_scale=vs, version=1)   # the first kernel
+
+    version 1 (attention_fp8kv.cu): each warp keeps its next tiles in flight in registers (pv "va" or "vb").
+    version 2 (attention_decode_v2.cu, the default; design in attention_decode.cuh): the tiles in flight live in a
+              shared-memory ring per warp instead, so a warp needs half the registers and twice the warps fit on an
+              SM; `config` = (NSUB tiles per softmax step, NS ring stages, ROT rotated visiting order, MINB blocks per
+              SM) picks a compiled configuration (V2_KERNELS; default V2_DEFAULTS). The NVFP4 cache uses the same
+              kernel: attention_nvfp4kv.py.
 
     q            bf16 [B, Hq, D]            one query token per sequence, D in (64, 128)
     k/v cache    [B, Hk, L, D]              contiguous, or
@@ -25,7 +33,7 @@ gather the pages, then torch's scaled_dot_product_attention in float32 on each s
 Why FP8 can be ~2x faster: one decode step reads the whole cache once, a few FLOPs per byte, so the time is
 the bytes over memory bandwidth, and E4M3 halves the bytes. The work the kernel adds per byte (widening
 E4M3 to f16) must stay cheaper than the memory time saved, which is why it uses the tensor cores for both
-products and converts in registers (see the header of attention_fp8kv.cu for the design).
+products and converts in registers (see the headers of attention_fp8kv.cu and attention_decode.cuh).
 """
 from __future__ import annotations
 

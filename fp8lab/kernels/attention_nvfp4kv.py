@@ -95,20 +95,22 @@ def quantize_kv_nvfp4(x: torch.Tensor, granularity: str = "tensor", global_amax=
 
 
 def dequantize_nvfp4_cache(c: NVFP4Cache) -> torch.Tensor:
-    """float32 [N, Hk, L, D] values of an NVFP4 cache, decoded by fp8lab.scaling.dequantize (the lab's NVFP4).
+    """float32 [N, Hk, L, D] values of an NVFP4 cache, decoded by fp8lab.scaling.dequantize (the lab's NVFP4), on the
+    cache's device (scaling is bit-exact on CUDA as on the CPU).
 
     dequantize_nvfp4_cache(NVFP4Cache(tensor([[[[0x22]*8]]]), tensor([[[[0x38]]]]), tensor(0.5))) -> 0.5 everywhere
     """
     from fp8lab import scaling
 
     D = c.head_dim
-    codes = scaling.unpack_nibbles(c.packed.cpu(), D)
-    sc = c.scales.cpu().view(torch.uint8) if c.scales.dtype == torch.float8_e4m3fn else c.scales.cpu()
-    gs = c.global_scale.detach().float().cpu().reshape(-1)
+    codes = scaling.unpack_nibbles(c.packed, D)
+    sc = c.scales.view(torch.uint8) if c.scales.dtype == torch.float8_e4m3fn else c.scales
+    gs = c.global_scale.detach().float().to(codes.device).reshape(-1)
     spec = scaling.QuantSpec("e2m1", "nvfp4")
 
     def deq(codes_, sc_, g):
-        q = scaling.Quantized(codes_, torch.ones(()), spec, tuple(codes_.shape), scale_codes=sc_, global_scale=g.reshape(()))
+        q = scaling.Quantized(codes_, torch.ones((), device=codes_.device), spec, tuple(codes_.shape), scale_codes=sc_,
+                              global_scale=g.reshape(()))
         return scaling.dequantize(q)
 
     if gs.numel() == 1:
@@ -253,9 +255,10 @@ def attention_f64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lens, softm
 
 def reference_decode_attention_nvfp4(q, k_cache: NVFP4Cache, v_cache: NVFP4Cache, seq_lens=None, *, block_table=None,
                                      softmax_scale: float | None = None) -> torch.Tensor:
-    """float64 [B, Hq, D] on the CPU: dequantize through fp8lab.scaling, gather pages, attention in float64."""
-    k = dequantize_nvfp4_cache(k_cache)
-    v = dequantize_nvfp4_cache(v_cache)
+    """float64 [B, Hq, D] on the CPU: dequantize through fp8lab.scaling (on the cache's device, bit-exact anywhere),
+    gather pages, attention in float64 on the CPU."""
+    k = dequantize_nvfp4_cache(k_cache).cpu()
+    v = dequantize_nvfp4_cache(v_cache).cpu()
     B = q.shape[0]
     if block_table is not None:
         k = att.gather_pages(k, block_table.cpu(), seq_lens)
