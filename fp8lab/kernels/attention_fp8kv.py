@@ -391,14 +391,15 @@ def _out_tensor(p, out, dev):
 
 
 def launch_v2(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, bt, ks, vs, stride: int, sm: float,
-              out, config=None, num_splits=None) -> Launch:
+              out, config=None, num_splits=None, compiled=None, defaults=None) -> Launch:
     """Version 2's launch for any format (attention_nvfp4kv.py uses it too).
 
     tensors: q, k, v (byte views of the pools) and, for NVFP4, ksc / vsc (scale-code pools); p: a Problem-like
-    object (B, Hq, Hk, D, G, page, max_blocks). config = (NSUB, NS, ROT, MINB) or None for the default.
+    object (B, Hq, Hk, D, G, page, max_blocks). config = (NSUB, NS, ROT, MINB) or None for the default;
+    compiled / defaults: the source's configuration lists (None: this module's V2_KERNELS / V2_DEFAULTS).
     """
     g = "g16" if p.G > 8 else "g8"
-    cfg = check_config_v2(source, fmt, p, config)
+    cfg = check_config_v2(fmt, p, config, compiled, defaults)
     dev = tensors["q"].device
     cp = _cuda._cupy()
     mod = _cuda.load_module(source)
@@ -434,33 +435,21 @@ def launch_v2(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, bt,
                   main_block=(32 * wpb,), smem=smem)
 
 
-def check_config_v2(source: str, fmt: str, p, config) -> tuple:
-    """The version-2 config to run (config, or the default), raising AttentionArgError if it is not compiled."""
+def check_config_v2(fmt: str, p, config, compiled=None, defaults=None) -> tuple:
+    """The version-2 config to run (config, or the default), raising AttentionArgError if it is not compiled.
+
+    compiled / defaults: the caller's lists (V2_KERNELS / V2_DEFAULTS here; attention_nvfp4kv passes its own)."""
+    compiled_all = V2_KERNELS if compiled is None else compiled
+    defaults = V2_DEFAULTS if defaults is None else defaults
     g = "g16" if p.G > 8 else "g8"
-    compiled = {k[3:] for k in _compiled_v2(source) if k[:3] == (fmt, p.D, g)}
+    compiled = {k[3:] for k in compiled_all if k[:3] == (fmt, p.D, g)}
     try:
-        cfg = tuple(int(x) for x in config) if config is not None else _default_v2(source)[(fmt, p.D, g)]
+        cfg = tuple(int(x) for x in config) if config is not None else defaults[(fmt, p.D, g)]
     except (TypeError, ValueError):
         raise AttentionArgError(f"config must be a tuple (NSUB, NS, ROT, MINB), got {config!r}") from None
     if cfg not in compiled:
         raise AttentionArgError(f"version-2 config {cfg} is not compiled for {fmt} D={p.D} {g}; compiled: {sorted(compiled)}")
     return cfg
-
-
-def _compiled_v2(source: str) -> frozenset:
-    if source == "attention_decode_v2.cu":
-        return V2_KERNELS
-    from . import attention_nvfp4kv
-
-    return attention_nvfp4kv.KERNELS
-
-
-def _default_v2(source: str) -> dict:
-    if source == "attention_decode_v2.cu":
-        return V2_DEFAULTS
-    from . import attention_nvfp4kv
-
-    return attention_nvfp4kv.DEFAULTS
 
 
 def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=None, v_scale=None,
@@ -486,7 +475,7 @@ def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=Non
     if version == 1 and config is not None:
         raise AttentionArgError("config applies to version 2 only")
     if version == 2:
-        check_config_v2("attention_decode_v2.cu", f"fp8{conv}" if p.fp8 else "bf16", p, config)
+        check_config_v2(f"fp8{conv}" if p.fp8 else "bf16", p, config)
     if q.device.type != "cuda":
         raise AttentionArgError(f"decode_attention runs on CUDA tensors (got {q.device}); "
                                 "reference_decode_attention is the CPU version")

@@ -214,7 +214,7 @@ def prepare(q, k_cache: NVFP4Cache, v_cache: NVFP4Cache, seq_lens=None, *, block
             out: torch.Tensor | None = None, check_values: bool = True, max_seq_len: int | None = None) -> att.Launch:
     """Validate (before any CUDA call), plan the splits, convert arguments; returns a Launch (call it to run)."""
     p = check_args(q, k_cache, v_cache, seq_lens, block_table, check_values=check_values)
-    att.check_config_v2("attention_nvfp4kv.cu", "nvfp4", p, config)
+    att.check_config_v2("nvfp4", p, config, KERNELS, DEFAULTS)
     if q.device.type != "cuda":
         raise AttentionArgError(f"decode_attention_nvfp4 runs on CUDA tensors (got {q.device}); "
                                 "reference_decode_attention_nvfp4 is the CPU version")
@@ -225,7 +225,7 @@ def prepare(q, k_cache: NVFP4Cache, v_cache: NVFP4Cache, seq_lens=None, *, block
     out = att._out_tensor(p, out, dev)
     tensors = dict(q=q, k=k_cache.packed, v=v_cache.packed, ksc=_u8(k_cache.scales), vsc=_u8(v_cache.scales))
     return att.launch_v2("attention_nvfp4kv.cu", "nvfp4", p, tensors, lens_t, max_len, bt, ks, vs, stride, sm, out,
-                         config=config, num_splits=num_splits)
+                         config=config, num_splits=num_splits, compiled=KERNELS, defaults=DEFAULTS)
 
 
 def decode_attention_nvfp4(q, k_cache: NVFP4Cache, v_cache: NVFP4Cache, seq_lens=None, *, block_table=None,
