@@ -1,10 +1,13 @@
-"""Decode attention over an FP8 / bf16 KV cache (fp8lab/kernels/attention_fp8kv.*).
+"""Decode attention over an FP8 / bf16 KV cache (attention_fp8kv.*, versions 1 and 2) and over an NVFP4 KV cache
+(attention_nvfp4kv.*).
 
-CPU: the reference (vs a float64 softmax written out by hand), the paged gather, the FP8 cache quantizer
-(vs fp8lab.scaling), and argument checks that must fire before any CUDA call.
-GPU (skipped without CUDA): the kernel vs the reference on fresh random inputs of several distributions,
-contiguous and paged, odd lengths, B = 1..8, every split path, output poisoned first.
+CPU: the references (vs a float64 softmax written out by hand; NVFP4 decoded through fp8lab.scaling), the paged
+gather, the cache quantizers, the split plans, and argument checks that must fire before any CUDA call.
+GPU (skipped without CUDA): every kernel vs the reference on fresh random inputs of several distributions,
+contiguous and paged (shuffled pages), odd lengths, B = 1..8, GQA groups 1..16, D = 64 / 128, every split path,
+every compiled version-2 configuration, output poisoned first.
 """
+import functools
 import math
 import zlib
 
@@ -62,6 +65,7 @@ def make_kv(B, Hk, L, D, dist, gen):
     return k, v
 
 
+@functools.lru_cache(maxsize=None)  # the same inputs serve every kernel version (tests never modify them)
 def case(B=3, Hq=8, Hk=2, D=128, lens=(1, 37, 300), dist="normal", kind="fp8", per_head=False, layout="contig",
          page=16, seed=0):
     """Random inputs + the reference. Returns a dict of kernel kwargs, the reference output and max|V|."""
@@ -160,6 +164,27 @@ def test_plan_splits():
     assert n % att.TILE == 0 and S * n >= 1000 and (S - 1) * n < 1000
 
 
+@pytest.mark.parametrize("L,B,Hk,bps", [(32768, 8, 8, 4), (32768, 8, 8, 3), (131072, 8, 8, 4), (100, 8, 8, 4),
+                                        (5000, 1, 1, 3), (16384, 64, 8, 4)])
+def test_plan_splits_v2_fills_one_wave_of_blocks(L, B, Hk, bps):
+    S, n = att.plan_splits_v2(L, B, Hk, sms=132, blocks_per_sm=bps)
+    assert n % att.TILE == 0 and S * n >= L and (S - 1) * n < L
+    blocks = B * Hk * -(-S // att.WARPS_PER_BLOCK_V2)
+    assert blocks <= max(132 * bps, B * Hk)  # one wave (or one block per pair when the pairs alone overfill it)
+    assert att.plan_splits_v2(32768, 8, 8, 132, 4) == (32, 1024) and att.plan_splits_v2(32768, 8, 8, 132, 3) == (24, 1376)
+
+
+def test_v2_config_lists():
+    """Every default is compiled, smem of every compiled config fits a block, names are what the .cu builds."""
+    for key, cfg in att.V2_DEFAULTS.items():
+        assert key + cfg in att.V2_KERNELS
+    for f, D, g, nsub, ns, rot, minb in att.V2_KERNELS:
+        assert f in att.V2_FMTS and D in att.HEAD_DIMS and g in ("g8", "g16") and ns >= 2 and rot in (0, 1)
+        assert att.v2_smem(f, D, nsub, ns) <= 227 * 1024
+    assert att.v2_smem("fp8cvt", 128, 1, 3) == 49152 and att.v2_tile_bytes("nvfp4", 128) == 2304
+    assert att.v2_kernel_name("fp8cvt", 128, "g8", (1, 3, 1, 4)) == "decode_v2_fp8cvt_d128_g8_n1_s3_r1_b4"
+
+
 # ---- CPU: argument checks fire before any CUDA call ------------------------------------------------------------
 def _good(**over):
     B, Hq, Hk, L, D = 2, 8, 2, 32, 128
@@ -194,6 +219,9 @@ BAD_ARGS = [
     ("unknown conversion", dict(conv="lut"), "conv must be one of"),
     ("unknown P.V layout", dict(pv="vc"), "pv must be one of"),
     ("paged, no seq_lens", dict(block_table=torch.zeros(2, 2, dtype=torch.int32), seq_lens=None), "needs seq_lens"),
+    ("unknown version", dict(version=3), "version must be one of"),
+    ("version 2 with vb", dict(version=2, pv="vb"), "only the 'va'"),
+    ("config for version 1", dict(version=1, config=(1, 3, 1, 4)), "config applies to version 2"),
 ]
 
 
@@ -244,68 +272,91 @@ def test_cpu_tensors_get_a_clear_error():
 
 
 # ---- GPU: the kernel against the reference ----------------------------------------------------------------------
-def run_kernel(kw, conv="cvt", num_splits=None, pv=att.DEFAULT_PV):
+def run_kernel(kw, conv="cvt", num_splits=None, pv=att.DEFAULT_PV, version=None, config=None):
     """Move the inputs to the GPU, poison the output (NaN), run, return the output on the CPU."""
     dev = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
     out = torch.full(kw["q"].shape, float("nan"), dtype=torch.bfloat16, device="cuda")
     fp8 = kw["k_cache"].dtype == torch.uint8
-    att.decode_attention(**dev, conv=conv if fp8 else att.DEFAULT_CONV, num_splits=num_splits, pv=pv, out=out)
+    att.decode_attention(**dev, conv=conv if fp8 else att.DEFAULT_CONV, num_splits=num_splits, pv=pv, out=out,
+                         version=version, config=config)
     torch.cuda.synchronize()
     return out.cpu()
 
 
 KINDS = [("fp8", "cvt"), ("fp8", "bit"), ("bf16", None)]
 LAYOUTS = [("contig", 0), ("paged", 16), ("paged", 64)]
+IMPLS = [(1, "va"), (1, "vb"), (2, "va")]  # (version, P.V layout): version 2 has only "va"
+IMPL_IDS = ["v1va", "v1vb", "v2"]
 
 
 @GPU
-@pytest.mark.parametrize("pv", att.PV_LAYOUTS)
+@pytest.mark.parametrize("version,pv", IMPLS, ids=IMPL_IDS)
 @pytest.mark.parametrize("kind,conv", KINDS, ids=["fp8cvt", "fp8bit", "bf16"])
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("layout,page", LAYOUTS, ids=["contig", "page16", "page64"])
 @pytest.mark.parametrize("dist", ["normal", "outlier"])
-def test_kernel_matches_reference(kind, conv, D, layout, page, dist, pv):
+def test_kernel_matches_reference(kind, conv, D, layout, page, dist, version, pv):
     # lengths: 1 token, a partial first tile, a page boundary +1, odd long ones (not multiples of 16/64/splits)
     kw, ref, vmax = case(B=5, Hq=8, Hk=2, D=D, lens=(1, 13, 65, 777, 1500), dist=dist, kind=kind,
                          layout=layout, page=page or 16, seed=zlib.crc32(repr((kind, conv, D, layout, page, dist)).encode()) % 1000)
-    assert_close(run_kernel(kw, conv, pv=pv), ref, vmax, kind, f"{kind}/{conv}/{pv} D={D} {layout}{page} {dist}")
+    assert_close(run_kernel(kw, conv, pv=pv, version=version), ref, vmax, kind,
+                 f"v{version} {kind}/{conv}/{pv} D={D} {layout}{page} {dist}")
 
 
 @GPU
+@pytest.mark.parametrize("version,pv", IMPLS, ids=IMPL_IDS)
 @pytest.mark.parametrize("kind,conv", KINDS, ids=["fp8cvt", "fp8bit", "bf16"])
 @pytest.mark.parametrize("num_splits", [1, 2, 7, 1000])
-@pytest.mark.parametrize("pv", att.PV_LAYOUTS)
-def test_every_split_count(kind, conv, num_splits, pv):
+def test_every_split_count(kind, conv, num_splits, version, pv):
     """S = 1 writes bf16 directly; S > 1 goes through the reduce kernel; 1000 -> one 16-token tile per split."""
     kw, ref, vmax = case(B=4, Hq=16, Hk=4, D=128, lens=(1, 16, 17, 2049), kind=kind, seed=num_splits)
-    assert_close(run_kernel(kw, conv, num_splits, pv), ref, vmax, kind, f"{kind}/{pv} S={num_splits}")
+    assert_close(run_kernel(kw, conv, num_splits, pv, version=version), ref, vmax, kind, f"v{version} {kind}/{pv} S={num_splits}")
 
 
 @GPU
+@pytest.mark.parametrize("version,pv", IMPLS, ids=IMPL_IDS)
 @pytest.mark.parametrize("kind,conv", KINDS, ids=["fp8cvt", "fp8bit", "bf16"])
 @pytest.mark.parametrize("Hq,Hk", [(4, 4), (8, 4), (32, 8), (64, 8), (80, 8), (128, 8)],
                          ids=["G1", "G2", "G4", "G8", "G10", "G16"])
-@pytest.mark.parametrize("pv", att.PV_LAYOUTS)
-def test_group_sizes(kind, conv, Hq, Hk, pv):
+def test_group_sizes(kind, conv, Hq, Hk, version, pv):
     """G > 8 uses the MMA's rows 8..15 too (the g16 kernels; "va" then runs a second n-tile of heads)."""
     kw, ref, vmax = case(B=2, Hq=Hq, Hk=Hk, D=128, lens=(100, 333), kind=kind, dist="outlier", seed=Hq)
-    assert_close(run_kernel(kw, conv, pv=pv), ref, vmax, kind, f"{kind}/{pv} Hq={Hq} Hk={Hk}")
+    assert_close(run_kernel(kw, conv, pv=pv, version=version), ref, vmax, kind, f"v{version} {kind}/{pv} Hq={Hq} Hk={Hk}")
 
 
 @GPU
+@pytest.mark.parametrize("version", att.VERSIONS)
 @pytest.mark.parametrize("B", [1, 2, 8])
 @pytest.mark.parametrize("conv", ["cvt", "bit"])
-def test_batch_sizes_random_lengths_per_head_scales(B, conv):
+def test_batch_sizes_random_lengths_per_head_scales(B, conv, version):
     gen = torch.Generator().manual_seed(B)
     lens = tuple(int(x) for x in torch.randint(1, 1200, (B,), generator=gen))
     kw, ref, vmax = case(B=B, Hq=32, Hk=8, D=128, lens=lens, per_head=True, layout="paged", page=16, seed=B)
-    assert_close(run_kernel(kw, conv), ref, vmax, "fp8", f"B={B} lens={lens}")
+    assert_close(run_kernel(kw, conv, version=version), ref, vmax, "fp8", f"v{version} B={B} lens={lens}")
+
+
+V2_CONFIGS = sorted(att.V2_KERNELS)
 
 
 @GPU
+@pytest.mark.parametrize("cfg", V2_CONFIGS, ids=["_".join(map(str, c)) for c in V2_CONFIGS])
+def test_every_compiled_v2_config(cfg):
+    """Each instantiation (NSUB tiles per step, ring depth, rotation, register cap): pages of 16 so that a 2-tile step
+    straddles pages, lengths that end inside a step, more splits than fit one wave and just one split."""
+    fmt, D, g, nsub, ns, rot, minb = cfg
+    kind, conv = ("bf16", "cvt") if fmt == "bf16" else ("fp8", fmt[3:])
+    Hq, Hk = (24, 2) if g == "g16" else (8, 2)
+    kw, ref, vmax = case(B=4, Hq=Hq, Hk=Hk, D=D, lens=(1, 31, 999, 2000), kind=kind, dist="outlier", layout="paged",
+                         page=16, seed=zlib.crc32(repr(cfg).encode()) % 1000)
+    for S in (None, 1, 37):
+        assert_close(run_kernel(kw, conv, S, version=2, config=cfg[3:]), ref, vmax, kind, f"{cfg} S={S}")
+
+
+@GPU
+@pytest.mark.parametrize("version", att.VERSIONS)
 @pytest.mark.parametrize("conv", ["cvt", "bit"])
 @pytest.mark.parametrize("D", [64, 128])
-def test_every_e4m3_code(conv, D):
+def test_every_e4m3_code(conv, D, version):
     """Codes drawn uniformly over all 254 finite E4M3 codes (subnormals, +-448): the conversions are exact."""
     gen = torch.Generator().manual_seed(D)
     B, Hk, L = 2, 2, 508
@@ -314,7 +365,7 @@ def test_every_e4m3_code(conv, D):
     q = (0.05 * torch.randn(B, 4 * Hk, D, generator=gen)).to(torch.bfloat16)  # small q: 448-sized keys, sane logits
     kw = dict(q=q, k_cache=codes[0], v_cache=codes[1], seq_lens=[L, 301], k_scale=0.01, v_scale=2.0)
     ref = att.reference_decode_attention(q, codes[0], codes[1], 0.01, 2.0, seq_lens=[L, 301])
-    assert_close(run_kernel(kw, conv), ref, 448 * 2.0, "fp8", f"all codes {conv} D={D}")
+    assert_close(run_kernel(kw, conv, version=version), ref, 448 * 2.0, "fp8", f"v{version} all codes {conv} D={D}")
 
 
 @GPU
@@ -334,8 +385,61 @@ def test_fp8_and_bf16_kernels_agree_on_the_same_values():
     assert torch.equal(kb.float(), att.dequantize_cache(kc, ks))  # exact
     ref = att.reference_decode_attention(q, kb, vb, seq_lens=lens)
     vmax = vb.float().abs().max().item()
-    for conv in ("cvt", "bit"):
-        o8 = run_kernel(dict(q=q, k_cache=kc, v_cache=vc, seq_lens=lens, k_scale=ks, v_scale=vs), conv)
-        assert_close(o8, ref, vmax, "fp8", f"fp8 kernel ({conv}) on exact-in-bf16 values")
-    o16 = run_kernel(dict(q=q, k_cache=kb, v_cache=vb, seq_lens=lens))
-    assert_close(o16, ref, vmax, "bf16", "bf16 kernel on the same values")
+    for version in att.VERSIONS:
+        for conv in ("cvt", "bit"):
+            o8 = run_kernel(dict(q=q, k_cache=kc, v_cache=vc, seq_lens=lens, k_scale=ks, v_scale=vs), conv, version=version)
+            assert_close(o8, ref, vmax, "fp8", f"v{version} fp8 kernel ({conv}) on exact-in-bf16 values")
+        o16 = run_kernel(dict(q=q, k_cache=kb, v_cache=vb, seq_lens=lens), version=version)
+        assert_close(o16, ref, vmax, "bf16", f"v{version} bf16 kernel on the same values")
+
+
+# ---- the benchmark's report functions on the current schema (synthetic records: a format check) ---------------------
+def _decode_records():
+    from fp8lab.kernels import bench_attention as ba
+
+    recs = []
+    for L in ba.CONTEXTS:
+        t = L / 32768
+        base = dict(layout="contiguous", head_dim=128, context=L, valid=True)
+        recs += [dict(kernel="v2_fp8kv[cvt]", fmt="fp8cvt", version=2, default=True, time_us=140 * t, speedup=1.9,
+                      speedup_vs_torch=1.7, fraction_of_copy_bw=0.91, **base),
+                 dict(kernel="v2_bf16kv", fmt="bf16", version=2, default=True, time_us=266 * t, speedup=0.9,
+                      fraction_of_copy_bw=0.96, **base),
+                 dict(kernel="v2_nvfp4kv", fmt="nvfp4", version=2, default=True, time_us=85 * t, speedup=3.1,
+                      fraction_of_copy_bw=0.84, **base),
+                 dict(kernel="v1_fp8kv[cvt]", fmt="fp8cvt", version=1, default=False, time_us=146 * t, speedup=1.79,
+                      fraction_of_copy_bw=0.87, **base),
+                 dict(kernel="v1_bf16kv", fmt="bf16", version=1, default=False, time_us=262 * t, **base),
+                 dict(kernel="torch_sdpa[default=cudnn]", fmt="torch", time_us=238 * t, **base)]
+    recs.append(dict(kernel="v2_fp8kv[cvt]{2,2,1,3}", fmt="fp8cvt", version=2, default=False, sweep=True, time_us=150.0,
+                     config=[2, 2, 1, 3], num_splits=24, speedup=1.8, layout="contiguous", head_dim=128, context=32768))
+    return {"provenance": {"device": "X", "date": "2000-01-01"}, "ceilings": {"copy_gbps": 4200.0}, "results": recs}
+
+
+def test_bench_report_functions_current_schema():
+    from fp8lab.kernels import bench_attention as ba
+
+    data = _decode_records()
+    rows = ba.summary_rows(data)
+    assert len(rows) == 3 and all(r["version"] == 2 for r in rows)  # the sweep row is not a summary row
+    r32 = next(r for r in rows if r["context"] == 32768)
+    assert r32["fp8_us"] == 140 and r32["nvfp4_vs_bf16"] == 3.1 and r32["fp8_v1_us"] == 146 and r32["torch_us"] == 238
+    g = ba.goals_table(data)
+    assert {x["goal"] for x in g} == {"fp8_vs_bf16", "fp8_vs_torch", "fp8_xcopy", "nvfp4_vs_bf16"}
+    assert all(x["met"] for x in g if x["goal"] in ("fp8_vs_bf16", "fp8_xcopy", "nvfp4_vs_bf16"))
+    assert not any(x["met"] for x in g if x["goal"] == "fp8_vs_torch")
+    assert "NOT met" in ba.format_goals(data) and "131072" in ba.format_summary(data)
+    assert "(2, 2, 1, 3)" in ba.format_sweep(data)
+    assert ba.goal_met(data) == (1.9, True)
+    ba.plot_speedup(data)
+    ba.plot_bandwidth(data)
+
+
+def test_bench_reference_matches_the_cpu_reference():
+    from fp8lab.kernels import bench_attention as ba
+
+    kw, ref, _ = case(B=2, Hq=8, Hk=2, D=64, lens=(40, 40), kind="fp8", seed=3)
+    kc, vc = kw["k_cache"][:, :, :40].contiguous(), kw["v_cache"][:, :, :40].contiguous()
+    got = ba.reference(kw["q"], kc, vc, kw["k_scale"], kw["v_scale"], rows=(0, 1))
+    for b in (0, 1):
+        torch.testing.assert_close(got[b], ref[b], rtol=1e-5, atol=1e-6)

@@ -40,8 +40,11 @@
 //
 // No host code; NVRTC-compatible (no CUDA headers: bf16/f16 are raw bits). Built without fast math.
 // Shared helpers: ptx.cuh (packing, mma.sync), fp8_decode.cuh (the two E4M3 -> f16 conversions).
+// This file is VERSION 1, kept as it was measured (the llm.c habit: earlier versions stay beside the new one,
+// each timed). Version 2 -- shared-memory ring, more warps per SM, one softmax update per NSUB tiles -- lives in
+// attention_decode.cuh (whose header says what version 1 taught) and is instantiated in attention_decode_v2.cu.
 
-#include "fp8_decode.cuh"
+#include "attention_decode.cuh"
 
 #define CONV_NONE 0  // bf16 cache
 #define CONV_CVT 1
@@ -508,27 +511,5 @@ DECODE_KERNEL(decode_attn_fp8bit_d128_g8_vb, 128, CONV_BIT, false, false, 3)
 DECODE_KERNEL(decode_attn_fp8bit_d128_g16_va, 128, CONV_BIT, true, true, 4)
 DECODE_KERNEL(decode_attn_fp8bit_d128_g16_vb, 128, CONV_BIT, true, false, 3)
 
-// ---- merge the splits: out = sum_s 2**(m_s - M) O_s / sum_s 2**(m_s - M) l_s ----------------------------------
-// grid = (Hq, B), block = D / 4 threads, each owning 4 consecutive dims. O_s already carries v_scale.
-extern "C" __global__ void __launch_bounds__(32) decode_reduce(const float* __restrict__ part_o, const float* __restrict__ part_ml,
-                                                                const int* __restrict__ seq_lens, int Hq, int S, int split_len,
-                                                                int D, u16* __restrict__ out) {
-    const int hq = blockIdx.x, b = blockIdx.y, d = threadIdx.x * 4;
-    const int len = seq_lens[b];
-    const int ns = min(S, (len + split_len - 1) / split_len);  // splits that hold tokens
-    const size_t row = (size_t)b * Hq + hq;
-    const float* ml = part_ml + row * S * 2;
-    float M = neg_inf();
-    for (int s = 0; s < ns; ++s) M = fmaxf(M, ml[2 * s]);
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    float den = 0.f;
-    for (int s = 0; s < ns; ++s) {
-        const float w = ex2(ml[2 * s] - M);
-        den += w * ml[2 * s + 1];
-        const float4 x = *reinterpret_cast<const float4*>(part_o + (row * S + s) * D + d);
-        acc.x += w * x.x; acc.y += w * x.y; acc.z += w * x.z; acc.w += w * x.w;
-    }
-    const float inv = 1.0f / den;
-    uint2 res = make_uint2(bf16x2_rn(acc.x * inv, acc.y * inv), bf16x2_rn(acc.z * inv, acc.w * inv));
-    *reinterpret_cast<uint2*>(out + row * D + d) = res;
-}
+// ---- merge the splits (decode_reduce, shared by both versions and every format: attention_decode.cuh) -----------
+DECODE_REDUCE_KERNEL

@@ -1,7 +1,15 @@
-"""Decode attention over an FP8 (E4M3) or bf16 KV cache, contiguous or paged (attention_fp8kv.cu).
+"""Decode attention over an FP8 (E4M3) or bf16 KV cache, contiguous or paged: two kernel versions.
 
     out = decode_attention(q, k_cache, v_cache, seq_lens, k_scale=ks, v_scale=vs)          # contiguous
     out = decode_attention(q, k_pool, v_pool, seq_lens, block_table=bt, k_scale=ks, v_scale=vs)  # paged
+    out = decode_attention(q, k_cache, v_cache, seq_lens, k_scale=ks, v_scale=vs, version=1)   # the first kernel
+
+    version 1 (attention_fp8kv.cu): each warp keeps its next tiles in flight in registers (pv "va" or "vb").
+    version 2 (attention_decode_v2.cu, the default; design in attention_decode.cuh): the tiles in flight live in a
+              shared-memory ring per warp instead, so a warp needs half the registers and twice the warps fit on an
+              SM; `config` = (NSUB tiles per softmax step, NS ring stages, ROT rotated visiting order, MINB blocks per
+              SM) picks a compiled configuration (V2_KERNELS; default V2_DEFAULTS). The NVFP4 cache uses the same
+              kernel: attention_nvfp4kv.py.
 
     q            bf16 [B, Hq, D]            one query token per sequence, D in (64, 128)
     k/v cache    [B, Hk, L, D]              contiguous, or
@@ -25,7 +33,7 @@ gather the pages, then torch's scaled_dot_product_attention in float32 on each s
 Why FP8 can be ~2x faster: one decode step reads the whole cache once, a few FLOPs per byte, so the time is
 the bytes over memory bandwidth, and E4M3 halves the bytes. The work the kernel adds per byte (widening
 E4M3 to f16) must stay cheaper than the memory time saved, which is why it uses the tensor cores for both
-products and converts in registers (see the header of attention_fp8kv.cu for the design).
+products and converts in registers (see the headers of attention_fp8kv.cu and attention_decode.cuh).
 """
 from __future__ import annotations
 
@@ -193,6 +201,57 @@ def check_args(q, k_cache, v_cache, seq_lens=None, block_table=None, k_scale=Non
     return Problem(B, Hq, Hk, D, fp8, paged, P, max_blocks, n_pages)
 
 
+# ---- version 2: the compiled configurations -------------------------------------------------------------------
+VERSIONS = (1, 2)
+#: version 2 unless pv="vb" is asked for (only version 1 has that layout); measured choice: see DEFAULT_CONFIG_V2
+DEFAULT_VERSION = 2
+WARPS_PER_BLOCK_V2 = 4
+V2_FMTS = ("bf16", "fp8cvt", "fp8bit")
+#: (format, head_dim, group kind, NSUB tiles per softmax step, NS ring stages, ROT rotated order, MINB blocks/SM)
+#: passed to NVRTC as -DFP8LAB_ATTN_V2=DECODE_V2(...)... for attention_decode_v2.cu: one list, the .cu has no other.
+V2_DEFAULTS = {
+    ("fp8cvt", 128, "g8"): (1, 3, 1, 4), ("fp8bit", 128, "g8"): (1, 3, 1, 4), ("bf16", 128, "g8"): (1, 2, 1, 3),
+    ("fp8cvt", 128, "g16"): (1, 3, 1, 3), ("fp8bit", 128, "g16"): (1, 3, 1, 3), ("bf16", 128, "g16"): (1, 2, 1, 2),
+    ("fp8cvt", 64, "g8"): (1, 4, 1, 4), ("fp8bit", 64, "g8"): (1, 4, 1, 4), ("bf16", 64, "g8"): (1, 3, 1, 4),
+    ("fp8cvt", 64, "g16"): (1, 4, 1, 4), ("fp8bit", 64, "g16"): (1, 4, 1, 4), ("bf16", 64, "g16"): (1, 3, 1, 4),
+}
+#: the tuning sweep's extra candidates (head_dim 128, G <= 8: the benchmark's shape)
+V2_SWEEP = {
+    ("fp8cvt", 128, "g8"): [(1, 3, 0, 4), (1, 4, 1, 3), (2, 2, 1, 3), (2, 3, 1, 3)],
+    ("fp8bit", 128, "g8"): [(2, 2, 1, 3)],
+    ("bf16", 128, "g8"): [(1, 3, 1, 2), (2, 2, 1, 2)],
+}
+V2_KERNELS = frozenset({(f, D, g) + cfg for (f, D, g), cfg in V2_DEFAULTS.items()}
+                       | {(f, D, g) + cfg for (f, D, g), cfgs in V2_SWEEP.items() for cfg in cfgs})
+
+
+def cuda_defines() -> tuple[str, ...]:
+    """The version-2 instantiation list for attention_decode_v2.cu (sources.py names this function)."""
+    from .sources import instances
+
+    return (instances("FP8LAB_ATTN_V2", "DECODE_V2", V2_KERNELS),)
+
+
+def v2_tile_bytes(fmt: str, D: int) -> int:
+    """Shared-memory bytes of one 16-token tile (K and V; NVFP4 adds its scale rows): attention_decode.cuh Geo."""
+    if fmt == "nvfp4":
+        return 2 * 16 * (D // 2) + 2 * D
+    return 2 * 16 * D * (2 if fmt == "bf16" else 1)
+
+
+def v2_smem(fmt: str, D: int, nsub: int, ns: int, warps: int = WARPS_PER_BLOCK_V2) -> int:
+    """Dynamic shared memory of one version-2 block: a ring of ns stages of nsub tiles per warp.
+
+    v2_smem("fp8cvt", 128, 1, 3) -> 49152   # 4 warps x 3 stages x 4096 bytes
+    """
+    return warps * ns * nsub * v2_tile_bytes(fmt, D)
+
+
+def v2_kernel_name(fmt: str, D: int, g: str, cfg: tuple) -> str:
+    nsub, ns, rot, minb = cfg
+    return f"decode_v2_{fmt}_d{D}_{g}_n{nsub}_s{ns}_r{rot}_b{minb}"
+
+
 # ---- splits --------------------------------------------------------------------------------------------
 def plan_splits(max_len: int, B: int, Hk: int, sms: int = 132, warps_per_sm: int = 8, min_tiles: int = 4) -> tuple[int, int]:
     """(num_splits, split_len): enough warps to fill the GPU once, each with >= min_tiles tiles of 16 tokens.
@@ -206,6 +265,23 @@ def plan_splits(max_len: int, B: int, Hk: int, sms: int = 132, warps_per_sm: int
     tiles = -(-max_len // TILE)
     want = (sms * warps_per_sm) // max(1, B * Hk)
     S = max(1, min(want, tiles // min_tiles))
+    split_len = -(-tiles // S) * TILE
+    return -(-max_len // split_len), split_len
+
+
+def plan_splits_v2(max_len: int, B: int, Hk: int, sms: int = 132, blocks_per_sm: int = 4,
+                   warps_per_block: int = WARPS_PER_BLOCK_V2, min_tiles: int = 4) -> tuple[int, int]:
+    """Version 2's plan: whole BLOCKS of warps fill the GPU once (a block is what the scheduler places).
+
+    plan_splits_v2(32768, 8, 8, 132, 4) -> (32, 1024)   # 8 blocks of 4 warps per pair: 512 blocks <= 132 x 4
+    plan_splits_v2(32768, 8, 8, 132, 3) -> (24, 1376)   # 6 blocks per pair: 384 blocks <= 396
+
+    Counting warps instead (plan_splits) would give 33 splits = 9 blocks per pair = 576 blocks > 528: a second
+    wave for 48 blocks.
+    """
+    tiles = -(-max_len // TILE)
+    per_pair = max(1, (sms * blocks_per_sm) // max(1, B * Hk))
+    S = max(1, min(per_pair * warps_per_block, tiles // min_tiles))
     split_len = -(-tiles // S) * TILE
     return -(-max_len // split_len), split_len
 
@@ -229,15 +305,19 @@ class Launch:
     Calls go to torch's current stream, so they order with torch work and can be captured in a CUDA graph.
     """
 
-    def __init__(self, main, main_grid, main_args, reduce, reduce_grid, reduce_block, reduce_args, out, info):
+    def __init__(self, main, main_grid, main_args, reduce, reduce_grid, reduce_block, reduce_args, out, info,
+                 main_block=(32,), smem=0):
         self.main, self.main_grid, self.main_args = main, main_grid, main_args
         self.reduce, self.reduce_grid, self.reduce_block, self.reduce_args = reduce, reduce_grid, reduce_block, reduce_args
-        self.out, self.info = out, info
+        self.out, self.info, self.main_block, self.smem = out, info, main_block, smem
 
     def __call__(self) -> torch.Tensor:
         cp = _cuda._cupy()
         with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-            self.main(self.main_grid, (32,), self.main_args)
+            if self.smem:
+                self.main(self.main_grid, self.main_block, self.main_args, shared_mem=self.smem)
+            else:
+                self.main(self.main_grid, self.main_block, self.main_args)
             if self.reduce is not None:
                 self.reduce(self.reduce_grid, self.reduce_block, self.reduce_args)
         return self.out
@@ -260,20 +340,25 @@ def _warps_per_sm(fn) -> int:
     return max(1, min(64, 65536 // per_warp))
 
 
-def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=None, v_scale=None,
-            softmax_scale: float | None = None, num_splits: int | None = None, conv: str = DEFAULT_CONV,
-            pv: str = DEFAULT_PV, out: torch.Tensor | None = None, check_values: bool = True,
-            max_seq_len: int | None = None) -> Launch:
-    """Validate (before any CUDA call), pick the splits, convert arguments; returns a Launch."""
-    p = check_args(q, k_cache, v_cache, seq_lens, block_table, k_scale, v_scale, check_values=check_values)
-    if p.fp8 and conv not in FP8_CONVS:
-        raise AttentionArgError(f"conv must be one of {FP8_CONVS}, got {conv!r}")
-    if pv not in PV_LAYOUTS:
-        raise AttentionArgError(f"pv must be one of {PV_LAYOUTS}, got {pv!r}")
-    if q.device.type != "cuda":
-        raise AttentionArgError(f"decode_attention runs on CUDA tensors (got {q.device}); "
-                                "reference_decode_attention is the CPU version")
-    dev = q.device
+SMEM_PER_SM = 228 * 1024       # H100 / H200: 228 KB per SM, 227 KB per block with the opt-in, 1 KB reserved per block
+SMEM_STATIC_LIMIT = 48 * 1024  # above this a kernel must raise its dynamic shared-memory limit
+
+
+def blocks_per_sm(fn, smem: int, warps_per_block: int, device=None) -> int:
+    """Resident blocks per SM: the least of the register file, shared memory and the 64-warp limit.
+
+    blocks_per_sm(fn with 128 registers, 49152, 4) -> 4   # 65536 / (128 x 128); 4 x 49 KB fits in 228 KB
+    """
+    per_sm = SMEM_PER_SM
+    if device is not None:
+        per_sm = int(getattr(torch.cuda.get_device_properties(device), "shared_memory_per_multiprocessor", per_sm) or per_sm)
+    by_regs = _warps_per_sm(fn) // warps_per_block
+    by_smem = per_sm // (smem + 1024) if smem else 32
+    return max(1, min(by_regs, by_smem, 64 // warps_per_block, 32))
+
+
+def _finish_args(p, q, dev, seq_lens, block_table, max_seq_len, check_values, k_scale, v_scale):
+    """seq_lens on the device, the planning length, the block table, the scale tensors (both versions, all formats)."""
     cap = p.max_blocks * p.page
     if seq_lens is None:  # contiguous only (check_args insists for paged): every sequence is the full L
         lens_t = torch.full((p.B,), p.page, dtype=torch.int32, device=dev)
@@ -294,11 +379,117 @@ def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=Non
     vs, _ = _scale_tensor(v_scale, p.Hk, dev)
     if ks.numel() != vs.numel():  # one per tensor, the other per head: broadcast both to [Hk]
         ks, vs, stride = ks.expand(p.Hk).contiguous(), vs.expand(p.Hk).contiguous(), 1
-    sm = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(p.D)
+    return lens_t, max_len, bt, ks, vs, stride
+
+
+def _out_tensor(p, out, dev):
     if out is None:
-        out = torch.empty((p.B, p.Hq, p.D), dtype=torch.bfloat16, device=dev)
-    elif out.shape != (p.B, p.Hq, p.D) or out.dtype != torch.bfloat16 or not out.is_contiguous() or out.device != dev:
+        return torch.empty((p.B, p.Hq, p.D), dtype=torch.bfloat16, device=dev)
+    if out.shape != (p.B, p.Hq, p.D) or out.dtype != torch.bfloat16 or not out.is_contiguous() or out.device != dev:
         raise AttentionArgError(f"out must be a contiguous bf16 tensor of shape {(p.B, p.Hq, p.D)} on {dev}")
+    return out
+
+
+def launch_v2(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, bt, ks, vs, stride: int, sm: float,
+              out, config=None, num_splits=None, compiled=None, defaults=None) -> Launch:
+    """Version 2's launch for any format (attention_nvfp4kv.py uses it too).
+
+    tensors: q, k, v (byte views of the pools) and, for NVFP4, ksc / vsc (scale-code pools); p: a Problem-like
+    object (B, Hq, Hk, D, G, page, max_blocks). config = (NSUB, NS, ROT, MINB) or None for the default;
+    compiled / defaults: the source's configuration lists (None: this module's V2_KERNELS / V2_DEFAULTS).
+    """
+    g = "g16" if p.G > 8 else "g8"
+    cfg = check_config_v2(fmt, p, config, compiled, defaults)
+    dev = tensors["q"].device
+    cp = _cuda._cupy()
+    mod = _cuda.load_module(source)
+    name = v2_kernel_name(fmt, p.D, g, cfg)
+    main = mod.get_function(name)
+    smem = v2_smem(fmt, p.D, cfg[0], cfg[1])
+    if smem > SMEM_STATIC_LIMIT:
+        main.max_dynamic_shared_size_bytes = smem
+    if num_splits is None:
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count
+        S, split_len = plan_splits_v2(max_len, p.B, p.Hk, sms, blocks_per_sm(main, smem, WARPS_PER_BLOCK_V2, dev))
+    else:
+        S, split_len = _split_len_for(max_len, num_splits)
+    if S > 1:
+        part_o = torch.empty((p.B, p.Hq, S, p.D), dtype=torch.float32, device=dev)
+        part_ml = torch.empty((p.B, p.Hq, S, 2), dtype=torch.float32, device=dev)
+    else:
+        part_o = part_ml = torch.empty(4, dtype=torch.float32, device=dev)  # unused
+    dummy = tensors["k"]  # scale pools of a format without them: never read
+    keep = (tensors["q"].contiguous(), tensors["k"], tensors["v"], tensors.get("ksc", dummy), tensors.get("vsc", dummy),
+            bt, lens_t, ks, vs, out, part_o, part_ml)
+    a = [_cuda.as_cupy(t) for t in keep]
+    main_args = (a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], cp.int32(stride), cp.float32(sm),
+                 cp.int32(p.max_blocks), cp.int32(p.page), cp.int32(p.Hk), cp.int32(p.G), cp.int32(S), cp.int32(split_len),
+                 a[9], a[10], a[11])
+    reduce = reduce_args = None
+    if S > 1:
+        reduce = mod.get_function("decode_reduce")
+        reduce_args = (a[10], a[11], a[6], cp.int32(p.Hq), cp.int32(S), cp.int32(split_len), cp.int32(p.D), a[9])
+    wpb = WARPS_PER_BLOCK_V2
+    info = dict(kernel=name, version=2, config=cfg, num_splits=S, split_len=split_len, smem=smem, problem=p, _keep=keep)
+    return Launch(main, (-(-S // wpb), p.Hk, p.B), main_args, reduce, (p.Hq, p.B), (p.D // 4,), reduce_args, out, info,
+                  main_block=(32 * wpb,), smem=smem)
+
+
+def check_config_v2(fmt: str, p, config, compiled=None, defaults=None) -> tuple:
+    """The version-2 config to run (config, or the default), raising AttentionArgError if it is not compiled.
+
+    compiled / defaults: the caller's lists (V2_KERNELS / V2_DEFAULTS here; attention_nvfp4kv passes its own)."""
+    compiled_all = V2_KERNELS if compiled is None else compiled
+    defaults = V2_DEFAULTS if defaults is None else defaults
+    g = "g16" if p.G > 8 else "g8"
+    compiled = {k[3:] for k in compiled_all if k[:3] == (fmt, p.D, g)}
+    try:
+        cfg = tuple(int(x) for x in config) if config is not None else defaults[(fmt, p.D, g)]
+    except (TypeError, ValueError):
+        raise AttentionArgError(f"config must be a tuple (NSUB, NS, ROT, MINB), got {config!r}") from None
+    if cfg not in compiled:
+        raise AttentionArgError(f"version-2 config {cfg} is not compiled for {fmt} D={p.D} {g}; compiled: {sorted(compiled)}")
+    return cfg
+
+
+def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=None, v_scale=None,
+            softmax_scale: float | None = None, num_splits: int | None = None, conv: str = DEFAULT_CONV,
+            pv: str = DEFAULT_PV, out: torch.Tensor | None = None, check_values: bool = True,
+            max_seq_len: int | None = None, version: int | None = None, config: tuple | None = None) -> Launch:
+    """Validate (before any CUDA call), pick the version and the splits, convert arguments; returns a Launch.
+
+    version None: DEFAULT_VERSION, except that pv="vb" (a layout only version 1 has) selects version 1.
+    config: version 2's (NSUB, NS, ROT, MINB) (None: V2_DEFAULTS); version 1 takes none.
+    """
+    p = check_args(q, k_cache, v_cache, seq_lens, block_table, k_scale, v_scale, check_values=check_values)
+    if p.fp8 and conv not in FP8_CONVS:
+        raise AttentionArgError(f"conv must be one of {FP8_CONVS}, got {conv!r}")
+    if pv not in PV_LAYOUTS:
+        raise AttentionArgError(f"pv must be one of {PV_LAYOUTS}, got {pv!r}")
+    if version is None:
+        version = 1 if pv == "vb" else DEFAULT_VERSION
+    if version not in VERSIONS:
+        raise AttentionArgError(f"version must be one of {VERSIONS}, got {version!r}")
+    if version == 2 and pv != "va":
+        raise AttentionArgError("version 2 has only the 'va' P.V layout (V as the A operand); use version=1 for 'vb'")
+    if version == 1 and config is not None:
+        raise AttentionArgError("config applies to version 2 only")
+    if version == 2:
+        check_config_v2(f"fp8{conv}" if p.fp8 else "bf16", p, config)
+    if q.device.type != "cuda":
+        raise AttentionArgError(f"decode_attention runs on CUDA tensors (got {q.device}); "
+                                "reference_decode_attention is the CPU version")
+    dev = q.device
+    lens_t, max_len, bt, ks, vs, stride = _finish_args(p, q, dev, seq_lens, block_table, max_seq_len, check_values,
+                                                       k_scale, v_scale)
+    sm = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(p.D)
+    out = _out_tensor(p, out, dev)
+    kc = _codes(k_cache) if p.fp8 else k_cache
+    vc = _codes(v_cache) if p.fp8 else v_cache
+    if version == 2:
+        fmt = f"fp8{conv}" if p.fp8 else "bf16"
+        return launch_v2("attention_decode_v2.cu", fmt, p, dict(q=q, k=kc, v=vc), lens_t, max_len, bt, ks, vs, stride, sm,
+                         out, config=config, num_splits=num_splits)
 
     cp = _cuda._cupy()
     mod = _cuda.load_module("attention_fp8kv.cu")
@@ -313,8 +504,6 @@ def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=Non
         part_ml = torch.empty((p.B, p.Hq, S, 2), dtype=torch.float32, device=dev)
     else:
         part_o = part_ml = torch.empty(4, dtype=torch.float32, device=dev)  # unused
-    kc = _codes(k_cache) if p.fp8 else k_cache
-    vc = _codes(v_cache) if p.fp8 else v_cache
     keep = (q.contiguous(), kc, vc, bt, lens_t, ks, vs, out, part_o, part_ml)
     a = [_cuda.as_cupy(t) for t in keep]
     main_args = (a[0], a[1], a[2], a[3], a[4], a[5], a[6], cp.int32(stride), cp.float32(sm), cp.int32(p.max_blocks),
@@ -323,16 +512,19 @@ def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=Non
     if S > 1:
         reduce = mod.get_function("decode_reduce")
         reduce_args = (a[8], a[9], a[4], cp.int32(p.Hq), cp.int32(S), cp.int32(split_len), cp.int32(p.D), a[7])
-    info = dict(kernel=kernel_name(p, conv, pv), num_splits=S, split_len=split_len, problem=p, _keep=keep)
+    info = dict(kernel=kernel_name(p, conv, pv), version=1, config=None, num_splits=S, split_len=split_len, smem=0,
+                problem=p, _keep=keep)
     return Launch(main, (S, p.Hk, p.B), main_args, reduce, (p.Hq, p.B), (p.D // 4,), reduce_args, out, info)
 
 
 def decode_attention(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=None, v_scale=None,
                      softmax_scale: float | None = None, num_splits: int | None = None, conv: str = DEFAULT_CONV,
-                     pv: str = DEFAULT_PV, out: torch.Tensor | None = None) -> torch.Tensor:
+                     pv: str = DEFAULT_PV, out: torch.Tensor | None = None, version: int | None = None,
+                     config: tuple | None = None) -> torch.Tensor:
     """bf16 [B, Hq, D] decode attention over an FP8 or bf16 KV cache on the GPU. See the module docstring."""
     return prepare(q, k_cache, v_cache, seq_lens, block_table=block_table, k_scale=k_scale, v_scale=v_scale,
-                   softmax_scale=softmax_scale, num_splits=num_splits, conv=conv, pv=pv, out=out)()
+                   softmax_scale=softmax_scale, num_splits=num_splits, conv=conv, pv=pv, out=out, version=version,
+                   config=config)()
 
 
 # ---- the CPU reference and its helpers (pure torch, any device) ------------------------------------------

@@ -1,24 +1,31 @@
-"""FP8-KV decode attention vs the same kernel on a bf16 cache and torch SDPA: `python -m fp8lab.kernels.bench attention`.
+"""FP8-KV and NVFP4-KV decode attention vs the same kernel on bf16 and torch SDPA: `python -m fp8lab.kernels.bench attention`.
 
-(or standing alone: `python -m fp8lab.kernels.bench_attention [--out PATH] [--small]`). Writes
-outputs/kernels/attention.json (harness schema, plus "checks" and "notes").
+    python -m fp8lab.kernels.bench attention --contexts 16384,32768,131072 --shapes 64,128   # the recording
+    python -m fp8lab.kernels.bench attention --sweep --out /tmp/sweep.json                  # tuning at 32k, D = 128
+    python -m fp8lab.kernels.bench attention --small                                        # 1k and 4k, a live look
 
-The problem: one decode step, B = 8 sequences, 32 query heads over 8 KV heads (G = 4), head_dim 128, every
-sequence at the same context L in {1k, 4k, 16k, 32k, 64k, 128k}; head_dim 64 at 32k; the paged cache (pages of
-16 and 64 tokens, shuffled) at 32k. Contenders, on identical K/V values:
-  * ours, FP8 E4M3 cache: the default (cvt instruction, V as the A operand of P.V, "va"), the bit-move
-    conversion, and the other P.V layout ("vb", V as the B operand) as ablations;
-  * ours, bf16 cache (the same kernel, other element type), both layouts: each FP8 row's anchor is the bf16
-    kernel of the same layout, so the speedup is against the same design;
-  * torch.nn.functional.scaled_dot_product_attention on the bf16 cache with enable_gqa=True, with the
-    backend torch picks (recorded) and, separately, each backend forced (flash / efficient / cudnn) where
-    it accepts the inputs.
-Every contender is compared with float32 SDPA on the dequantized cache (sequences 0 and B-1), its output
-poisoned first, BEFORE it is timed (harness.Bench.validate; the errors are recorded), and all the contenders of a
-problem are timed together in interleaved rounds (median and quartiles over --rounds). Bytes = K + V actually read + q + out (the split partials are overhead, not
-counted). Timing: a CUDA graph of >= 16 calls cycling over cache copies whose total is >= 4x the L2
-(harness.sets_for_l2), the median of the replays (harness.time_us) per call: HBM, not L2, and no Python
-launch overhead for anyone. Copy bandwidth is measured in the same run (harness.copy_bandwidth_gbps).
+Writes outputs/kernels/attention.json (harness schema, plus "goals", "kernel_registers", "notes").
+
+The problem: one decode step, B = 8 sequences, 32 query heads over 8 KV heads (G = 4), every sequence at the same
+context; head_dim 128 and 64; plus the paged cache (pages of 16 tokens, shuffled) at 32k, D = 128. Contenders, on
+identical K/V values (the FP8 and NVFP4 caches are the bf16 values quantized, per tensor):
+  * version 2 (the default, attention_decode.cuh): FP8 E4M3 by the cvt instruction ("v2_fp8kv[cvt]") and by the bit
+    move ("v2_fp8kv[bit]"), the same kernel on the bf16 cache ("v2_bf16kv": the FP8 and NVFP4 rows' anchor), and the
+    NVFP4 cache ("v2_nvfp4kv", attention_nvfp4kv.cu);
+  * version 1 (the register-rotation kernel, kept as it was measured): FP8 cvt and bf16, "v1_fp8kv[cvt]" / "v1_bf16kv";
+  * torch.nn.functional.scaled_dot_product_attention on the bf16 cache, enable_gqa=True, the backend torch picks
+    (named in the record) and FlashAttention forced.
+Every contender is validated against float32 SDPA on the dequantized cache (sequences 0 and B-1), its output poisoned
+first, BEFORE it is timed (harness.Bench.validate), and all contenders of a problem are timed together in
+interleaved rounds (median and quartiles over --rounds). Bytes = K + V actually read (+ scale codes for NVFP4) + q +
+out. Timing: a CUDA graph of >= 16 calls cycling over cache copies whose total is >= 4x the L2 (harness.sets_for_l2),
+per-call median of the replays (harness.graph_time_us). Copy bandwidth is measured in the same run.
+
+--sweep times every compiled version-2 configuration (attention_fp8kv.V2_KERNELS, attention_nvfp4kv.KERNELS) at 32k,
+D = 128, beside versions 1 and torch: the run that chose the defaults (V2_DEFAULTS / DEFAULTS).
+
+Report functions for notebooks (read the JSON; nothing is timed on a CPU): load, summary_rows, format_summary,
+goals_table, format_goals, format_sweep, format_provenance, plot_speedup, plot_bandwidth, goal_met.
 """
 from __future__ import annotations
 
@@ -32,60 +39,104 @@ from pathlib import Path
 from . import harness, tolerances
 
 DEFAULT_OUT = harness.REPO / "outputs" / "kernels" / "attention.json"
-CONTEXTS = (1024, 4096, 16384, 32768, 65536, 131072)
+CONTEXTS = (16384, 32768, 131072)
+HEAD_DIMS = (64, 128)
 SMALL_CONTEXTS = (1024, 4096)
+SWEEP_PROBLEM = (32768, 128)
 B, HQ, HK = 8, 32, 8
-GOAL = ("FP8 vs bf16 (same kernel) at 32k context, head_dim 128", 1.8)
+#: the single headline goal (kept for notebook 08's cell: ba.GOAL[0], ba.GOAL[1], goal_met)
+GOAL = ("FP8 vs bf16 (same kernel) at 32k context, head_dim 128", 1.85)
+#: every goal: (key, description, threshold, contexts it applies to, head_dim)
+GOALS = (
+    ("fp8_vs_bf16", "FP8 / bf16, the same kernel (version 2)", 1.85, (16384, 32768, 131072), 128),
+    ("fp8_vs_torch", "FP8 / torch SDPA (bf16, torch's pick)", 1.8, (16384, 32768, 131072), 128),
+    ("fp8_xcopy", "FP8 kernel's fraction of copy bandwidth", 0.90, (16384, 32768, 131072), 128),
+    ("nvfp4_vs_bf16", "NVFP4 / bf16, the same kernel", 3.0, (32768,), 128),
+)
 
 
 # ---- inputs ------------------------------------------------------------------------------------------------
-def make_sets(L: int, D: int, n16: int, n8: int, seed: int = 0):
-    """n16 bf16 caches and n8 FP8 caches (the first n8 of the same values, quantized per tensor), plus q."""
+def nvfp4_gpu(x):
+    """NVFP4 cache of a bf16 [B, Hk, L, D] tensor on the GPU, per tensor (scaling.quantize_nvfp4, one global amax),
+    one sequence at a time so the float32 temporaries stay small."""
+    import torch
+
+    from fp8lab import scaling
+
+    from .attention_nvfp4kv import NVFP4Cache
+
+    amax = x.abs().amax().float()
+    parts = [scaling.quantize_nvfp4(x[b], global_amax=amax) for b in range(x.shape[0])]
+    return NVFP4Cache(torch.stack([p[0] for p in parts]), torch.stack([p[1] for p in parts]), parts[0][2].float().reshape(()))
+
+
+def make_sets(L: int, D: int, n16: int, n8: int, n4: int = 0, seed: int = 0):
+    """n16 bf16 caches, n8 FP8 caches and n4 NVFP4 caches (the first n of the same values, quantized per tensor), q."""
     import torch
 
     from .reference import quantize_kv
 
     g = torch.Generator(device="cuda").manual_seed(seed)
     q = torch.randn(B, HQ, D, device="cuda", generator=g).to(torch.bfloat16)
-    bf, f8 = [], []
-    for i in range(max(n16, n8)):
+    bf, f8, f4 = [], [], []
+    for i in range(max(n16, n8, n4)):
         k = torch.randn(B, HK, L, D, device="cuda", generator=g, dtype=torch.bfloat16)
         v = torch.randn(B, HK, L, D, device="cuda", generator=g, dtype=torch.bfloat16)
         if i < n8:
             kc, ks = quantize_kv(k)
             vc, vs = quantize_kv(v)
             f8.append((kc, vc, ks, vs))
+        if i < n4:
+            f4.append((nvfp4_gpu(k), nvfp4_gpu(v)))
         if i < n16:
             bf.append((k, v))
         else:
             del k, v
-    return q, bf, f8
+    return q, bf, f8, f4
 
 
 def paged_fast(cache, page: int, seed: int = 0):
-    """Contiguous [B, Hk, L, D] (L % page == 0) -> (pool, block_table) with the pages in shuffled order, on the GPU."""
+    """Contiguous [B, Hk, L, ...] (L % page == 0) -> (pool, block_table) with the pages in shuffled order, on the GPU."""
     import torch
 
-    Bc, Hk, L, D = cache.shape
+    Bc, Hk, L = cache.shape[:3]
+    rest = tuple(cache.shape[3:])
     npg = L // page
-    pool0 = cache.view(Bc, Hk, npg, page, D).permute(0, 2, 1, 3, 4).reshape(Bc * npg, Hk, page, D)
+    pool0 = cache.view(Bc, Hk, npg, page, *rest).transpose(1, 2).reshape(Bc * npg, Hk, page, *rest)
     perm = torch.randperm(Bc * npg, device="cuda", generator=torch.Generator(device="cuda").manual_seed(seed))
     pool = torch.empty_like(pool0)
     pool[perm] = pool0  # page j of sequence b (row b * npg + j) goes to slot perm[b * npg + j]
     return pool, perm.view(Bc, npg).to(torch.int32).contiguous()
 
 
-def reference(q, k, v, ks=None, vs=None, rows=(0, B - 1)):
+def _nvfp4_values(c, b):
+    """float32 values of sequence b of an NVFP4 cache, decoded on the GPU with fp8lab.formats' tables."""
+    import torch
+
+    from fp8lab import formats
+
+    p = c.packed[b]
+    codes = torch.stack([p & 0xF, p >> 4], -1).reshape(*p.shape[:-1], -1).long()
+    e2 = formats.E2M1.table().to(p.device)[codes]
+    sc = formats.E4M3.table().to(p.device)[c.scales[b].long()].repeat_interleave(16, -1)
+    gs = c.global_scale.to(p.device).float().reshape(-1)
+    return e2 * sc * (gs.reshape(-1, 1, 1) if gs.numel() > 1 else gs)
+
+
+def reference(q, k, v, ks=None, vs=None, rows=(0, B - 1), nvfp4=False):
     """float32 SDPA on the dequantized cache for a few sequences (GPU, dense): the check before timing."""
     import torch
 
     from fp8lab import formats
 
-    tab = formats.E4M3.table().cuda()
+    tab = formats.E4M3.table().to(q.device)
     out = {}
     for b in rows:
-        kb = tab[k[b].long()] * ks if ks is not None else k[b].float()
-        vb = tab[v[b].long()] * vs if vs is not None else v[b].float()
+        if nvfp4:
+            kb, vb = _nvfp4_values(k, b), _nvfp4_values(v, b)
+        else:
+            kb = tab[k[b].long()] * ks if ks is not None else k[b].float()
+            vb = tab[v[b].long()] * vs if vs is not None else v[b].float()
         out[b] = torch.nn.functional.scaled_dot_product_attention(
             q[b].float()[None, :, None, :], kb[None], vb[None], enable_gqa=True)[0, :, 0]
     return out
@@ -101,7 +152,7 @@ def errors(out, ref) -> dict:
         den += float(torch.sum(r * r))
         mx = max(mx, float(d.abs().max()))
     rel = math.sqrt(num / max(den, 1e-30))
-    # a loose gate (the tight tolerances live in tests/test_kernels_attention.py): a wrong kernel is far above it
+    # a loose gate (the tight tolerances live in the tests): a wrong kernel is far above it
     return {"max_abs_err": mx, "rel_rms_err": rel, "valid": bool(rel <= tolerances.ATTENTION_BENCH_REL_RMS)}
 
 
@@ -139,81 +190,104 @@ def sdpa_call(q4, k, v, backend=None):
     return call
 
 
+# ---- the contenders ----------------------------------------------------------------------------------------------
+def contenders(D: int, sweep: bool) -> list[dict]:
+    """name, format (bf16 / fp8cvt / fp8bit / nvfp4), version, config (version 2) and the default flag of each."""
+    from . import attention_fp8kv as att
+    from . import attention_nvfp4kv as nv
+
+    dv = att.DEFAULT_VERSION
+    out = [dict(name="v1_bf16kv", fmt="bf16", version=1, config=None, default=dv == 1),
+           dict(name="v1_fp8kv[cvt]", fmt="fp8cvt", version=1, config=None, default=dv == 1),
+           dict(name="v2_bf16kv", fmt="bf16", version=2, config=None, default=dv == 2),
+           dict(name="v2_fp8kv[cvt]", fmt="fp8cvt", version=2, config=None, default=dv == 2),
+           dict(name="v2_fp8kv[bit]", fmt="fp8bit", version=2, config=None, default=False),
+           dict(name="v2_nvfp4kv", fmt="nvfp4", version=2, config=None, default=True)]
+    if sweep:
+        for f, d, g, *cfg in sorted(att.V2_KERNELS | nv.KERNELS):
+            if d == D and g == "g8" and tuple(cfg) != (att.V2_DEFAULTS | nv.DEFAULTS)[(f, d, g)]:
+                base = {"bf16": "v2_bf16kv", "fp8cvt": "v2_fp8kv[cvt]", "fp8bit": "v2_fp8kv[bit]", "nvfp4": "v2_nvfp4kv"}[f]
+                out.append(dict(name=f"{base}{{{','.join(map(str, cfg))}}}", fmt=f, version=2, config=tuple(cfg),
+                                default=False, sweep=True))
+    return out
+
+
+def _kv_bytes(fmt: str, L: int, D: int) -> int:
+    per = {"bf16": 2 * D, "fp8cvt": D, "fp8bit": D, "nvfp4": D // 2 + D // 16}[fmt]
+    return 2 * B * HK * L * per
+
+
 # ---- one problem ------------------------------------------------------------------------------------------------
-VARIANTS = (("cvt", "va"), ("bit", "va"), ("cvt", "vb"))  # FP8 (conversion, P.V layout); bf16 runs both layouts
-
-
 def bench_problem(bench: harness.Bench, L: int, D: int, copy_gbps: float, page: int | None = None, torch_too: bool = True,
-                  variants=VARIANTS) -> tuple[list, list]:
+                  sweep: bool = False) -> tuple[list, list]:
     """All contenders on one (L, D, layout), validated then timed in interleaved rounds. Returns (records, notes)."""
     import torch
 
     from . import attention_fp8kv as att
+    from . import attention_nvfp4kv as nv
+    from .attention_nvfp4kv import NVFP4Cache
 
     notes = []
     layout = "contiguous" if page is None else f"paged{page}"
     shape = f"B{B} Hq{HQ} Hk{HK} L{L} D{D}" + ("" if page is None else f" page{page}")
-    kv16 = 2 * B * HK * L * D * 2
-    kv8 = kv16 // 2
     qo = 2 * B * HQ * D * 2
-    n16, n8 = harness.sets_for_l2(kv16), harness.sets_for_l2(kv8)
-    q, bf, f8 = make_sets(L, D, n16, n8, seed=L + D)
-    if page is not None:  # the same shuffled page order for K and V of a set (same seed)
-        bf2, f82 = [], []
-        for i, (k, v) in enumerate(bf):
-            kp, bt = paged_fast(k, page, i)
-            bf2.append((kp, paged_fast(v, page, i)[0], bt))
-        for i, (kc, vc, ks, vs) in enumerate(f8):
-            kp, bt = paged_fast(kc, page, i)
-            f82.append((kp, paged_fast(vc, page, i)[0], ks, vs, bt))
-        bf, f8 = bf2, f82
-        del bf2, f82
+    n16 = harness.sets_for_l2(_kv_bytes("bf16", L, D))
+    n8 = harness.sets_for_l2(_kv_bytes("fp8cvt", L, D))
+    n4 = harness.sets_for_l2(_kv_bytes("nvfp4", L, D))
+    q, bf, f8, f4 = make_sets(L, D, n16, n8, n4, seed=L + D)
+    rows = (0, B - 1)
+    ref16 = reference(q, bf[0][0], bf[0][1], rows=rows)
+    ref8 = reference(q, *f8[0], rows=rows)
+    ref4 = reference(q, f4[0][0], f4[0][1], rows=rows, nvfp4=True)
+    bts = {}
+    if page is not None:  # the same shuffled page order for K and V (and the NVFP4 scale pools) of a set
+        bf = [(paged_fast(k, page, i)[0], paged_fast(v, page, i)[0]) for i, (k, v) in enumerate(bf)]
+        f8 = [(paged_fast(kc, page, i)[0], paged_fast(vc, page, i)[0], ks, vs) for i, (kc, vc, ks, vs) in enumerate(f8)]
+        f4 = [tuple(NVFP4Cache(paged_fast(c.packed, page, i)[0], paged_fast(c.scales, page, i)[0], c.global_scale)
+                    for c in pair) for i, pair in enumerate(f4)]
+        bts = {i: paged_fast(torch.zeros(B, 1, L, 1, device="cuda"), page, i)[1] for i in range(max(n16, n8, n4))}
     lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
     extra = dict(context=L, head_dim=D, layout=layout, B=B, n_q_heads=HQ, n_kv_heads=HK)
-    rows = (0, B - 1)
 
-    def kw16(s):
-        return dict(block_table=s[2]) if page is not None else {}
+    def bt(i):
+        return dict(block_table=bts[i]) if page is not None else {}
 
-    def kw8(s):
-        return dict(k_scale=s[2], v_scale=s[3], **(dict(block_table=s[4]) if page is not None else {}))
+    timers, info, errs, spec = {}, {}, {}, {}
 
-    # references (contiguous values: the paged copies hold the same tokens)
-    if page is None:
-        ref16 = reference(q, bf[0][0], bf[0][1], rows=rows)
-        ref8 = reference(q, f8[0][0], f8[0][1], f8[0][2], f8[0][3], rows=rows)
-    else:
-        from .attention_fp8kv import gather_pages
-
-        g16 = [gather_pages(t, bf[0][2], [L] * B) for t in bf[0][:2]]
-        ref16 = reference(q, *g16, rows=rows)
-        g8 = [gather_pages(t, f8[0][4], [L] * B) for t in f8[0][:2]]
-        ref8 = reference(q, *g8, f8[0][2], f8[0][3], rows=rows)
-        del g16, g8
-
-    timers, info, errs = {}, {}, {}
-
-    def contender(name, launches, ref):
+    def add(name, launches, ref):
         """Validate launch 0 (output poisoned) against the float32 reference, then queue all for timing."""
         bench.validate(name, launches[0], lambda out: (lambda e: (e["valid"], e))(errors(out, ref)), outputs=[launches[0].out])
         errs[name] = {k: v for k, v in bench.validation[name].items() if k != "passed"}
         info[name] = launches[0].info
         timers[name] = lambda: harness.graph_time_us(launches)
 
-    for pv in att.PV_LAYOUTS:  # ours, bf16 cache
-        contender(f"ours_bf16kv[{pv}]", [att.prepare(q, s[0], s[1], lens, pv=pv, max_seq_len=L, **kw16(s)) for s in bf], ref16)
-    for conv, pv in variants:  # ours, FP8 cache
-        contender(f"ours_fp8kv[{conv},{pv}]",
-                  [att.prepare(q, s[0], s[1], lens, conv=conv, pv=pv, max_seq_len=L, **kw8(s)) for s in f8], ref8)
+    for c in contenders(D, sweep):
+        name, fmt = c["name"], c["fmt"]
+        spec[name] = c
+        try:
+            if fmt == "bf16":
+                ls = [att.prepare(q, k, v, lens, version=c["version"], config=c["config"], max_seq_len=L, **bt(i))
+                      for i, (k, v) in enumerate(bf)]
+                add(name, ls, ref16)
+            elif fmt.startswith("fp8"):
+                ls = [att.prepare(q, kc, vc, lens, k_scale=ks, v_scale=vs, conv=fmt[3:], version=c["version"],
+                                  config=c["config"], max_seq_len=L, **bt(i)) for i, (kc, vc, ks, vs) in enumerate(f8)]
+                add(name, ls, ref8)
+            else:
+                ls = [nv.prepare(q, kc, vc, lens, config=c["config"], max_seq_len=L, **bt(i)) for i, (kc, vc) in enumerate(f4)]
+                add(name, ls, ref4)
+        except Exception as ex:  # a launch that cannot even be prepared: recorded, the run goes on
+            notes.append({"kernel": name, "shape": shape, "error": f"{type(ex).__name__}: {str(ex).splitlines()[0][:200]}"})
+            print("  ", name, "failed:", notes[-1]["error"], flush=True)
     torch_names = []
     if torch_too and page is None:
         q4 = q[:, :, None, :]
         choice = sdpa_default_choice(q4, bf[0][0], bf[0][1])
-        cands = [("torch_sdpa[default=" + choice + "]", None)] + [(f"torch_sdpa[{n}]", b) for n, b in sdpa_backends().items()
-                                                                 if n != "math" and n != choice]
+        cands = [("torch_sdpa[default=" + choice + "]", None)] + [(f"torch_sdpa[{n}]", b_) for n, b_ in sdpa_backends().items()
+                                                                 if n == "flash" and n != choice]
         for name, backend in cands:
             try:
-                calls = [sdpa_call(q4, s[0], s[1], backend) for s in bf]
+                calls = [sdpa_call(q4, k, v, backend) for k, v in bf]
                 calls[0]()
             except Exception as ex:
                 notes.append({"kernel": name, "shape": shape, "error": f"{type(ex).__name__}: {str(ex).splitlines()[0][:160]}"})
@@ -227,52 +301,47 @@ def bench_problem(bench: harness.Bench, L: int, D: int, copy_gbps: float, page: 
     torch_name = next((n for n in torch_names if n in t), None)
     t_torch = t[torch_name].median if torch_name else None
     recs = []
-    for conv, pv in variants:
-        name = f"ours_fp8kv[{conv},{pv}]"
+    for name, c in spec.items():
         if name not in t:
             continue
-        b16 = t.get(f"ours_bf16kv[{pv}]")  # the anchor: the same kernel layout on the bf16 cache
-        default = conv == att.DEFAULT_CONV and pv == att.DEFAULT_PV
-        i = info[name]
+        fmt, i = c["fmt"], info[name]
+        anchor = f"v{c['version']}_bf16kv" if fmt != "bf16" else (torch_name or "")
+        a_t = t.get(anchor)
         recs.append(bench.record(harness.Result(
-            kernel=name, shape=shape, dtype="e4m3", time_us=0.0, bytes=kv8 + qo, anchor=f"ours_bf16kv[{pv}]",
-            anchor_time_us=b16.median if b16 else None, copy_gbps=copy_gbps,
-            extra=dict(**extra, **errs[name], default=default, conv=conv, pv=pv, kernel_name=i["kernel"],
+            kernel=name, shape=shape, dtype={"bf16": "bf16", "nvfp4": "nvfp4"}.get(fmt, "e4m3"), time_us=0.0,
+            bytes=_kv_bytes(fmt, L, D) + qo, anchor=anchor, anchor_time_us=a_t.median if a_t else None, copy_gbps=copy_gbps,
+            extra=dict(**extra, **errs[name], fmt=fmt, version=c["version"], config=list(i.get("config") or []) or None,
+                       default=c["default"], sweep=c.get("sweep", False), kernel_name=i["kernel"],
                        num_splits=i["num_splits"], split_len=i["split_len"],
                        speedup_vs_torch=(t_torch / t[name].median) if t_torch else None, torch_anchor=torch_name)), t[name]))
-    for pv in att.PV_LAYOUTS:
-        name = f"ours_bf16kv[{pv}]"
-        if name not in t:
-            continue
-        i = info[name]
-        recs.append(bench.record(harness.Result(
-            kernel=name, shape=shape, dtype="bf16", time_us=0.0, bytes=kv16 + qo, anchor=torch_name or "",
-            anchor_time_us=t_torch, copy_gbps=copy_gbps,
-            extra=dict(**extra, **errs[name], default=(pv == att.DEFAULT_PV), pv=pv, kernel_name=i["kernel"],
-                       num_splits=i["num_splits"], split_len=i["split_len"])), t[name]))
     for name in torch_names:
         if name in t:
-            recs.append(bench.record(harness.Result(kernel=name, shape=shape, dtype="bf16", time_us=0.0, bytes=kv16 + qo,
-                                                    copy_gbps=copy_gbps, extra=dict(**extra, **errs[name])), t[name]))
-    del q, bf, f8
+            recs.append(bench.record(harness.Result(kernel=name, shape=shape, dtype="bf16", time_us=0.0,
+                                                    bytes=_kv_bytes("bf16", L, D) + qo, copy_gbps=copy_gbps,
+                                                    extra=dict(**extra, **errs[name], fmt="torch")), t[name]))
+    del q, bf, f8, f4
     torch.cuda.empty_cache()
     return recs, notes
 
 
 def kernel_registers() -> dict:
-    """Registers per thread of each kernel (from the driver), the occupancy story in one line each."""
+    """Registers per thread and local memory of every decode kernel (from the driver): the occupancy story."""
+    from . import attention_fp8kv as att
+    from . import attention_nvfp4kv as nv
     from ._cuda import load_module
 
-    mod = load_module("attention_fp8kv.cu")
     out = {}
-    names = [f"decode_attn_{kind}_d{D}_{g}_{pv}" for kind in ("bf16", "fp8cvt", "fp8bit") for D in (64, 128)
-             for g in ("g8", "g16") for pv in ("va", "vb")]
-    for name in names:
-        try:
-            fn = mod.get_function(name)
-            out[name] = {k: int(fn.attributes[k]) for k in ("num_regs", "local_size_bytes")}
-        except Exception as e:  # pragma: no cover
-            out[name] = str(e)
+    for src, names in (("attention_fp8kv.cu", [f"decode_attn_{k}_d{D}_{g}_va" for k in ("bf16", "fp8cvt", "fp8bit")
+                                               for D in (64, 128) for g in ("g8", "g16")]),
+                       ("attention_decode_v2.cu", [att.v2_kernel_name(f, D, g, tuple(cfg)) for f, D, g, *cfg in sorted(att.V2_KERNELS)]),
+                       ("attention_nvfp4kv.cu", [att.v2_kernel_name(f, D, g, tuple(cfg)) for f, D, g, *cfg in sorted(nv.KERNELS)])):
+        mod = load_module(src)
+        for name in names:
+            try:
+                fn = mod.get_function(name)
+                out[name] = {k: int(fn.attributes[k]) for k in ("num_regs", "local_size_bytes")}
+            except Exception as e:  # pragma: no cover
+                out[name] = str(e)
     return out
 
 
@@ -288,9 +357,12 @@ def load(path=DEFAULT_OUT) -> dict:
     return harness.load_json(path)
 
 
-def summary_rows(data: dict) -> list[dict]:
-    """One row per (context, head_dim, layout): our FP8 (default conversion) vs our bf16 vs torch's pick."""
-    res = data.get("results", [])
+def _legacy(data: dict) -> bool:
+    return not any("version" in r for r in data.get("results", []))
+
+
+def _summary_rows_legacy(res: list) -> list[dict]:
+    """The schema of the first recordings (one kernel version, names ours_fp8kv[conv,pv] / ours_bf16kv[pv])."""
     keys = []
     for r in res:
         k = (r.get("layout"), r.get("head_dim"), r.get("context"))
@@ -300,32 +372,109 @@ def summary_rows(data: dict) -> list[dict]:
     for layout, D, L in keys:
         grp = [r for r in res if (r.get("layout"), r.get("head_dim"), r.get("context")) == (layout, D, L)]
         f8 = next((r for r in grp if r["kernel"].startswith("ours_fp8kv") and r.get("default")), None)
-        alt = [r for r in grp if r["kernel"].startswith("ours_fp8kv") and not r.get("default")]
         b16 = next((r for r in grp if r["kernel"].startswith("ours_bf16kv") and r.get("default")), None)
         tch = next((r for r in grp if r["kernel"].startswith("torch_sdpa[default")), None)
         if f8 is None:
             continue
-        out.append(dict(layout=layout, head_dim=D, context=L, fp8_us=f8["time_us"],
-                        fp8_alt_us=alt[0]["time_us"] if alt else None, alt_kernel=alt[0]["kernel"] if alt else None,
-                        bf16_us=b16["time_us"] if b16 else None, torch_us=tch["time_us"] if tch else None,
-                        torch=tch["kernel"] if tch else None, speedup_vs_bf16=f8.get("speedup"),
-                        speedup_vs_torch=f8.get("speedup_vs_torch"), fp8_frac_copy=f8.get("fraction_of_copy_bw"),
-                        bf16_frac_copy=b16.get("fraction_of_copy_bw") if b16 else None,
-                        bf16_vs_torch=b16.get("speedup") if b16 else None, fp8_rel_rms_err=f8.get("rel_rms_err"),
+        out.append(dict(layout=layout, head_dim=D, context=L, fp8_us=f8["time_us"], bf16_us=b16["time_us"] if b16 else None,
+                        torch_us=tch["time_us"] if tch else None, torch=tch["kernel"] if tch else None,
+                        nvfp4_us=None, fp8_v1_us=None, bf16_v1_us=None,
+                        speedup_vs_bf16=f8.get("speedup"), speedup_vs_torch=f8.get("speedup_vs_torch"),
+                        nvfp4_vs_bf16=None, fp8_frac_copy=f8.get("fraction_of_copy_bw"),
+                        bf16_frac_copy=b16.get("fraction_of_copy_bw") if b16 else None, nvfp4_frac_copy=None,
+                        v1_speedup_vs_bf16=None, fp8_rel_rms_err=f8.get("rel_rms_err"),
                         valid=bool(f8.get("valid", True) and (b16 is None or b16.get("valid", True)))))
     return out
 
 
+def summary_rows(data: dict) -> list[dict]:
+    """One row per (layout, head_dim, context): the default FP8 kernel vs its bf16 twin vs torch's pick; NVFP4; and
+    version 1's FP8 and bf16 times beside them. Reads both the current and the first recordings' schema."""
+    res = [r for r in data.get("results", []) if not r.get("sweep")]
+    if _legacy(data):
+        return _summary_rows_legacy(res)
+    keys = []
+    for r in res:
+        k = (r.get("layout"), r.get("head_dim"), r.get("context"))
+        if k not in keys:
+            keys.append(k)
+    out = []
+    for layout, D, L in keys:
+        grp = [r for r in res if (r.get("layout"), r.get("head_dim"), r.get("context")) == (layout, D, L)]
+
+        def pick(fmt, version=None, default=True):
+            return next((r for r in grp if r.get("fmt") == fmt and (version is None or r.get("version") == version)
+                         and (not default or r.get("default"))), None)
+        f8, b16, f4 = pick("fp8cvt"), pick("bf16"), pick("nvfp4")
+        f8v1, b16v1 = pick("fp8cvt", 1, False), pick("bf16", 1, False)
+        tch = next((r for r in grp if r["kernel"].startswith("torch_sdpa[default")), None)
+        if f8 is None:
+            continue
+        g = lambda r, k: r.get(k) if r else None  # noqa: E731
+        out.append(dict(layout=layout, head_dim=D, context=L, version=f8.get("version"), fp8_us=f8["time_us"],
+                        bf16_us=g(b16, "time_us"), torch_us=g(tch, "time_us"), torch=g(tch, "kernel"), nvfp4_us=g(f4, "time_us"),
+                        fp8_v1_us=g(f8v1, "time_us"), bf16_v1_us=g(b16v1, "time_us"),
+                        speedup_vs_bf16=f8.get("speedup"), speedup_vs_torch=f8.get("speedup_vs_torch"),
+                        nvfp4_vs_bf16=g(f4, "speedup"), nvfp4_vs_torch=g(f4, "speedup_vs_torch"),
+                        fp8_frac_copy=f8.get("fraction_of_copy_bw"), bf16_frac_copy=g(b16, "fraction_of_copy_bw"),
+                        nvfp4_frac_copy=g(f4, "fraction_of_copy_bw"), fp8_v1_frac_copy=g(f8v1, "fraction_of_copy_bw"),
+                        v1_speedup_vs_bf16=g(f8v1, "speedup"), fp8_rel_rms_err=f8.get("rel_rms_err"),
+                        valid=all(r.get("valid", True) for r in (f8, b16, f4) if r)))
+    return out
+
+
 def format_summary(data: dict) -> str:
-    """The table of the report: times (us), speedups and fractions of copy bandwidth."""
-    f = lambda v, s: "-" if v is None else format(v, s)
-    hdr = (f"{'layout':11s} {'D':>4s} {'context':>8s} {'fp8 us':>8s} {'bf16 us':>8s} {'torch us':>9s} "
-           f"{'fp8/bf16':>9s} {'fp8/torch':>9s} {'fp8 xcopy':>9s} {'bf16 xcopy':>10s}")
+    """The table of the report: times (us), speedups and fractions of copy bandwidth (xcopy)."""
+    f = lambda v, s: "-" if v is None else format(v, s)  # noqa: E731
+    hdr = (f"{'layout':11s} {'D':>4s} {'context':>8s} {'fp8 us':>8s} {'bf16 us':>8s} {'nvfp4 us':>8s} {'torch us':>9s} "
+           f"{'v1 fp8':>7s} {'fp8/bf16':>9s} {'fp8/torch':>9s} {'nvfp4/bf16':>10s} {'fp8 xcopy':>9s} {'bf16 xcopy':>10s}")
     lines = [hdr, "-" * len(hdr)]
     for r in summary_rows(data):
         lines.append(f"{r['layout']:11s} {r['head_dim']:>4d} {r['context']:>8d} {f(r['fp8_us'], '8.1f')} "
-                     f"{f(r['bf16_us'], '8.1f')} {f(r['torch_us'], '9.1f')} {f(r['speedup_vs_bf16'], '8.2f')}x "
-                     f"{f(r['speedup_vs_torch'], '8.2f')}x {f(r['fp8_frac_copy'], '9.2f')} {f(r['bf16_frac_copy'], '10.2f')}")
+                     f"{f(r['bf16_us'], '8.1f')} {f(r.get('nvfp4_us'), '8.1f')} {f(r['torch_us'], '9.1f')} "
+                     f"{f(r.get('fp8_v1_us'), '7.1f')} {f(r['speedup_vs_bf16'], '8.2f')}x {f(r['speedup_vs_torch'], '8.2f')}x "
+                     f"{f(r.get('nvfp4_vs_bf16'), '9.2f')}x {f(r['fp8_frac_copy'], '9.2f')} {f(r['bf16_frac_copy'], '10.2f')}")
+    return "\n".join(lines)
+
+
+def goals_table(data: dict) -> list[dict]:
+    """Each goal at each context it names (head_dim 128, contiguous): measured value, threshold, met or not."""
+    rows = {(r["layout"], r["head_dim"], r["context"]): r for r in summary_rows(data)}
+    col = {"fp8_vs_bf16": "speedup_vs_bf16", "fp8_vs_torch": "speedup_vs_torch", "fp8_xcopy": "fp8_frac_copy",
+           "nvfp4_vs_bf16": "nvfp4_vs_bf16"}
+    out = []
+    for key, what, thr, ctxs, D in GOALS:
+        for L in ctxs:
+            r = rows.get(("contiguous", D, L))
+            v = r.get(col[key]) if r else None
+            out.append(dict(goal=key, what=what, context=L, head_dim=D, threshold=thr, measured=v,
+                            met=None if v is None or not r.get("valid") else bool(v >= thr)))
+    return out
+
+
+def format_goals(data: dict) -> str:
+    lines = []
+    for g in goals_table(data):
+        m = "-" if g["measured"] is None else f"{g['measured']:.2f}"
+        verdict = "not measured" if g["met"] is None else ("met" if g["met"] else "NOT met")
+        lines.append(f"{g['what']:44s} L={g['context']:>6d} D={g['head_dim']}: {m:>5s} (goal >= {g['threshold']}) {verdict}")
+    return "\n".join(lines)
+
+
+def format_sweep(data: dict) -> str:
+    """The tuning sweep (--sweep): every configuration at one problem, fastest first within each format."""
+    res = [r for r in data.get("results", []) if "version" in r or r["kernel"].startswith("torch")]
+    if not res:
+        return "(no sweep in this file)"
+    lines = [f"{'kernel':34s} {'config':14s} {'splits':>6s} {'time_us':>8s} {'[q1, q3]':>16s} {'xcopy':>6s} {'vs bf16':>8s}"]
+    for fmt in ("fp8cvt", "fp8bit", "nvfp4", "bf16", "torch"):
+        grp = sorted((r for r in res if r.get("fmt") == fmt), key=lambda r: r["time_us"])
+        for r in grp:
+            sp = r.get("spread_us") or {}
+            cfg = "v1" if r.get("version") == 1 else str(tuple(r["config"])) if r.get("config") else "-"
+            lines.append(f"{r['kernel'][:34]:34s} {cfg:14s} {str(r.get('num_splits', '-')):>6s} {r['time_us']:8.1f} "
+                         f"[{sp.get('q1', 0):6.1f}, {sp.get('q3', 0):6.1f}] {r.get('fraction_of_copy_bw') or 0:6.2f} "
+                         f"{(r.get('speedup') or 0) if fmt not in ('bf16', 'torch') else 0:8.2f}")
     return "\n".join(lines)
 
 
@@ -342,7 +491,7 @@ def format_provenance(data: dict) -> str:
 
 
 def plot_speedup(data: dict, path=None, ax=None):
-    """Speedup of our FP8-KV kernel vs our bf16-KV kernel and vs torch SDPA, against context (head_dim 128, contiguous)."""
+    """Speedups against context (head_dim 128, contiguous): FP8 and NVFP4 vs the same kernel on bf16, FP8 vs torch."""
     import matplotlib.pyplot as plt
 
     rows = [r for r in summary_rows(data) if r["layout"] == "contiguous" and r["head_dim"] == 128]
@@ -351,11 +500,14 @@ def plot_speedup(data: dict, path=None, ax=None):
     else:
         fig = ax.figure
     xs = [r["context"] for r in rows]
-    ax.plot(xs, [r["speedup_vs_bf16"] for r in rows], "o-", label="FP8 vs bf16 (same kernel)")
+    ax.plot(xs, [r["speedup_vs_bf16"] or float("nan") for r in rows], "o-", label="FP8 vs bf16 (same kernel)")
     if any(r["speedup_vs_torch"] for r in rows):
         ax.plot(xs, [r["speedup_vs_torch"] or float("nan") for r in rows], "s--", label="FP8 vs torch SDPA bf16")
-    ax.axhline(2.0, color="gray", lw=0.8, ls=":", label="2x (bytes halve)")
-    ax.axhline(GOAL[1], color="tab:red", lw=0.8, ls="--", label=f"goal {GOAL[1]}x at 32k")
+    if any(r.get("nvfp4_vs_bf16") for r in rows):
+        ax.plot(xs, [r.get("nvfp4_vs_bf16") or float("nan") for r in rows], "^-", label="NVFP4 vs bf16 (same kernel)")
+        ax.axhline(2 / 0.5625, color="gray", lw=0.8, ls="-.", label="3.56x (NVFP4 bytes)")
+    ax.axhline(2.0, color="gray", lw=0.8, ls=":", label="2x (FP8 bytes)")
+    ax.axhline(GOAL[1], color="tab:red", lw=0.8, ls="--", label=f"goal {GOAL[1]}x")
     ax.axhline(1.0, color="k", lw=0.6)
     ax.set_xscale("log", base=2)
     ax.set_xticks(xs, [f"{x // 1024}k" for x in xs])
@@ -364,10 +516,42 @@ def plot_speedup(data: dict, path=None, ax=None):
     p = data.get("provenance", {})
     ax.set_title(f"decode attention, B={B}, {HQ}q/{HK}kv heads, D=128 — {p.get('device', '?')}, "
                  f"{str(p.get('date', '?'))[:10]}", fontsize=9)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     if path:
-        fig.savefig(path, dpi=120)
+        from fp8lab import store
+
+        store.save_figure(fig, path)
+    return fig
+
+
+def plot_bandwidth(data: dict, path=None, ax=None, head_dim: int = 128):
+    """Fraction of copy bandwidth of each kernel against context: how close each format gets to the memory limit."""
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in summary_rows(data) if r["layout"] == "contiguous" and r["head_dim"] == head_dim]
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.5, 3.4))
+    else:
+        fig = ax.figure
+    xs = [r["context"] for r in rows]
+    for key, label, st in (("fp8_frac_copy", "FP8 (default version)", "o-"), ("fp8_v1_frac_copy", "FP8 version 1", "o:"),
+                           ("bf16_frac_copy", "bf16 (same kernel)", "s-"), ("nvfp4_frac_copy", "NVFP4", "^-")):
+        if any(r.get(key) for r in rows):
+            ax.plot(xs, [r.get(key) or float("nan") for r in rows], st, label=label)
+    ax.axhline(1.0, color="k", lw=0.6)
+    ax.axhline(0.90, color="tab:red", lw=0.8, ls="--", label="goal 0.90")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [f"{x // 1024}k" for x in xs])
+    ax.set_xlabel("context (tokens per sequence)")
+    ax.set_ylabel("fraction of copy bandwidth")
+    ax.set_title(f"decode attention, D={head_dim}: bytes read / time / copy bandwidth", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    if path:
+        from fp8lab import store
+
+        store.save_figure(fig, path)
     return fig
 
 
@@ -396,21 +580,30 @@ def _head_dims(text: str) -> tuple[int, ...]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fp8lab.kernels.bench attention", description=__doc__.split("\n")[0])
     p.add_argument("--out", default=str(DEFAULT_OUT))
-    p.add_argument("--small", action="store_true", help="contexts 1k and 4k only (a quick live run)")
-    p.add_argument("--contexts", type=_contexts, default=None, help="comma-separated contexts, e.g. 1024,32768")
-    p.add_argument("--shapes", type=_head_dims, default=None, help="head dims to run at every context: 64,128 (default 128)")
+    p.add_argument("--small", action="store_true", help="contexts 1k and 4k, D = 128 only (a quick live run)")
+    p.add_argument("--contexts", type=_contexts, default=None, help="comma-separated contexts (default 16384,32768,131072)")
+    p.add_argument("--shapes", type=_head_dims, default=None, help="head dims at every context: 64,128 (the default)")
+    p.add_argument("--paged", type=int, default=16, help="page size of the paged problem at 32k, D = 128 (0: none)")
+    p.add_argument("--sweep", action="store_true", help="every compiled version-2 configuration at 32k, D = 128")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
+    p.add_argument("--no-torch", action="store_true", help="skip torch SDPA")
     p.add_argument("--pytest-log", default=None, help="a pytest log whose summary line is recorded with the results")
     p.add_argument("--budget-s", type=float, default=float("inf"), help="skip what is left after this many seconds")
     p.add_argument("--no-compile", action="store_true", help=argparse.SUPPRESS)  # accepted for report.summarize
     args = p.parse_args(argv)
+    if args.paged < 0 or (args.paged and args.paged % 16):
+        p.error("--paged must be 0 or a multiple of 16")
     import torch
 
     t0 = time.time()
-    contexts = args.contexts or (SMALL_CONTEXTS if args.small else CONTEXTS)
-    problems = [(L, D, None) for L in contexts for D in (args.shapes or (128,))]
-    if not args.small and not args.contexts and not args.shapes:
-        problems += [(32768, 64, None), (32768, 128, 16), (32768, 128, 64)]
+    if args.sweep:
+        problems = [SWEEP_PROBLEM + (None,)]
+    else:
+        contexts = args.contexts or (SMALL_CONTEXTS if args.small else CONTEXTS)
+        dims = args.shapes or ((128,) if args.small else HEAD_DIMS)
+        problems = [(L, D, None) for D in sorted(dims, reverse=True) for L in contexts]
+        if args.paged and not args.small and 32768 % args.paged == 0:
+            problems.append((32768, 128, args.paged))
     cmd = " ".join(["python -m fp8lab.kernels.bench attention"] + list(sys.argv[1:] if argv is None else argv))
     bench = harness.Bench("attention", args.out, cmd, rounds=args.rounds)
     copy_gbps = bench.ceilings["copy_gbps"] = harness.copy_bandwidth_gbps()
@@ -418,11 +611,15 @@ def main(argv=None) -> int:
     q4 = torch.zeros(1, HQ, 1, 128, dtype=torch.bfloat16, device="cuda")
     k4 = torch.zeros(1, HK, 1024, 128, dtype=torch.bfloat16, device="cuda")
     bench.ceilings["torch_sdpa_default_backend_L1k"] = sdpa_default_choice(q4, k4, k4)
-    bench.extra.update(pytest=pytest_summary(args.pytest_log), kernel_registers=kernel_registers(), goal=None)
+    from . import attention_fp8kv as att
+
+    bench.extra.update(pytest=pytest_summary(args.pytest_log), kernel_registers=kernel_registers(), goals=None,
+                       defaults=dict(version=att.DEFAULT_VERSION, conv=att.DEFAULT_CONV,
+                                     v2={"/".join(map(str, k)): v for k, v in att.V2_DEFAULTS.items()}),
+                       sweep=bool(args.sweep))
 
     def dump():
-        speed, met = goal_met({"results": bench.results})
-        bench.extra["goal"] = {"goal": GOAL[0], "threshold": GOAL[1], "measured": speed, "met": met}
+        bench.extra["goals"] = goals_table({"results": bench.results})
         bench.write()
 
     for L, D, page in problems:
@@ -430,14 +627,14 @@ def main(argv=None) -> int:
             bench.notes.append({"shape": f"L{L} D{D} page{page}", "error": "skipped: time budget spent"})
             continue
         print(f"L={L} D={D} page={page} ...", flush=True)
-        _, notes = bench_problem(bench, L, D, copy_gbps, page=page, torch_too=page is None)
+        _, notes = bench_problem(bench, L, D, copy_gbps, page=page, torch_too=not args.no_torch, sweep=args.sweep)
         bench.notes += notes
         dump()
     harness.print_table(bench.results)
     print()
-    print(format_summary({"results": bench.results}))
-    speed, met = goal_met({"results": bench.results})
-    print(f"GOAL {GOAL[0]} >= {GOAL[1]}: measured {speed} -> {'MET' if met else 'not met'}")
+    data = {"results": bench.results}
+    print(format_sweep(data) if args.sweep else format_summary(data))
+    print(format_goals(data))
     print("wrote", args.out, f"in {time.time() - t0:.0f} s", flush=True)
     return 0
 

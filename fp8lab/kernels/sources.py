@@ -67,6 +67,12 @@ SOURCES = {s.file: s for s in (
            key_kernels=("w8a8_wgmma", "w8a8_wgmma_ws")),
     Source("attention_fp8kv.cu", key_kernels=("decode_attn_fp8cvt_d128_g8_va", "decode_attn_fp8bit_d128_g8_va",
                                               "decode_attn_bf16_d128_g8_va")),
+    Source("attention_decode_v2.cu", defines="fp8lab.kernels.attention_fp8kv:cuda_defines",
+           key_kernels=("decode_v2_fp8cvt_d128_g8_n1_s3_r1_b4", "decode_v2_bf16_d128_g8_n1_s2_r1_b3")),
+    Source("attention_nvfp4kv.cu", defines="fp8lab.kernels.attention_nvfp4kv:cuda_defines",
+           key_kernels=("decode_v2_nvfp4_d128_g8_n1_s4_r1_b4",)),
+    Source("attention_prefill.cu", defines="fp8lab.kernels.attention_prefill:cuda_defines",
+           key_kernels=("prefill_bf16_d128_w4_p1", "prefill_fp8_d128_w4_p1")),
 )}
 
 

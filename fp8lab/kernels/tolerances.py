@@ -80,19 +80,24 @@ class AttentionTolerance:
 
 
 def attention(kind: str, L: int) -> AttentionTolerance:
-    """FP8-KV ("fp8") or bf16-KV ("bf16") decode attention at context L.
+    """FP8-KV ("fp8"), bf16-KV ("bf16") or NVFP4-KV ("nvfp4") decode attention, or chunked prefill ("prefill"), at
+    context L.
 
     fp8: bf16 output rounding (unit roundoff 2**-8 relative) -> rtol 2**-7 (2x margin); P rounded to f16 before
     the P.V MMA (P in [0, 2**15], unit roundoff 2**-11) moves the output by <= 2**-11 max|V| -> atol 2**-10, plus
     fp32 accumulation over L tokens (gamma_L max|V|). K, V (E4M3 -> f16) and Q (power-of-two prescale) are exact.
     RMS: the bf16 output rounding (~2**-9) and the f16 rounding of P dominate; 2**-8.
     bf16: P is rounded to bf16 for the MMA (FlashAttention does the same): 2**-8 max|V| -> atol 2**-7; RMS 2**-7.
+    nvfp4: the NVFP4-KV kernel widens e2m1 * e4m3 * 2**-8 to bf16 exactly (<= 6 significant bits) and runs bf16 MMAs,
+    so its only roundings are the bf16 cache's: the same bounds, against the float64 attention on the decoded values.
+    prefill: the chunked-prefill kernel (attention_prefill.cu) rounds P to bf16 (bf16 cache) or f16 (FP8 cache) like
+    the decode kernels; Q is bf16 (exact in both paths), K/V exact after widening: the bf16 bounds cover both.
     """
     if kind == "fp8":
         return AttentionTolerance(2**-7, 2**-10 + gamma(L), 2**-8)
-    if kind == "bf16":
+    if kind in ("bf16", "nvfp4", "prefill"):
         return AttentionTolerance(2**-7, 2**-7 + gamma(L), 2**-7)
-    raise KeyError(f"attention tolerance kind must be 'fp8' or 'bf16', got {kind!r}")
+    raise KeyError(f"attention tolerance kind must be 'fp8', 'bf16', 'nvfp4' or 'prefill', got {kind!r}")
 
 
 #: the benchmark's looser validation of attention outputs at benchmark sizes (relative RMS against float32 SDPA on
