@@ -62,6 +62,10 @@ SOURCES = {s.file: s for s in (
     Source("gemm_w8a8_wgmma.cu", arch_specific=frozenset({90}), only=frozenset({90}),
            why="wgmma and setmaxnreg exist only on sm_90a (Hopper); Blackwell has tcgen05 instead",
            key_kernels=("w8a8_wgmma", "w8a8_wgmma_ws")),
+    Source("gemm_w8a8_tma.cu", arch_specific=frozenset({90}), only=frozenset({90}),
+           why="wgmma, setmaxnreg and TMA multicast exist only on sm_90a (Hopper); Blackwell has tcgen05 instead",
+           defines="fp8lab.kernels.gemm_w8a8:tma_cuda_defines",
+           key_kernels=("w8a8_tma_n128_w1_s6_c1_e0", "w8a8_tma_n256_w2_s4_c2_e0")),
     Source("attention_fp8kv.cu", key_kernels=("decode_attn_fp8cvt_d128_g8_va", "decode_attn_fp8bit_d128_g8_va",
                                               "decode_attn_bf16_d128_g8_va")),
 )}
