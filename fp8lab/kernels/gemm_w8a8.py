@@ -219,7 +219,7 @@ def group_size(M: int, N: int, cfg: TmaConfig, units: int) -> int:
     """m-units per group of the tile order (DeepGEMM's rule): the `units` tiles running at once span `g` units of
     A rows and ceil(units / g) blocks of B columns; pick g in {1, 2, 4, 8, 16} with the fewest rows in flight.
 
-    group_size(4096, 7168, TmaConfig(), 66) -> 4   (4 x 256 rows of A, 17 x 256 columns of B)"""
+    group_size(4096, 7168, TmaConfig(), 66) -> 8   (8 x 256 rows of A, 9 x 256 columns of B)"""
     mu, _ = tile_counts(M, N, cfg)
     best = None
     for g in (1, 2, 4, 8, 16):
