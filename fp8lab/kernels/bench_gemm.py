@@ -23,7 +23,8 @@ from pathlib import Path
 from . import harness
 # what notebook 07 reads back, re-exported so `bench_gemm.load(...)` etc. keep working
 from .gemm_report import (DEFAULT_OUT, decode_table, format_rows, gate_table, goals, load, plot_decode,  # noqa: F401
-                          plot_prefill, prefill_table, provenance_summary, roofline_us, sass_table, source_digest)
+                          plot_prefill, prefill_climb, prefill_gap, prefill_goals, prefill_table, provenance_summary,
+                          roofline_us, sass_table, source_digest)
 
 SASS_KERNELS = {"gemm_w8a8.cu": ("w8a8_mma_fp8", "w8a8_mma_bf16"),
                 "gemm_w8a8_wgmma.cu": ("w8a8_wgmma", "w8a8_wgmma_pipe", "w8a8_wgmma_256", "w8a8_wgmma_ws"),

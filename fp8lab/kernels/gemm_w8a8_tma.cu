@@ -99,14 +99,18 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
             for (int t = cid; t < T; t += P) {
                 int mu_i, n_i;
                 tiles.at(t, mu_i, n_i);
+                // A box past the last row (a cluster's second m-block when the m-blocks are odd; the second half of
+                // B when N % 256 == 128) reads rows 0.. instead: those rows get zero scales or are never stored, and
+                // no box is ever wholly outside the tensor. Partial boxes are zero-filled by the copy engine.
                 const int m0 = (mu_i * CL + (int)rank) * 128, n0 = n_i * TBN;
+                const int ma = m0 < M ? m0 : 0, nbr = n0 + (int)rank * (TBN / CL) < N ? n0 + (int)rank * (TBN / CL) : 0;
                 for (int kb = 0; kb < KB; ++kb) {
                     mbar_wait(empty0 + 8 * s, ph ^ 1);  // consumers (of both CTAs) released this stage
                     const u32 fb = full0 + 8 * s, sA = base + s * STAGE, sB = sA + A_BYTES;
                     mbar_expect_tx(fb, STAGE);
-                    tma_load_2d(sA, tmA, fb, kb * 128, m0);
-                    if (CL == 1) tma_load_2d(sB, tmB, fb, kb * 128, n0);
-                    else tma_load_2d_mc(sB + rank * (B_BYTES / 2), tmB, fb, kb * 128, n0 + (int)rank * (TBN / 2), (u16)3);
+                    tma_load_2d(sA, tmA, fb, kb * 128, ma);
+                    if (CL == 1) tma_load_2d(sB, tmB, fb, kb * 128, nbr);
+                    else tma_load_2d_mc(sB + rank * (B_BYTES / 2), tmB, fb, kb * 128, nbr, (u16)3);
                     if (++s == ST) { s = 0; ph ^= 1; }
                 }
             }
@@ -125,21 +129,27 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
             tiles.at(t, mu_i, n_i);
             const int m0 = (mu_i * CL + (int)rank) * 128, n0 = n_i * TBN;
             zero<64 * MH * NH>(&acc[0][0]);
-            for (int kb = 0; kb < KB; ++kb) {
-                // this k-block's scales, loaded before the wait so their latency hides behind it
-                float sbv[NH], s0[MH], s1[MH];
+            // Scales of k-block kb + 1 are loaded while k-block kb multiplies (one iteration, 500+ cycles, hides an L2
+            // round trip); those of the tile's first k-block before its first wait.
+            float sbv[NH], s0[MH], s1[MH];
+            auto load_scales = [&](int kb, float (&b)[NH], float (&x0)[MH], float (&x1)[MH]) {
 #pragma unroll
                 for (int nh = 0; nh < NH; ++nh) {
                     const int nbk = n0 / 128 + nh;
-                    sbv[nh] = nbk < NBS ? __ldg(sb + (size_t)nbk * KB + kb) : 0.f;
+                    b[nh] = nbk < NBS ? __ldg(sb + (size_t)nbk * KB + kb) : 0.f;
                 }
 #pragma unroll
                 for (int mh = 0; mh < MH; ++mh) {
                     const int r0 = m0 + 64 * (wg * MH + mh) + 16 * wq + g;
-                    s0[mh] = r0 < M ? __ldg(sa + r0 * sa_sm + kb * sa_sk) : 0.f;
-                    s1[mh] = r0 + 8 < M ? __ldg(sa + (r0 + 8) * sa_sm + kb * sa_sk) : 0.f;
+                    x0[mh] = r0 < M ? __ldg(sa + r0 * sa_sm + kb * sa_sk) : 0.f;
+                    x1[mh] = r0 + 8 < M ? __ldg(sa + (r0 + 8) * sa_sm + kb * sa_sk) : 0.f;
                 }
+            };
+            load_scales(0, sbv, s0, s1);
+            for (int kb = 0; kb < KB; ++kb) {
                 mbar_wait(full0 + 8 * s, ph);
+                float nsbv[NH], ns0[MH], ns1[MH];
+                load_scales(kb + 1 < KB ? kb + 1 : kb, nsbv, ns0, ns1);
                 const u32 sA = base + s * STAGE, sB = sA + A_BYTES;
 #pragma unroll
                 for (int mh = 0; mh < MH; ++mh)
@@ -154,6 +164,10 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                         promote(acc[mh * NH + nh], part, s0[mh] * sbv[nh], s1[mh] * sbv[nh]);
                     }
                 if (++s == ST) { s = 0; ph ^= 1; }
+#pragma unroll
+                for (int nh = 0; nh < NH; ++nh) sbv[nh] = nsbv[nh];
+#pragma unroll
+                for (int mh = 0; mh < MH; ++mh) { s0[mh] = ns0[mh]; s1[mh] = ns1[mh]; }
             }
             // ---- epilogue ----
             if (EPI == 0) {
@@ -188,9 +202,11 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                     }
                 fence_proxy_async();  // generic-proxy stores -> visible to the copy engine
                 named_sync(1 + wg, 128);
-                if (wq == 0 && lane == 0) {
+                if (wq == 0 && lane == 0) {  // boxes are clipped at the tensor's edge; wholly outside ones are skipped
+                    const int r = m0 + 64 * MH * wg;
 #pragma unroll
-                    for (int b = 0; b < TBN / 64; ++b) tma_store_2d(tmC, cbuf + b * CBOX, n0 + 64 * b, m0 + 64 * MH * wg);
+                    for (int b = 0; b < TBN / 64; ++b)
+                        if (r < M && n0 + 64 * b < N) tma_store_2d(tmC, cbuf + b * CBOX, n0 + 64 * b, r);
                     bulk_commit();
                 }
             }
