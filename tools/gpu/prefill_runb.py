@@ -40,7 +40,13 @@ def plan():
 
 def tune(out: Path, skip: set) -> None:
     from fp8lab.kernels import gemm_prefill as P
+    from fp8lab.kernels import tma
 
+    try:
+        probe = f"tma probes: {tma.check_device()}"
+    except Exception as e:  # noqa: BLE001 - the TMA kernels cannot run: the sweep still times the others
+        probe = f"tma probes FAILED: {type(e).__name__}: {e}"
+    (out / "probe.txt").write_text(probe + "\n")
     results = []
     for i, (shapes, names, extra) in enumerate(plan()):
         for shape in shapes:
@@ -50,12 +56,12 @@ def tune(out: Path, skip: set) -> None:
 
 def summary(out: Path) -> None:
     lines = []
-    for name in ("device.txt", "smoke.json", "pytest_line.txt"):
+    for name in ("device.txt", "probe.txt", "smoke.json", "pytest_line.txt"):
         p = out / name
         if p.exists():
             t = p.read_text().strip()
-            if name == "device.txt":
-                lines += [ln[:200] for ln in t.splitlines()[:2]]
+            if name in ("device.txt", "probe.txt"):
+                lines += [ln[:200] for ln in t.splitlines()[:1]]
             elif name == "smoke.json":
                 d = json.loads(t)
                 bad = {k: v["msg"][:60] for k, v in d.items() if not v["ok"]}
