@@ -28,8 +28,11 @@ import json, subprocess
 from pathlib import Path
 from fp8lab.kernels import gemm_smoke, gemm_w8a8 as G
 D = Path(__import__("os").environ["OUT"]) / "prefill"
-name = subprocess.run(["nvidia-smi", "--query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu",
-                       "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+try:
+    name = subprocess.run(["nvidia-smi", "--query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu",
+                           "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+except OSError as e:
+    name = f"nvidia-smi: {e}"
 (D / "device.txt").write_text(name + "\n")
 names = list(G.TMA_KERNELS)
 st = gemm_smoke.smoke_all(names, timeout=25)
@@ -45,7 +48,7 @@ print(','.join(k for k,v in d.items() if not v['ok']))")
 FP8LAB_SKIP_KERNELS="$SKIP" timeout 38 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_gemm_tma.py \
     > "$D/pytest.txt" 2>&1
 echo "pytest rc=$? after $(( $(date +%s) - T0 )) s" >> "$D/steps.txt"
-grep -E "[0-9]+ (passed|failed)|TIMED|Timeout" "$D/pytest.txt" | tail -1 > "$D/pytest_line.txt" || true
+grep -E "[0-9]+ (passed|failed|skipped)|TIMED|Timeout" "$D/pytest.txt" | tail -1 > "$D/pytest_line.txt" || true
 [ -s "$D/pytest_line.txt" ] || echo "no pytest summary line (timed out?)" > "$D/pytest_line.txt"
 
 # 3. the sweep, in what time is left

@@ -50,8 +50,12 @@ def tune(out: Path, skip: set) -> None:
     results = []
     for i, (shapes, names, extra) in enumerate(plan()):
         for shape in shapes:
-            results += P.tune([shape], names, extra_configs=extra, rounds=3, out=out / f"tune_{i}_{'x'.join(map(str, shape))}.json",
-                              skip=skip)
+            try:
+                results += P.tune([shape], names, extra_configs=extra, rounds=3,
+                                  out=out / f"tune_{i}_{'x'.join(map(str, shape))}.json", skip=skip)
+            except Exception as e:  # noqa: BLE001 - one shape's failure (memory, a CUDA error) must not end the sweep
+                print(f"tune {shape}: {type(e).__name__}: {e}", flush=True)
+                (out / "tune_errors.txt").open("a").write(f"{shape}: {type(e).__name__}: {str(e)[:300]}\n")
 
 
 def summary(out: Path) -> None:
@@ -73,6 +77,8 @@ def summary(out: Path) -> None:
         d = json.loads(p.read_text())
         recs += d["results"]
         fails += [k for k, v in d["validation"].items() if not v.get("passed")]
+    if (out / "tune_errors.txt").exists():
+        lines.append("tune errors: " + (out / "tune_errors.txt").read_text().replace("\n", " | ")[:190])
     if fails:
         lines.append(f"VALIDATION FAILED ({len(fails)}): " + ", ".join(sorted({f.split()[0] for f in fails}))[:200])
     by_shape: dict = {}
