@@ -172,11 +172,15 @@ def _record(bench: harness.Bench, sh: _Shape, timings: dict, meta: dict, subset:
               flush=True)
 
 
-def bench_prefill(bench: harness.Bench, skip: set, shapes=None, climb_shapes=None, kernels=GEMM_KERNELS) -> None:
-    """The grid (every shape: `kernels` + the anchors) and the climb (CLIMB_SHAPES: every rung, the older versions).
+def bench_prefill(bench: harness.Bench, skip: set, shapes=None, climb_shapes=None, kernels=GEMM_KERNELS,
+                  grid_rounds: int = 3) -> None:
+    """The grid (every shape: `kernels` + the anchors, `grid_rounds` interleaved rounds) and the climb (CLIMB_SHAPES:
+    every rung and the older versions, the bench's rounds).
 
     The SASS facts of the climb's kernels are compiled on the side (a thread: NVRTC releases the GIL) and stored
     in bench.extra["prefill_sass"]."""
+    import time
+
     import torch
 
     shapes = PREFILL_SHAPES if shapes is None else shapes
@@ -185,6 +189,7 @@ def bench_prefill(bench: harness.Bench, skip: set, shapes=None, climb_shapes=Non
     th = threading.Thread(target=lambda: facts.update(sass_facts()), daemon=True)
     th.start()
     todo = [(s, "climb") for s in climb_shapes] + [(s, "grid") for s in shapes if s not in climb_shapes]
+    t0 = time.time()
     for (M, N, K), subset in todo:
         shape = f"M={M} N={N} K={K}"
         if out_of_time(shape, bench.notes):
@@ -195,8 +200,10 @@ def bench_prefill(bench: harness.Bench, skip: set, shapes=None, climb_shapes=Non
         names = [k for k in (LADDER + OLDER if subset == "climb" else kernels) if k not in skip]
         for k in dict.fromkeys(names):
             _add_kernel(bench, sh, k, timers, meta)
-        t = bench.compare({n: f for n, f in timers.items() if bench.validation.get(n, {}).get("passed")})
+        t = bench.compare({n: f for n, f in timers.items() if bench.validation.get(n, {}).get("passed")},
+                          rounds=None if subset == "climb" else grid_rounds)
         _record(bench, sh, t, meta, subset)  # the climb shape is in the grid too: its rows serve both
+        print(f"  [{subset} {sh.name}: {time.time() - t0:.0f} s since the prefill start]", flush=True)
         del sh
         torch.cuda.empty_cache()
     th.join(timeout=300)
