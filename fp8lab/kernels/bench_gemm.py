@@ -6,7 +6,8 @@ Writes outputs/kernels/gemm.json (harness schema) and gemm_sass.txt beside it. O
   3. ceilings measured in the same run: copy bandwidth, cuBLAS bf16 and torch._scaled_mm FP8 at 8192^3 (gemm_anchors);
   4. decode: M in --m x (N, K) in --shapes (gemm_decode), each kernel validated, tuned, then timed with the
      anchors in interleaved rounds (median and quartiles over --rounds);
-  5. prefill: (M, N, K) in --prefill-shapes, the W8A8 kernels against the same anchors (gemm_prefill);
+  5. prefill: (M, N, K) in --prefill-shapes (default: M in 128..8192 x six (N, K)), version C's default and the
+     previous best against the same anchors, and the climb (every rung) at 4096x7168x7168 (gemm_prefill);
   6. seed 001's accuracy gate on the kernel outputs, and the SASS opcode counts of what runs (fp8lab.kernels.sass).
 What notebook 07 reads back is gemm_report (re-exported here).
 
@@ -22,11 +23,14 @@ from pathlib import Path
 from . import harness
 # what notebook 07 reads back, re-exported so `bench_gemm.load(...)` etc. keep working
 from .gemm_report import (DEFAULT_OUT, decode_roofline_points, decode_table, format_rows, gate_table,  # noqa: F401
-                          goal_table, goals, load, plot_decode, plot_prefill, prefill_table, provenance_summary,
+                          goal_table, goals, load, plot_decode, plot_prefill, prefill_climb, prefill_gap,
+                          prefill_goals, prefill_table, provenance_summary,
                           roofline_us, sass_table, source_digest)
 
 SASS_KERNELS = {"gemm_w8a8.cu": ("w8a8_mma_fp8", "w8a8_mma_bf16"),
                 "gemm_w8a8_wgmma.cu": ("w8a8_wgmma", "w8a8_wgmma_pipe", "w8a8_wgmma_256", "w8a8_wgmma_ws"),
+                "gemm_w8a8_tma.cu": ("w8a8_tma_n128_w1_s6_c1_e0", "w8a8_tma_n128_w2_s6_c1_e0", "w8a8_tma_n128_w2_s6_c2_e0",
+                                     "w8a8_tma_n256_w2_s4_c2_e0"),
                 "gemv_fp8.cu": ("gemv_fp8_block_r1_nt1_pf0", "gemv_fp8_v2_block_r1_nt1_c2_d2"),
                 "gemv_nvfp4.cu": ("gemv_nvfp4_r1_nt1_pf0", "gemv_nvfp4_v2_r1_nt1_c2_d2"),
                 "gemv_v3.cu": ("gemv3_fp8c_r1_nt1_c2_p3_e0", "gemv3_fp8b_r1_nt1_c2_p3_e0", "gemv3_nvfp4_r1_nt1_c2_p3_e0",

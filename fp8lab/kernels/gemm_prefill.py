@@ -1,101 +1,315 @@
-"""Prefill (M = 4096 tokens): the W8A8 block-scaled GEMM kernels (wgmma and mma.sync) against cuBLAS bf16 and
-torch._scaled_mm (tensorwise, rowwise, blockwise) in interleaved rounds; and seed 001's accuracy gate.
+"""Prefill: the W8A8 block-scaled GEMM (1x128 activation x 128x128 weight scales) against cuBLAS bf16 and
+torch._scaled_mm (blockwise, tensorwise) in interleaved rounds; the climb of version C; seed 001's accuracy gate.
 
-    bench_prefill(bench, skip=set(), shapes=[(4096, 7168, 7168)])
-    accuracy_gate_run(skip) -> [{"kind": "random", "shape": ..., "wgmma_ws": {"cosine": ..., "rel_rms": ...}, ...}]
+    bench_prefill(bench, skip=set())           # the 30-shape grid + the climb at CLIMB_SHAPES (records into bench)
+    tune(shapes, names)                        # the tuning sweep of a device run (tools/gpu/prefill.sh)
+    sass_facts()                               # QGMMA / TMA counts, registers, spills, shared memory per kernel
+    accuracy_gate_run(skip) -> [{"kind": "random", "shape": ..., "wgmma_tma": {"cosine": ..., "rel_rms": ...}, ...}]
 
-Each kernel is validated against the float64 reference (output poisoned, tolerances.matmul at this K) before it
+Every kernel is validated against the float64 reference (output poisoned, tolerances.matmul at this K) before it
 is timed; _scaled_mm blockwise is checked against the same reference (its layout must compute OUR arithmetic).
+Timing: CUDA graphs of several calls over rotating input sets (harness.graph_time_us), variants interleaved in
+rounds (Bench.compare), median and quartiles recorded.
+
+Command line (a device run; the recording bench is `python -m fp8lab.kernels.bench gemm`):
+    python -m fp8lab.kernels.gemm_prefill --tune --shapes 4096x7168x7168 --out /tmp/tune.json
 """
 from __future__ import annotations
+
+import argparse
+import math
+import sys
+import threading
 
 from . import harness, tolerances
 from .gemm_anchors import scaled_mm_calls
 from .gemm_smoke import out_of_time
 
-PREFILL_SHAPES = [(4096, 4096, 4096), (4096, 7168, 7168), (4096, 14336, 14336)]  # (M, N, K)
-GEMM_KERNELS = ("wgmma_ws", "wgmma_256", "wgmma_pipe", "wgmma", "mma_bf16", "mma_fp8")
+PREFILL_M = (128, 512, 2048, 4096, 8192)
+#: (N, K) of the prefill grid: Llama-3-8B (4096 / 14336) and Qwen2.5-7B-like (3584 / 18944) projections, 7168^2
+PREFILL_NK = ((4096, 4096), (7168, 7168), (14336, 4096), (4096, 14336), (18944, 3584), (3584, 18944))
+PREFILL_SHAPES = [(M, N, K) for (N, K) in PREFILL_NK for M in PREFILL_M]
+#: where the climb is timed (every rung, the older versions, the anchors)
+CLIMB_SHAPES = [(4096, 7168, 7168)]
+#: at every shape of the grid: version C's default and the previous best
+GEMM_KERNELS = ("wgmma_tma", "wgmma_ws")
+#: the climb, in order; each rung adds one change (gemm_w8a8.TMA_LADDER says which)
+LADDER = ("wgmma_ws", "wgmma_tma_a", "wgmma_tma_b", "wgmma_tma_c", "wgmma_tma_d", "wgmma_tma_e", "wgmma_tma")
+CLIMB_STEPS = {
+    "mma_bf16": "mma.sync bf16 (FP8 widened in registers)",
+    "mma_fp8": "mma.sync e4m3 (emulated by ptxas on sm_90)",
+    "wgmma": "wgmma e4m3, cp.async by all threads, 4 stages",
+    "wgmma_pipe": "+ 6 stages",
+    "wgmma_256": "256 x 128 tiles instead",
+    "wgmma_ws": "cp.async producer warpgroup + 2 consumers (previous best)",
+    "wgmma_tma_a": "TMA loads + mbarrier pipeline, 1 consumer warpgroup",
+    "wgmma_tma_b": "+ 2 consumer warpgroups, setmaxnreg 40/232",
+    "wgmma_tma_c": "+ persistent grid, grouped tile order",
+    "wgmma_tma_d": "+ 2-CTA clusters, B multicast",
+    "wgmma_tma_e": "+ 128 x 256 tiles",
+    "wgmma_tma": "the default: configuration chosen per shape",
+}
+OLDER = ("wgmma_256", "wgmma_pipe", "wgmma", "mma_bf16", "mma_fp8")
+ANCHORS = ("bf16_cublas", "scaled_mm_blockwise", "scaled_mm_tensorwise")
+#: NVIDIA's datasheet figure for H100/H200 SXM FP8 tensor cores, dense (3958 with 2:4 sparsity): a spec, not a measurement
+SPEC_DENSE_FP8_TFLOPS = 1979
 
 
-def bench_prefill(bench: harness.Bench, skip: set, shapes=PREFILL_SHAPES) -> None:
+def _min_calls(flops: float) -> int:
+    """Calls per graph replay: about 200 us of work per replay at ~1 PFLOP/s, at least 4."""
+    return int(min(64, max(4, math.ceil(200e-6 / max(flops / 1e15, 1e-9)))))
+
+
+class _Shape:
+    """Inputs of one shape: rotating FP8 sets (and bf16 ones for cuBLAS), scales, the float64 reference."""
+
+    def __init__(self, M, N, K, need_bf16=True, seed=None):
+        import torch
+
+        from . import gemm_w8a8 as G
+        from . import gemv_fp8 as F8
+
+        torch.manual_seed(M + N + K if seed is None else seed)
+        self.M, self.N, self.K = M, N, K
+        self.flops = 2 * M * N * K
+        self.nset = min(4, harness.sets_for_l2(M * K + N * K, factor=4, cap=32))
+        self.A = [F8.random_codes(M, K) for _ in range(self.nset)]
+        self.B = [F8.random_codes(N, K) for _ in range(self.nset)]
+        KB, NB = -(-K // 128), -(-N // 128)
+        self.sa = torch.rand(M, KB, device="cuda") * 1e-2 + 1e-3
+        self.sb = torch.rand(NB, KB, device="cuda") * 1e-2 + 1e-3
+        self.fp8_bytes = M * K + N * K + 2 * M * N + 4 * (self.sa.numel() + self.sb.numel())
+        self.Abf = [torch.randn(M, K, device="cuda").to(torch.bfloat16) for _ in range(self.nset)] if need_bf16 else []
+        self.Bbf = [(torch.randn(N, K, device="cuda") * 0.02).to(torch.bfloat16) for _ in range(self.nset)] if need_bf16 else []
+        self.ref = G.reference(self.A[0], self.sa, self.B[0], self.sb)
+        ad = F8.decode_e4m3(self.A[0]) * self.sa.double().repeat_interleave(128, 1)[:, :K]
+        bd = F8.decode_e4m3(self.B[0]) * self.sb.double().repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K]
+        self.terms = ad.abs() @ bd.abs().T
+        del ad, bd
+
+    @property
+    def name(self) -> str:
+        return f"M={self.M} N={self.N} K={self.K}"
+
+    def check(self, kernel_family: str):
+        tol = tolerances.matmul(kernel_family, self.K)
+        return lambda y: ((e := tol.worst(y, self.ref, self.terms)) <= 1.0, {"err_over_tol": e})
+
+
+def _add_anchors(bench: harness.Bench, sh: _Shape, timers: dict, meta: dict, kinds=ANCHORS) -> None:
     import torch
 
-    from . import gemm_w8a8 as G
-    from . import gemv_fp8 as F8
+    mc = _min_calls(sh.flops)
+    if "bf16_cublas" in kinds:
+        name = f"bf16_cublas {sh.name}"
+        bench.trust(name, "library anchor (torch matmul, bf16 operands of the same shape)")
+        timers[name] = lambda: harness.graph_time_us([lambda a=a, b=b: a @ b.t() for a, b in zip(sh.Abf, sh.Bbf)],
+                                                     min_calls=mc, rep=10)
+        meta[name] = ("bf16_cublas (torch matmul)", "bf16 x bf16", 2 * (sh.M * sh.K + sh.N * sh.K + sh.M * sh.N), {})
+    for kind in ("tensorwise", "rowwise", "blockwise"):
+        if f"scaled_mm_{kind}" not in kinds:
+            continue
+        name = f"scaled_mm_{kind} {sh.name}"
+        try:
+            fns = [scaled_mm_calls(kind, a.view(torch.float8_e4m3fn), b.view(torch.float8_e4m3fn), sh.sa, sh.sb)
+                   for a, b in zip(sh.A, sh.B)]
+        except Exception as e:  # noqa: BLE001 - recorded: this torch may not have the layout
+            bench.notes.append({"kernel": name, "error": str(e)[:500]})
+            continue
+        extra = {"layout": fns[0][1]}
+        if kind == "blockwise":  # the layout we found must compute OUR arithmetic
+            bench.validate(name, fns[0][0], sh.check("mma_bf16"))
+        else:
+            bench.trust(name, "library anchor (unit scales: times the FP8 matmul, not our scaling)")
+        timers[name] = lambda fns=fns: harness.graph_time_us([f for f, _ in fns], min_calls=mc, rep=10)
+        meta[name] = (f"scaled_mm_{kind} (torch._scaled_mm)", "e4m3 x e4m3", sh.fp8_bytes, extra)
 
-    copy_gbps = bench.ceilings.get("copy_gbps")
-    for M, N, K in shapes:
+
+def _add_kernel(bench: harness.Bench, sh: _Shape, kernel: str, timers: dict, meta: dict, config=None,
+                label: str | None = None) -> bool:
+    """Validate one of our kernels (poisoned output) and add its timer; False if it failed."""
+    from . import gemm_w8a8 as G
+
+    label = label or f"w8a8_{kernel}"
+    name = f"{label} {sh.name}"
+    try:
+        launch = G.prepare(sh.A[0], sh.sa, sh.B[0], sh.sb, kernel=kernel, config=config)
+    except Exception as e:  # noqa: BLE001 - a config refused here (shape rules, shared memory) is recorded
+        bench.validation[name] = {"passed": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+        bench.notes.append({"kernel": name, "error": f"prepare failed: {type(e).__name__}: {str(e)[:300]}"})
+        return False
+    if not bench.validate(name, launch, sh.check(kernel), outputs=[launch.out]):
+        return False
+    mc = _min_calls(sh.flops)
+    timers[name] = lambda: harness.graph_time_us(
+        [G.prepare(a, sh.sa, b, sh.sb, kernel=kernel, config=config) for a, b in zip(sh.A, sh.B)], min_calls=mc, rep=10)
+    extra = {"validated_err_over_tol": bench.validation[name].get("err_over_tol")}
+    cfg = getattr(launch, "config", None)
+    if cfg is not None:
+        extra.update(config=cfg.function, persistent=cfg.persistent, grid_units=launch.grid_units, group=launch.group,
+                     bn=cfg.bn, cluster=cfg.cluster, stages=cfg.stages, epi=cfg.epi)
+    meta[name] = (label, "e4m3 x e4m3 (1x128, 128x128)", sh.fp8_bytes, extra)
+    return True
+
+
+def _record(bench: harness.Bench, sh: _Shape, timings: dict, meta: dict, subset: str) -> None:
+    base = {n.split()[0]: t.median for n, t in timings.items()}
+    t_bf16 = base.get("bf16_cublas")
+    for name, timing in timings.items():
+        label, dtype, nbytes, extra = meta[name]
+        extra = dict(extra)
+        if not label.startswith("bf16_cublas"):
+            for a in ("scaled_mm_blockwise", "scaled_mm_tensorwise", "scaled_mm_rowwise"):
+                if a in base and not label.startswith(a):
+                    extra[f"speedup_vs_{a}"] = base[a] / timing.median
+        anchor = t_bf16 is not None and not label.startswith("bf16_cublas")
+        bench.record(harness.Result(label, sh.name, dtype, timing.median, bytes=nbytes, flops=sh.flops,
+                                    anchor="bf16_cublas" if anchor else "", anchor_time_us=t_bf16 if anchor else None,
+                                    copy_gbps=bench.ceilings.get("copy_gbps"),
+                                    extra={**extra, "M": sh.M, "N": sh.N, "K": sh.K, "family": "prefill",
+                                           "subset": subset}), timing)
+        print(f"  {label:30s} {sh.name:26s} {timing.median:9.1f} us  {sh.flops / timing.median / 1e6:7.1f} TFLOP/s",
+              flush=True)
+
+
+def bench_prefill(bench: harness.Bench, skip: set, shapes=None, climb_shapes=None, kernels=GEMM_KERNELS,
+                  grid_rounds: int = 3) -> None:
+    """The grid (every shape: `kernels` + the anchors, `grid_rounds` interleaved rounds) and the climb (CLIMB_SHAPES:
+    every rung and the older versions, the bench's rounds).
+
+    The SASS facts of the climb's kernels are compiled on the side (a thread: NVRTC releases the GIL) and stored
+    in bench.extra["prefill_sass"]."""
+    import time
+
+    import torch
+
+    shapes = PREFILL_SHAPES if shapes is None else shapes
+    climb_shapes = CLIMB_SHAPES if climb_shapes is None else climb_shapes
+    facts: dict = {}
+    th = threading.Thread(target=lambda: facts.update(sass_facts()), daemon=True)
+    th.start()
+    todo = [(s, "climb") for s in climb_shapes] + [(s, "grid") for s in shapes if s not in climb_shapes]
+    t0 = time.time()
+    for (M, N, K), subset in todo:
         shape = f"M={M} N={N} K={K}"
         if out_of_time(shape, bench.notes):
             continue
-        torch.manual_seed(M + N + K)
-        flops = 2 * M * N * K
-        nset = min(4, harness.sets_for_l2(M * K + N * K, factor=4, cap=32))
-        A = [F8.random_codes(M, K) for _ in range(nset)]
-        B = [F8.random_codes(N, K) for _ in range(nset)]
-        sa = torch.rand(M, K // 128, device="cuda") * 1e-2 + 1e-3
-        sb = torch.rand(N // 128, K // 128, device="cuda") * 1e-2 + 1e-3
-        fp8_bytes = M * K + N * K + 2 * M * N + 4 * (sa.numel() + sb.numel())
-        Abf = [torch.randn(M, K, device="cuda").to(torch.bfloat16) for _ in range(nset)]
-        Bbf = [(torch.randn(N, K, device="cuda") * 0.02).to(torch.bfloat16) for _ in range(nset)]
-        ref = G.reference(A[0], sa, B[0], sb)
-        ad = F8.decode_e4m3(A[0]) * sa.double().repeat_interleave(128, 1)
-        bd = F8.decode_e4m3(B[0]) * sb.double().repeat_interleave(128, 0).repeat_interleave(128, 1)
-        terms = ad.abs() @ bd.abs().T
-        del ad, bd
+        sh = _Shape(M, N, K)
         timers, meta = {}, {}
-        name = f"bf16_cublas {shape}"
-        bench.trust(name, "library anchor (torch matmul, bf16 operands of the same shape)")
-        timers[name] = lambda: harness.graph_time_us([lambda a=a, b=b: a @ b.t() for a, b in zip(Abf, Bbf)], min_calls=4, rep=10)
-        meta[name] = ("bf16_cublas (torch matmul)", "bf16 x bf16", 2 * (M * K + N * K + M * N), {})
-        for kind in ("tensorwise", "rowwise", "blockwise"):
-            name = f"scaled_mm_{kind} {shape}"
-            try:
-                fns = [scaled_mm_calls(kind, a.view(torch.float8_e4m3fn), b.view(torch.float8_e4m3fn), sa, sb) for a, b in zip(A, B)]
-            except Exception as e:
-                bench.notes.append({"kernel": name, "error": str(e)[:500]})
-                continue
-            extra = {"layout": fns[0][1]}
-            if kind == "blockwise":  # the layout we found must compute OUR arithmetic
-                bench.validate(name, fns[0][0], lambda y: (
-                    (e := tolerances.matmul("mma_bf16", K).worst(y, ref, terms)) <= 1.0, {"err_over_tol": e}))
-            else:
-                bench.trust(name, "library anchor (unit scales: times the FP8 matmul, not our scaling)")
-            timers[name] = lambda fns=fns: harness.graph_time_us([f for f, _ in fns], min_calls=4, rep=10)
-            meta[name] = (f"scaled_mm_{kind} (torch._scaled_mm)", "e4m3 x e4m3", fp8_bytes, extra)
-        for kernel in GEMM_KERNELS:
-            name = f"w8a8_{kernel} {shape}"
-            if kernel in skip:
-                bench.notes.append({"kernel": name, "error": "failed its smoke test: not timed"})
-                continue
-            tol = tolerances.matmul(kernel, K)
-            launch = G.prepare(A[0], sa, B[0], sb, kernel=kernel)
-            if not bench.validate(name, launch, lambda y: ((e := tol.worst(y, ref, terms)) <= 1.0, {"err_over_tol": e}),
-                                  outputs=[launch.out]):
-                continue
-            timers[name] = lambda kernel=kernel: harness.graph_time_us(
-                [G.prepare(a, sa, b, sb, kernel=kernel) for a, b in zip(A, B)], min_calls=4, rep=10)
-            meta[name] = (f"w8a8_{kernel}", "e4m3 x e4m3 (1x128, 128x128)", fp8_bytes,
-                          {"validated_err_over_tol": bench.validation[name].get("err_over_tol")})
-        t = bench.compare({n: f for n, f in timers.items() if bench.validation.get(n, {}).get("passed")})
-        t_bf16 = t[f"bf16_cublas {shape}"].median
-        for name, timing in t.items():
-            label, dtype, nbytes, extra = meta[name]
-            if label.startswith("w8a8"):
-                for a, ta in t.items():
-                    if a.startswith("scaled_mm_"):
-                        extra[f"speedup_vs_{a.split()[0]}"] = ta.median / timing.median
-            anchor = label != "bf16_cublas (torch matmul)"
-            bench.record(harness.Result(label, shape, dtype, timing.median, bytes=nbytes, flops=flops,
-                                        anchor="bf16_cublas" if anchor else "", anchor_time_us=t_bf16 if anchor else None,
-                                        copy_gbps=copy_gbps, extra={**extra, "M": M, "N": N, "K": K, "family": "prefill"}),
-                         timing)
-            print(f"  {label:36s} {shape:24s} {timing.median:8.1f} us  {flops / timing.median / 1e6:7.1f} TFLOP/s", flush=True)
-        del A, B, Abf, Bbf, ref, terms
+        _add_anchors(bench, sh, timers, meta)
+        names = [k for k in (LADDER + OLDER if subset == "climb" else kernels) if k not in skip]
+        for k in dict.fromkeys(names):
+            _add_kernel(bench, sh, k, timers, meta)
+        t = bench.compare({n: f for n, f in timers.items() if bench.validation.get(n, {}).get("passed")},
+                          rounds=None if subset == "climb" else grid_rounds)
+        _record(bench, sh, t, meta, subset)  # the climb shape is in the grid too: its rows serve both
+        print(f"  [{subset} {sh.name}: {time.time() - t0:.0f} s since the prefill start]", flush=True)
+        del sh
         torch.cuda.empty_cache()
+    th.join(timeout=300)
+    bench.extra["prefill_sass"] = facts or None
 
 
-def accuracy_gate_run(skip: set, M=1024, N=7168, K=7168) -> list:
+# ---- the tuning sweep of a device run -------------------------------------------------------------------------
+def tune(shapes, names=None, extra_configs=None, rounds: int = 3, anchors=ANCHORS, out=None, skip=()) -> list[dict]:
+    """Validate and time named kernels and extra configurations at each shape, interleaved with the anchors.
+
+    extra_configs: {label: (kernel, TmaConfig)}. Returns the records (and writes them with provenance to `out`)."""
+    from fp8lab import provenance, store
+
+    from . import gemm_w8a8 as G
+
+    names = list(names or (LADDER + tuple(G.TMA_VARIANTS)))
+    bench = harness.Bench("gemm_prefill_tune", out or "/dev/null", "gemm_prefill --tune", rounds=rounds)
+    prov = provenance.provenance("gemm_prefill --tune", cuda=True) if out else None
+    for M, N, K in shapes:
+        sh = _Shape(M, N, K)
+        timers, meta = {}, {}
+        _add_anchors(bench, sh, timers, meta, kinds=anchors)
+        for k in names:
+            if k not in skip:
+                _add_kernel(bench, sh, k, timers, meta)
+        for label, (k, cfg) in (extra_configs or {}).items():
+            if k not in skip:
+                _add_kernel(bench, sh, k, timers, meta, config=cfg, label=label)
+        t = bench.compare({n: f for n, f in timers.items() if bench.validation.get(n, {}).get("passed")})
+        _record(bench, sh, t, meta, "tune")
+        del sh
+        if out:  # after every shape: a run cut short keeps what it measured
+            store.atomic_write_json(out, harness._finite({"provenance": prov, "validation": bench.validation,
+                                                          "results": bench.results, "notes": bench.notes}))
+    return bench.results
+
+
+# ---- SASS facts (no GPU needed) -------------------------------------------------------------------------------
+def _ptxas_table(log: str) -> dict:
+    """ptxas -v log -> {kernel: {registers, stack, spill_stores, spill_loads, smem_static}}."""
+    import re
+
+    out, cur = {}, None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            cur = out.setdefault(m.group(1), {})
+            continue
+        if cur is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            cur.update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            cur["registers"] = int(m.group(1))
+            s = re.search(r"(\d+) bytes smem", line)
+            cur["smem_static"] = int(s.group(1)) if s else 0
+    return out
+
+
+def sass_facts(kernels=LADDER + OLDER) -> dict:
+    """What each named kernel runs on sm_90a: matrix and copy instructions, registers, spills, shared memory.
+
+    {"wgmma_tma_e": {"function": "w8a8_tma_n256_w2_s4_c2_e0", "QGMMA": 8, "UTMALDG": 14, "registers": 168,
+                     "registers_consumer": 232, "spill_stores": 0, "smem_dynamic": 197632, ...}, ...}
+    registers: ptxas' allocation at kernel entry (the __launch_bounds__ cap); with setmaxnreg the consumer
+    warpgroups run with registers_consumer and the producer with registers_producer."""
+    from . import _cuda, sass
+    from . import gemm_w8a8 as G
+
+    out = {}
+    for src in ("gemm_w8a8_tma.cu", "gemm_w8a8_wgmma.cu", "gemm_w8a8.cu"):
+        try:
+            _, log = _cuda.compile_for(src, 90, ptxas_verbose=True)
+            table = _ptxas_table(log)
+            ks = sass.kernels(src, 90)
+        except Exception as e:  # noqa: BLE001 - no NVRTC / cuobjdump here: recorded
+            out[f"error {src}"] = f"{type(e).__name__}: {str(e)[:200]}"
+            continue
+        for k in kernels:
+            if k in G.TMA_KERNELS:
+                cfg = G.TMA_KERNELS[k] or G.tma_default(4096, 7168, 7168)
+                fn, smem, threads = cfg.function, cfg.smem, cfg.threads
+                regs = (232, 40) if cfg.nwg == 2 else (None, None)
+            elif k in G.KERNELS:
+                f, fn, threads, stages, bm = G.KERNELS[k]
+                if f != src:
+                    continue
+                smem = stages * (bm + 128) * 128 + 1024
+                regs = (232, 40) if k == "wgmma_ws" else (None, None)
+            else:
+                continue
+            if fn not in ks:
+                continue
+            c = ks[fn].opcodes()
+            out[k] = {"function": fn, "source": src, "threads": threads, "smem_dynamic": smem,
+                      **{op: c.get(op, 0) for op in ("QGMMA", "HMMA", "UTMALDG", "UTMASTG", "LDGSTS", "STG", "FFMA",
+                                                     "LDL", "STL")},
+                      **table.get(fn, {}), "registers_consumer": regs[0], "registers_producer": regs[1],
+                      "total_sass": sum(c.values())}
+    return out
+
+
+# ---- seed 001's gate ----------------------------------------------------------------------------------------------
+def accuracy_gate_run(skip: set, M=1024, N=7168, K=7168, kernels=("wgmma_tma", "wgmma_ws", "wgmma", "mma_bf16")) -> list:
     """Seed 001's gate on the kernels' outputs (W8A8 vs W8A16) at a realistic size, both input kinds."""
     import torch
 
@@ -109,7 +323,7 @@ def accuracy_gate_run(skip: set, M=1024, N=7168, K=7168) -> list:
         b, sb = R.quantize_block(w, 128)
         ref16 = G.w8a16_reference(x, b, sb)
         row = {"kind": kind, "shape": f"M={M} N={N} K={K}", "math_w8a8_fp64": G.accuracy_gate(G.reference(a, sa, b, sb), ref16)}
-        for kernel in GEMM_KERNELS:
+        for kernel in kernels:
             if kernel not in skip:
                 row[kernel] = G.accuracy_gate(G.gemm_w8a8(a, sa, b, sb, kernel=kernel), ref16)
         out.append(row)
@@ -118,3 +332,26 @@ def accuracy_gate_run(skip: set, M=1024, N=7168, K=7168) -> list:
         del x, w, a, b, ref16
         torch.cuda.empty_cache()
     return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fp8lab.kernels.gemm_prefill", description=__doc__.split("\n")[0])
+    p.add_argument("--tune", action="store_true", help="validate and time the ladder and the variants")
+    p.add_argument("--shapes", default="4096x7168x7168", help="MxNxK,...")
+    p.add_argument("--kernels", default=None, help="comma-separated named kernels (default: ladder + variants)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--out", default=None)
+    a = p.parse_args(argv)
+    try:
+        shapes = [tuple(int(v) for v in s.lower().split("x")) for s in a.shapes.split(",") if s]
+        assert all(len(s) == 3 and min(s) > 0 for s in shapes)
+    except Exception:
+        print(f"--shapes {a.shapes!r}: expected MxNxK,MxNxK (positive integers)", file=sys.stderr)
+        return 2
+    if a.tune:
+        tune(shapes, a.kernels.split(",") if a.kernels else None, rounds=a.rounds, out=a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

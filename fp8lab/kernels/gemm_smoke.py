@@ -20,7 +20,8 @@ from pathlib import Path
 
 from . import harness
 
-SMOKE_ORDER = ("gemv_fp8", "gemv_nvfp4", "mma_bf16", "mma_fp8", "wgmma", "wgmma_pipe", "wgmma_256", "wgmma_ws")
+SMOKE_ORDER = ("gemv_fp8", "gemv_nvfp4", "mma_bf16", "mma_fp8", "wgmma", "wgmma_pipe", "wgmma_256", "wgmma_ws",
+               "wgmma_tma_a", "wgmma_tma_b", "wgmma_tma_c", "wgmma_tma_d", "wgmma_tma_e", "wgmma_tma")
 
 
 _T0 = [None]  # the run's start (time.time()) and budget, set by start_budget
@@ -119,7 +120,8 @@ def smoke_all(names=SMOKE_ORDER, timeout: int = 240) -> dict:
 def run_pytest(path: Path | None, skip: set, timeout: int = 300) -> str:
     env = dict(os.environ, FP8LAB_SKIP_KERNELS=",".join(sorted(skip)))
     try:
-        r = subprocess.run([sys.executable, "-m", "pytest", "tests/test_kernels_gemm.py", "-q", "-p", "no:cacheprovider"],
+        r = subprocess.run([sys.executable, "-m", "pytest", "tests/test_kernels_gemm.py", "tests/test_kernels_gemm_tma.py",
+                            "-q", "-p", "no:cacheprovider"],
                            cwd=harness.REPO, env=env, capture_output=True, text=True, timeout=timeout)
         out = r.stdout + r.stderr
     except subprocess.TimeoutExpired as e:

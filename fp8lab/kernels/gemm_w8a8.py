@@ -9,6 +9,10 @@ Worked example (K = 128, one k-block): a row of 128 codes 0x38 (1.0) with sa = 0
 with sb = 0.25 -> c = 0.5 * 0.25 * (128 * 1 * 2) = 32.0
 
 Kernels (`kernel=`), one arithmetic, checked against `reference`:
+    "wgmma_tma" version C (gemm_w8a8_tma.cu, sm_90a): TMA loads, mbarrier pipeline, producer thread + consumer
+                warpgroups (setmaxnreg), persistent grouped tile order, 2-CTA multicast, 128x256 tiles; the
+                configuration per shape from `tma_default` (the ladder of simpler versions: TMA_LADDER)
+    "wgmma_tma_a" .. "wgmma_tma_d", ... the rungs and tuning variants of version C (TMA_KERNELS)
     "wgmma_ws"  wgmma m64n128k32 e4m3 (sm_90a), warp-specialized cp.async producer + 2 math warpgroups
     "wgmma_256" the same wgmma core, all threads load, kept in step by __syncthreads, 256x128 tile
     "wgmma_pipe" the same with a 128x128 tile and 6 stages
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -45,9 +50,12 @@ KERNELS = {
 
 
 def check_args(a, sa, b, sb, kernel: str = "wgmma_ws") -> tuple[int, int, int]:
-    """Validate shapes/dtypes before any CUDA call; returns (M, N, K)."""
-    if kernel not in KERNELS:
-        raise ValueError(f"unknown kernel {kernel!r}; valid: {', '.join(KERNELS)}")
+    """Validate shapes/dtypes before any CUDA call; returns (M, N, K).
+
+    The cp.async / mma.sync kernels need N % 128 == 0 and K % 128 == 0; the TMA kernels take N % 8 == 0 and
+    K % 16 == 0 (16-byte rows for the copy engine) with a partial last k-block and n-tile."""
+    if kernel not in KERNELS and kernel not in TMA_KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r}; valid: {', '.join([*KERNELS, *TMA_KERNELS])}")
     a, b = _fp8_codes(a, "a"), _fp8_codes(b, "b")
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"a and b must be 2-D ([M, K] and [N, K]), got {tuple(a.shape)} and {tuple(b.shape)}")
@@ -55,13 +63,19 @@ def check_args(a, sa, b, sb, kernel: str = "wgmma_ws") -> tuple[int, int, int]:
     N, Kb = b.shape
     if K != Kb:
         raise ValueError(f"a has K = {K} but b has K = {Kb}")
-    if K % BK:
-        raise ValueError(f"K = {K} is not a multiple of 128: 1x128 and 128x128 scales need whole k-blocks")
-    if N % BN:
-        raise ValueError(f"N = {N} is not a multiple of 128 (the 128x128 weight-scale blocks and the kernel's N tile)")
+    if kernel in TMA_KERNELS:
+        if K % 16:
+            raise ValueError(f"K = {K} is not a multiple of 16: the TMA kernels read 16-byte-aligned rows")
+        if N % 8:
+            raise ValueError(f"N = {N} is not a multiple of 8: the TMA kernels write 16-byte-aligned bf16 rows")
+    else:
+        if K % BK:
+            raise ValueError(f"K = {K} is not a multiple of 128: 1x128 and 128x128 scales need whole k-blocks")
+        if N % BN:
+            raise ValueError(f"N = {N} is not a multiple of 128 (the 128x128 weight-scale blocks and the kernel's N tile)")
     if M < 1:
         raise ValueError("M must be >= 1")
-    for name, s, want in (("sa", sa, (M, K // BK)), ("sb", sb, (N // BN, K // BK))):
+    for name, s, want in (("sa", sa, (M, -(-K // BK))), ("sb", sb, (-(-N // BN), -(-K // BK)))):
         if not isinstance(s, torch.Tensor) or s.dtype != torch.float32:
             raise TypeError(f"{name} must be a float32 tensor, got {getattr(s, 'dtype', type(s).__name__)}")
         if tuple(s.shape) != want:
@@ -72,9 +86,13 @@ def check_args(a, sa, b, sb, kernel: str = "wgmma_ws") -> tuple[int, int, int]:
     return M, N, K
 
 
-def prepare(a, sa, b, sb, *, kernel: str = "wgmma_ws", out=None) -> Launch:
-    """Validate and convert arguments once; returns a Launch computing c (see `gemm_w8a8`)."""
+def prepare(a, sa, b, sb, *, kernel: str = "wgmma_ws", out=None, config: "TmaConfig | None" = None) -> Launch:
+    """Validate and convert arguments once; returns a Launch computing c (see `gemm_w8a8`).
+
+    config: for the TMA kernels, a TmaConfig overriding the named one (tuning sweeps)."""
     M, N, K = check_args(a, sa, b, sb, kernel)
+    if kernel in TMA_KERNELS:
+        return _prepare_tma(a, sa, b, sb, M, N, K, config or TMA_KERNELS[kernel] or tma_default(M, N, K), out)
     a, b = _fp8_codes(a, "a").contiguous(), _fp8_codes(b, "b").contiguous()
     sb = sb.contiguous()
     if out is None:
@@ -92,9 +110,199 @@ def prepare(a, sa, b, sb, *, kernel: str = "wgmma_ws", out=None) -> Launch:
     return Launch(fn, (math.ceil(M / bm), N // BN), (threads,), args, smem, out)
 
 
-def gemm_w8a8(a, sa, b, sb, *, kernel: str = "wgmma_ws", out=None) -> torch.Tensor:
+def gemm_w8a8(a, sa, b, sb, *, kernel: str = "wgmma_ws", out=None, config=None) -> torch.Tensor:
     """c[M, N] bf16 = block-scaled FP8 GEMM (see module doc). `sa` may be row- or column-major."""
-    return prepare(a, sa, b, sb, kernel=kernel, out=out)()
+    return prepare(a, sa, b, sb, kernel=kernel, out=out, config=config)()
+
+
+# ---- version C: TMA, warp specialization, persistent grouped tiles, 2-CTA multicast (gemm_w8a8_tma.cu) ----------
+SMEM_LIMIT = 232448  # sm_90's opt-in shared memory per block (227 KB), static + dynamic
+STATIC_SMEM = 1024   # the kernel's static shared memory as ptxas reports it (barriers, padded by the 1024 alignment)
+
+
+@dataclass(frozen=True)
+class TmaConfig:
+    """One configuration of version C. Compiled: (bn, nwg, stages, cluster, epi); chosen at launch: persistent, group.
+
+    bn       block-tile columns: 128, or 256 (two n128 halves per consumer warpgroup); the block tile has 128 rows
+    nwg      consumer warpgroups: 1 (it runs both m64 halves) or 2 (one each, with setmaxnreg 40 / 232)
+    stages   shared-memory pipeline depth (k-blocks of 128 loaded ahead)
+    cluster  1, or 2: CTA pairs on adjacent m-blocks of one n-block, each loading half of B and multicasting it
+    epi      0: bf16 stores from registers; 1: through shared memory and a TMA store
+    persistent  one CTA (cluster) per SM walking the tiles, or one per tile
+    group    m-units (of `cluster` m-blocks) per group of the tile order; 0: chosen per shape (group_size)
+    grid     persistent grid size in clusters (0: as many as fit at once); the tests shrink it so that each CTA
+             walks several tiles (the pipeline's phases carry across tiles)
+
+    TmaConfig(256, 2, 4, 2).function -> 'w8a8_tma_n256_w2_s4_c2_e0', .threads -> 384, .smem -> 197632
+    """
+
+    bn: int = 256
+    nwg: int = 2
+    stages: int = 4
+    cluster: int = 2
+    epi: int = 0
+    persistent: bool = True
+    group: int = 0
+    grid: int = 0
+
+    @property
+    def compiled(self) -> tuple:
+        return (self.bn, self.nwg, self.stages, self.cluster, self.epi)
+
+    @property
+    def function(self) -> str:
+        return "w8a8_tma_n{}_w{}_s{}_c{}_e{}".format(*self.compiled)
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.nwg + 1)
+
+    @property
+    def mh(self) -> int:
+        """m64 sub-tiles per consumer warpgroup."""
+        return 2 if self.nwg == 1 else 1
+
+    @property
+    def smem(self) -> int:
+        """Dynamic shared memory: the stages, the C staging tiles (epi = 1), 1 KB to align to the 128B swizzle atom."""
+        c_tiles = self.nwg * self.mh * 64 * self.bn * 2 if self.epi else 0
+        return self.stages * (BM + self.bn) * BK + c_tiles + 1024
+
+    def check(self) -> "TmaConfig":
+        if self.bn not in (128, 256) or self.nwg not in (1, 2) or self.cluster not in (1, 2) or self.epi not in (0, 1):
+            raise ValueError(f"invalid TMA config {self}: bn 128|256, nwg 1|2, cluster 1|2, epi 0|1")
+        if (self.bn // 128) * self.mh > 2:
+            raise ValueError(f"{self}: one consumer warpgroup with bn = 256 needs 256 accumulators per thread")
+        if self.stages < 2 or self.smem + STATIC_SMEM > SMEM_LIMIT:
+            raise ValueError(f"{self}: {self.stages} stages need {self.smem} + {STATIC_SMEM} bytes of shared memory "
+                             f"(limit {SMEM_LIMIT})")
+        if self.group < 0 or self.grid < 0:
+            raise ValueError(f"group and grid must be >= 0, got {self.group}, {self.grid}")
+        return self
+
+
+#: the climb, one change per rung (each validated and timed on its own: gemm_prefill.LADDER)
+TMA_LADDER = {
+    "wgmma_tma_a": TmaConfig(128, 1, 6, 1, 0, persistent=False),  # TMA + mbarrier pipeline, 1 consumer warpgroup
+    "wgmma_tma_b": TmaConfig(128, 2, 6, 1, 0, persistent=False),  # + 2 consumer warpgroups, setmaxnreg
+    "wgmma_tma_c": TmaConfig(128, 2, 6, 1, 0, persistent=True),   # + persistent grid, grouped tile order
+    "wgmma_tma_d": TmaConfig(128, 2, 6, 2, 0, persistent=True),   # + 2-CTA clusters, B multicast
+    "wgmma_tma_e": TmaConfig(256, 2, 4, 2, 0, persistent=True),   # + 128 x 256 block tiles
+}
+#: tuning variants beside the ladder (tile N, stages, cluster, epilogue)
+TMA_VARIANTS = {
+    "wgmma_tma_c256": TmaConfig(256, 2, 4, 1, 0, persistent=True),
+    "wgmma_tma_e_tmastore": TmaConfig(256, 2, 3, 2, 1, persistent=True),
+    "wgmma_tma_d_tmastore": TmaConfig(128, 2, 6, 2, 1, persistent=True),
+    "wgmma_tma_d7": TmaConfig(128, 2, 7, 2, 0, persistent=True),
+}
+#: every named TMA kernel; "wgmma_tma" (None) picks its configuration per shape (tma_default)
+TMA_KERNELS: dict = {"wgmma_tma": None, **TMA_LADDER, **TMA_VARIANTS}
+#: what the .cu instantiates (sources.py passes it as -DFP8LAB_W8A8_TMA=...)
+TMA_CONFIGS = sorted({c.compiled for c in TMA_KERNELS.values() if c is not None})
+
+
+def tma_cuda_defines() -> tuple[str, ...]:
+    """The compiled TMA configurations as the -D instantiation list of gemm_w8a8_tma.cu (one list: no drift)."""
+    from .sources import instances
+
+    return (instances("FP8LAB_W8A8_TMA", "W8A8_TMA", TMA_CONFIGS),)
+
+
+def tile_counts(M: int, N: int, cfg: TmaConfig) -> tuple[int, int]:
+    """(m-units, n-blocks): a unit is `cluster` m-blocks of 128 rows. tile_counts(4096, 7168, TmaConfig()) -> (16, 28)"""
+    return -(-(-(-M // BM)) // cfg.cluster), -(-N // cfg.bn)
+
+
+def group_size(M: int, N: int, cfg: TmaConfig, units: int) -> int:
+    """m-units per group of the tile order (DeepGEMM's rule): the `units` tiles running at once span `g` units of
+    A rows and ceil(units / g) blocks of B columns; pick g in {1, 2, 4, 8, 16} with the fewest rows in flight.
+
+    group_size(4096, 7168, TmaConfig(), 66) -> 8   (8 x 256 rows of A, 9 x 256 columns of B)"""
+    mu, _ = tile_counts(M, N, cfg)
+    best = None
+    for g in (1, 2, 4, 8, 16):
+        if g > mu and g > 1:
+            break
+        rows = g * cfg.cluster * BM + -(-units // g) * cfg.bn
+        if best is None or rows < best[0]:
+            best = (rows, g)
+    return best[1]
+
+
+def max_units(cfg: TmaConfig, fn=None) -> int:
+    """Clusters (or CTAs) of this config that fit on the device at once: the persistent grid."""
+    from . import tma
+
+    if cfg.cluster == 1:
+        return tma.sm_count()
+    n = tma.max_active_clusters(fn.kernel.ptr, cfg.cluster, cfg.threads, cfg.smem) if fn is not None else None
+    return n or tma.sm_count() // cfg.cluster
+
+
+def tma_default(M: int, N: int, K: int, units: dict | None = None) -> TmaConfig:
+    """The configuration "wgmma_tma" runs at this shape.
+
+    Rule (measured on the H200, outputs/kernels/gemm.json): 128 x 256 tiles in 2-CTA clusters where the grid is
+    full (enough tiles for every SM), 128 x 128 where 256-wide tiles would leave SMs idle; no cluster at M <= 128.
+    `units`: {(bn, cluster): how many fit at once} (default 132 SMs, 66 pairs)."""
+    units = units or {}
+    best = None
+    for bn, cl in ((256, 2), (128, 2), (256, 1), (128, 1)):
+        if cl == 2 and M <= BM:
+            continue
+        cfg = TMA_LADDER["wgmma_tma_e"] if (bn, cl) == (256, 2) else TMA_LADDER["wgmma_tma_d"] if (bn, cl) == (128, 2) \
+            else TMA_VARIANTS["wgmma_tma_c256"] if bn == 256 else TMA_LADDER["wgmma_tma_c"]
+        mu, nb = tile_counts(M, N, cfg)
+        P = units.get((bn, cl), 132 // cl)
+        T = mu * nb
+        waves = -(-T // P)
+        # work per wave is proportional to the tile area; 256-wide tiles run ~10 % faster per FLOP (L2 traffic)
+        speed = (T * cl * bn) / (waves * P * cl * bn) * (1.0 if bn == 256 else 0.9) * (1.0 if cl == 2 else 0.97)
+        if best is None or speed > best[0] + 1e-9:
+            best = (speed, cfg)
+    return best[1]
+
+
+def _prepare_tma(a, sa, b, sb, M, N, K, cfg: TmaConfig, out) -> Launch:
+    from . import tma
+
+    cfg.check()
+    a, b = _fp8_codes(a, "a").contiguous(), _fp8_codes(b, "b").contiguous()
+    a = a if a.data_ptr() % 16 == 0 else a.clone()  # the copy engine needs 16-byte-aligned base addresses
+    b = b if b.data_ptr() % 16 == 0 else b.clone()
+    sb = sb.contiguous()
+    if out is None:
+        out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
+    elif out.shape != (M, N) or out.dtype != torch.bfloat16 or not out.is_contiguous() or out.data_ptr() % 16:
+        raise ValueError(f"out must be a contiguous, 16-byte-aligned bf16 tensor of shape {(M, N)}")
+    tma.check_device()
+    cp = _cuda._cupy()
+    fn = _cuda.load_module("gemm_w8a8_tma.cu").get_function(cfg.function)
+    fn.max_dynamic_shared_size_bytes = cfg.smem
+    maps = (tma.map_2d(M, K, 1, BM, BK), tma.map_2d(N, K, 1, cfg.bn // cfg.cluster, BK),
+            tma.map_2d(M, N, 2, 64 * cfg.mh, 64))
+    descs = [tma.kernel_arg(tma.encode(m, t.data_ptr())) for m, t in zip(maps, (a, b, out))]
+    mu, nb = tile_counts(M, N, cfg)
+    units = min(mu * nb, cfg.grid or _max_units_cached(cfg, fn)) if cfg.persistent else mu * nb
+    group = min(cfg.group or group_size(M, N, cfg, units), mu)
+    args = (*descs, _sa_arg(sa), cp.int64(sa.stride(0)), cp.int64(sa.stride(1)), _cuda.as_cupy(sb),
+            _cuda.as_cupy(out), cp.int32(M), cp.int32(N), cp.int32(K), cp.int32(group))
+    launch = Launch(fn, (units * cfg.cluster,), (cfg.threads,), args, cfg.smem, out)
+    launch.keep = (a, b, sa, sb)  # the maps hold raw addresses: keep the tensors alive with the launch
+    launch.config, launch.grid_units, launch.group = cfg, units, group
+    return launch
+
+
+_UNITS: dict = {}
+
+
+def _max_units_cached(cfg: TmaConfig, fn) -> int:
+    key = cfg.compiled
+    if key not in _UNITS:
+        _UNITS[key] = max_units(cfg, fn)
+    return _UNITS[key]
 
 
 def _sa_arg(sa: torch.Tensor):

@@ -1,8 +1,8 @@
 // gemm_w8a8_wgmma.cu -- W8A8 block-scaled GEMM, version B: Hopper's FP8 tensor cores through wgmma.
 //
 // Same arithmetic, tile (128 x 128, BK = 128 = one scale block), shared-memory layout (128-byte swizzle)
-// and FP32 promotion as gemm_w8a8.cu (the common part is gemm_w8a8_common.cuh). Compiled for sm_90a only
-// (declared in sources.py): wgmma and setmaxnreg exist only there.
+// and FP32 promotion as gemm_w8a8.cu (the common part is gemm_w8a8_common.cuh; the wgmma helpers, wgmma.cuh).
+// Compiled for sm_90a only (declared in sources.py): wgmma and setmaxnreg exist only there.
 //
 //   wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3: a warpgroup (4 warps, 128 threads) multiplies a
 //   64x32 A tile by a 128x32 B tile straight from shared memory. Operands are described by 64-bit
@@ -24,60 +24,7 @@
 // cp.async writes through the generic proxy and wgmma reads through the async proxy, so a
 // fence.proxy.async.shared::cta separates them (see each kernel for who executes it).
 
-#include "gemm_w8a8_common.cuh"
-
-__device__ __forceinline__ u64 make_desc(u32 saddr) {
-    return (u64)((saddr & 0x3FFFFu) >> 4) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
-
-// Keep the compiler from moving accumulator reads/writes across the asynchronous wgmma window.
-__device__ __forceinline__ void fence_regs(float (&d)[64]) {
-#pragma unroll
-    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], u64 da, u64 db, int scale_d) {
-    // D[64x128] (+)= A[64x32] . B[128x32]^T, both e4m3 K-major from shared memory, fp32 accumulate.
-    // scale_d = 0 overwrites D (the first k-step of a k-block), 1 accumulates.
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "r"(scale_d));
-}
-
-// One warpgroup issues a k-block: 4 wgmma k-steps (k = 0, 32, 64, 96) into p, committed as one group.
-__device__ __forceinline__ void wg_issue(float (&p)[64], u32 sA_wg, u32 sB) {
-    const u64 da = make_desc(sA_wg), db = make_desc(sB);
-    fence_regs(p);
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < BK / 32; ++k) wgmma_m64n128k32_e4m3(p, da + 2 * k, db + 2 * k, k > 0);
-    wgmma_commit();
-}
-
-__device__ __forceinline__ void promote(float (&acc)[64], float (&p)[64], float s0, float s1) {
-    fence_regs(p);  // after wgmma.wait_group: the compiler may not read p any earlier
-#pragma unroll
-    for (int j = 0; j < 16; ++j) promote4(acc + 4 * j, p + 4 * j, s0, s1);
-}
+#include "wgmma.cuh"
 
 // One math warpgroup's k-block: 4 wgmma k-steps into part, wait for them, then acc += part * (sa_row * sb).
 __device__ __forceinline__ void math_kblock(float (&acc)[64], float (&part)[64], u32 sA_wg, u32 sB,

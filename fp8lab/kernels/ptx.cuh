@@ -165,8 +165,7 @@ __device__ __forceinline__ void cp_async_mbar_arrive_noinc(u32 bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 
-// ==== added for the v3 decode GEMV and the decode layer (gemv_v3.cu, decode_layer.cu) =================}
-
+// ==== added for the v3 decode GEMV and the decode layer (gemv_v3.cu, decode_layer.cu) ========================
 // A streamed 4-byte word (the NVFP4 block-scale codes of a packed unit): read once, kept out of L1.
 __device__ __forceinline__ u32 ld_stream_u32(const void* p) {
     u32 v;
@@ -187,7 +186,8 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-=======
+}
+
 // ---- added for the attention kernels (attention_prefill.cu) -------------------------------------------------------
 // ldmatrix with the transpose: thread (g, t) receives elements (rows 2t, 2t+1; column g) of each 8x8 b16 matrix,
 // which is mma.sync's B fragment of a row-major [k][n] tile (V stored [key][dim] in P.V).

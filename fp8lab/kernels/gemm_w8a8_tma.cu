@@ -1,0 +1,266 @@
+// gemm_w8a8_tma.cu -- W8A8 block-scaled GEMM, version C: the Hopper GEMM as DeepGEMM and CUTLASS build it.
+//
+//   C[M, N] (bf16) = sum over 128-wide k-blocks kb of  sa[m, kb] * sb[n / 128, kb] * (A[m, kb-block] . B[n, kb-block])
+//   (the arithmetic of gemm_w8a8.cu and gemm_w8a8_wgmma.cu; FP32 promotion of every k-block's partial sums)
+//
+// What changes against w8a8_wgmma_ws (cp.async producer warpgroup, 128 x 128 tiles, one tile per CTA):
+//   * TMA: one producer THREAD issues two bulk tensor copies per stage (A 128 x 128 bytes, B TBN x 128 bytes)
+//     instead of 128 threads issuing 2048 16-byte cp.async; the copy engine swizzles (128B, the layout the wgmma
+//     descriptors read: tma.cuh, wgmma.cuh), zero-fills rows and k past the matrix, and counts the bytes on the
+//     stage's `full` mbarrier (expect_tx), so nothing in the main loop waits on a copy except the consumers.
+//   * warp specialization: warpgroup NWG (the last) produces, warpgroups 0..NWG-1 consume (wgmma + promotion);
+//     with two consumers, setmaxnreg moves registers from the producer (40) to them (232).
+//   * a persistent grid (launch as many CTAs as fit, each walks tiles t = cta, cta + grid, ...) with a grouped
+//     tile order (GROUP m-blocks x all n-blocks before the next group): tiles running at the same time share A
+//     rows and B columns in L2. Launching one CTA per tile gives the non-persistent rungs with the same code.
+//   * 2-CTA clusters (CL = 2): the two CTAs take m-blocks 2i and 2i + 1 of the same n-block; each loads HALF of
+//     the B tile and multicasts it to both, so B crosses L2 -> SM once per pair. A stage is refilled only when
+//     the consumers of BOTH CTAs released it (each consumer warp arrives on its own and on the peer's `empty`).
+//   * TBN = 256: the block tile is 128 x 256 (two n128 halves per consumer warpgroup: 128 accumulators + 64
+//     partial sums per thread); 171 instead of 128 FLOP per byte moved from L2.
+//   * EPI = 1: the bf16 tile goes through shared memory (128B-swizzled boxes of 64 columns) and out by TMA
+//     store, asynchronously, while the consumers start the next tile; EPI = 0 stores from registers.
+//
+// Kernel configurations (template <TBN, NWG, ST, CL, EPI>) are instantiated from the list in gemm_w8a8.py
+// (TMA_CONFIGS), passed by the loader as -DFP8LAB_W8A8_TMA=W8A8_TMA(128,2,6,1,0)...; names are
+// w8a8_tma_n<TBN>_w<NWG>_s<ST>_c<CL>_e<EPI>.
+//
+// Shapes: any M; N % 8 == 0 and K % 16 == 0 (TMA needs 16-byte row strides; N % 8 keeps bf16 rows 16-byte
+// aligned for the TMA store); the last k-block and the last n- and m-tiles may be partial (zero-filled on load,
+// clipped or masked on store). sa [M, ceil(K/128)] any strides; sb [ceil(N/128), ceil(K/128)] row-major.
+//
+// Tensor maps (128-byte CUtensorMap, encoded on the host by fp8lab/kernels/tma.py) arrive as
+// `const __grid_constant__` parameters; tma_param_probe and tma_copy_probe check the passing and the encoding
+// on the device before any GEMM runs.
+
+#include "tma.cuh"
+#include "wgmma.cuh"
+
+__device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
+    asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+
+// Grouped tile order: units of CL m-blocks; `group` units x every n-block, then the next group.
+//   at(t) for mu = 5 units, nb = 3, group = 2:  t = 0..5 -> (0,0) (1,0) (0,1) (1,1) (0,2) (1,2), t = 6.. -> (2,0) ...
+struct TileMap {
+    int mu, nb, group;
+    __device__ __forceinline__ void at(int t, int& mu_i, int& n_i) const {
+        const int per_group = group * nb;
+        const int grp = t / per_group, first = grp * group;
+        const int gsize = min(group, mu - first);
+        const int in = t - grp * per_group;
+        mu_i = first + in % gsize;
+        n_i = in / gsize;
+    }
+};
+
+template <int TBN, int NWG, int ST, int CL, int EPI>
+__device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc* tmB, const TmaDesc* tmC,
+                                              const float* __restrict__ sa, long long sa_sm, long long sa_sk,
+                                              const float* __restrict__ sb, u16* __restrict__ C, int M, int N, int K,
+                                              int group) {
+    constexpr int MH = NWG == 1 ? 2 : 1;   // m64 sub-tiles per consumer warpgroup (the block tile has 128 rows)
+    constexpr int NH = TBN / 128;          // n128 sub-tiles
+    constexpr int A_BYTES = 128 * 128, B_BYTES = TBN * 128, STAGE = A_BYTES + B_BYTES;
+    constexpr int CBOX = 64 * MH * 128;    // one 64-column box of a warpgroup's C tile (bf16, 128B rows)
+    constexpr int CWG = EPI ? (TBN / 64) * CBOX : 0;
+    static_assert(TBN == 128 || TBN == 256, "TBN is 128 or 256");
+    static_assert(MH * NH <= 2, "accumulators: at most two 64 x 128 sub-tiles per thread (128 + 64 registers)");
+    static_assert(CL == 1 || CL == 2, "clusters of 1 or 2 CTAs");
+
+    extern __shared__ __align__(1024) u8 smem_tma[];
+    __shared__ __align__(8) u64 bars[2 * ST];  // full[s], empty[s]
+    const u32 base = (smem_addr(smem_tma) + 1023u) & ~1023u;  // the same offset in every CTA (multicast)
+    const u32 full0 = smem_addr(&bars[0]), empty0 = smem_addr(&bars[ST]);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
+    const int KB = (K + 127) >> 7, NBS = (N + 127) >> 7;
+    const u32 rank = CL > 1 ? cluster_rank() : 0u;
+    const TileMap tiles{((M + 127) / 128 + CL - 1) / CL, (N + TBN - 1) / TBN, group};
+    const int T = tiles.mu * tiles.nb;
+    const int cid = blockIdx.x / CL, P = gridDim.x / CL;
+
+    if (tid == NWG * 128) {
+        tma_prefetch_desc(tmA);
+        tma_prefetch_desc(tmB);
+        if (EPI) tma_prefetch_desc(tmC);
+        for (int s = 0; s < ST; ++s) {
+            mbar_init(full0 + 8 * s, 1);                 // the producer's arrive.expect_tx; the bytes do the rest
+            mbar_init(empty0 + 8 * s, NWG * 4 * CL);     // one arrival per consumer warp, of every CTA of the cluster
+        }
+        fence_mbar_init();
+    }
+    if (CL > 1) cluster_sync(); else __syncthreads();
+
+    if (wg == NWG) {  // ---------------- producer warpgroup: one thread issues every copy ----------------
+        if (NWG == 2) setmaxnreg_dec<40>();
+        if (warp == NWG * 4 && lane == 0) {
+            int s = 0;
+            u32 ph = 0;
+            for (int t = cid; t < T; t += P) {
+                int mu_i, n_i;
+                tiles.at(t, mu_i, n_i);
+                // A box past the last row (a cluster's second m-block when the m-blocks are odd; the second half of
+                // B when N % 256 == 128) reads rows 0.. instead: those rows get zero scales or are never stored, and
+                // no box is ever wholly outside the tensor. Partial boxes are zero-filled by the copy engine.
+                const int m0 = (mu_i * CL + (int)rank) * 128, n0 = n_i * TBN;
+                const int ma = m0 < M ? m0 : 0, nbr = n0 + (int)rank * (TBN / CL) < N ? n0 + (int)rank * (TBN / CL) : 0;
+                for (int kb = 0; kb < KB; ++kb) {
+                    mbar_wait(empty0 + 8 * s, ph ^ 1);  // consumers (of both CTAs) released this stage
+                    const u32 fb = full0 + 8 * s, sA = base + s * STAGE, sB = sA + A_BYTES;
+                    mbar_expect_tx(fb, STAGE);
+                    tma_load_2d(sA, tmA, fb, kb * 128, ma);
+                    if (CL == 1) tma_load_2d(sB, tmB, fb, kb * 128, nbr);
+                    else tma_load_2d_mc(sB + rank * (B_BYTES / 2), tmB, fb, kb * 128, nbr, (u16)3);
+                    if (++s == ST) { s = 0; ph ^= 1; }
+                }
+            }
+        }
+        __syncwarp();
+    } else {  // ---------------- consumer warpgroups ----------------
+        if (NWG == 2) setmaxnreg_inc<232>();
+        const int wq = warp & 3, g = lane >> 2, t4 = lane & 3;
+        const u32 cbuf = base + ST * STAGE + wg * CWG;
+        float acc[MH * NH][64], part[64];
+        zero<64>(part);
+        int s = 0;
+        u32 ph = 0;
+        for (int t = cid; t < T; t += P) {
+            int mu_i, n_i;
+            tiles.at(t, mu_i, n_i);
+            const int m0 = (mu_i * CL + (int)rank) * 128, n0 = n_i * TBN;
+            zero<64 * MH * NH>(&acc[0][0]);
+            // Scales of k-block kb + 1 are loaded while k-block kb multiplies (one iteration, 500+ cycles, hides an L2
+            // round trip); those of the tile's first k-block before its first wait.
+            float sbv[NH], s0[MH], s1[MH];
+            auto load_scales = [&](int kb, float (&b)[NH], float (&x0)[MH], float (&x1)[MH]) {
+#pragma unroll
+                for (int nh = 0; nh < NH; ++nh) {
+                    const int nbk = n0 / 128 + nh;
+                    b[nh] = nbk < NBS ? __ldg(sb + (size_t)nbk * KB + kb) : 0.f;
+                }
+#pragma unroll
+                for (int mh = 0; mh < MH; ++mh) {
+                    const int r0 = m0 + 64 * (wg * MH + mh) + 16 * wq + g;
+                    x0[mh] = r0 < M ? __ldg(sa + r0 * sa_sm + kb * sa_sk) : 0.f;
+                    x1[mh] = r0 + 8 < M ? __ldg(sa + (r0 + 8) * sa_sm + kb * sa_sk) : 0.f;
+                }
+            };
+            load_scales(0, sbv, s0, s1);
+            for (int kb = 0; kb < KB; ++kb) {
+                mbar_wait(full0 + 8 * s, ph);
+                float nsbv[NH], ns0[MH], ns1[MH];
+                load_scales(kb + 1 < KB ? kb + 1 : kb, nsbv, ns0, ns1);
+                const u32 sA = base + s * STAGE, sB = sA + A_BYTES;
+#pragma unroll
+                for (int mh = 0; mh < MH; ++mh)
+#pragma unroll
+                    for (int nh = 0; nh < NH; ++nh) {
+                        wg_issue(part, sA + (wg * MH + mh) * (64 * 128), sB + nh * (128 * 128));
+                        wgmma_wait<0>();
+                        if (mh == MH - 1 && nh == NH - 1) {  // the tensor cores are done with this stage
+                            if (lane == 0) mbar_arrive(empty0 + 8 * s);
+                            if (CL > 1 && lane == 1) mbar_arrive_cluster(empty0 + 8 * s, rank ^ 1u);
+                        }
+                        promote(acc[mh * NH + nh], part, s0[mh] * sbv[nh], s1[mh] * sbv[nh]);
+                    }
+                if (++s == ST) { s = 0; ph ^= 1; }
+#pragma unroll
+                for (int nh = 0; nh < NH; ++nh) sbv[nh] = nsbv[nh];
+#pragma unroll
+                for (int mh = 0; mh < MH; ++mh) { s0[mh] = ns0[mh]; s1[mh] = ns1[mh]; }
+            }
+            // ---- epilogue ----
+            if (EPI == 0) {
+#pragma unroll
+                for (int mh = 0; mh < MH; ++mh)
+#pragma unroll
+                    for (int nh = 0; nh < NH; ++nh) {
+                        const int row = m0 + 64 * (wg * MH + mh) + 16 * wq + g;
+#pragma unroll
+                        for (int j = 0; j < 16; ++j) {
+                            const int col = n0 + 128 * nh + 8 * j + 2 * t4;
+                            if (col < N) {
+                                store_bf16x2(C, N, M, row, col, acc[mh * NH + nh][4 * j + 0], acc[mh * NH + nh][4 * j + 1]);
+                                store_bf16x2(C, N, M, row + 8, col, acc[mh * NH + nh][4 * j + 2], acc[mh * NH + nh][4 * j + 3]);
+                            }
+                        }
+                    }
+            } else {
+                if (wq == 0 && lane == 0) bulk_wait_read<0>();  // the previous tile's store has read the buffer
+                named_sync(1 + wg, 128);
+#pragma unroll
+                for (int mh = 0; mh < MH; ++mh)
+#pragma unroll
+                    for (int nh = 0; nh < NH; ++nh) {
+                        const int rl = 64 * mh + 16 * wq + g;  // row in this warpgroup's C tile; rl & 7 == g
+#pragma unroll
+                        for (int j = 0; j < 16; ++j) {
+                            const u32 a = cbuf + (2 * nh + (j >> 3)) * CBOX + rl * 128 + (((j & 7) ^ g) << 4) + 4 * t4;
+                            st_shared_u32(a, bf16x2_rn(acc[mh * NH + nh][4 * j + 0], acc[mh * NH + nh][4 * j + 1]));
+                            st_shared_u32(a + 8 * 128, bf16x2_rn(acc[mh * NH + nh][4 * j + 2], acc[mh * NH + nh][4 * j + 3]));
+                        }
+                    }
+                fence_proxy_async();  // generic-proxy stores -> visible to the copy engine
+                named_sync(1 + wg, 128);
+                if (wq == 0 && lane == 0) {  // boxes are clipped at the tensor's edge; wholly outside ones are skipped
+                    const int r = m0 + 64 * MH * wg;
+#pragma unroll
+                    for (int b = 0; b < TBN / 64; ++b)
+                        if (r < M && n0 + 64 * b < N) tma_store_2d(tmC, cbuf + b * CBOX, n0 + 64 * b, r);
+                    bulk_commit();
+                }
+            }
+        }
+        if (EPI && wq == 0 && lane == 0) bulk_wait<0>();
+    }
+    // A CTA may not leave while its peer can still arrive on its barriers or multicast into its shared memory.
+    if (CL > 1) cluster_sync();
+}
+
+#define W8A8_TMA_CLUSTER_1
+#define W8A8_TMA_CLUSTER_2 __cluster_dims__(2, 1, 1)
+// grid = CTAs (a multiple of CL), block = 128 * (NWG + 1), dynamic smem = ST * (128 + TBN) * 128 + NWG * CWG + 1 KB
+#define W8A8_TMA(TBN, NWG, ST, CL, EPI)                                                                              \
+    extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1) W8A8_TMA_CLUSTER_##CL                          \
+        w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI(                                                           \
+            const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB,                                \
+            const __grid_constant__ TmaDesc tmC, const float* __restrict__ sa, long long sa_sm, long long sa_sk,     \
+            const float* __restrict__ sb, u16* __restrict__ C, int M, int N, int K, int group) {                    \
+        w8a8_tma_body<TBN, NWG, ST, CL, EPI>(&tmA, &tmB, &tmC, sa, sa_sm, sa_sk, sb, C, M, N, K, group);            \
+    }
+
+#if !defined(FP8LAB_W8A8_TMA)
+#error "the loader passes the instantiation list (gemm_w8a8.py TMA_CONFIGS) as -DFP8LAB_W8A8_TMA=W8A8_TMA(...)..."
+#endif
+FP8LAB_W8A8_TMA
+
+// ---- device-side checks of the host's tensor maps (fp8lab/kernels/tma.py) --------------------------------------
+// The parameter arrived byte for byte: copy its 128 bytes out.
+extern "C" __global__ void tma_param_probe(const __grid_constant__ TmaDesc d, u64* __restrict__ out) {
+    if (threadIdx.x < 16) out[threadIdx.x] = d.opaque[threadIdx.x];
+}
+
+// One TMA load of a ROWS x 128-byte box at (c0, c1) of a uint8 map with the 128B swizzle, undone on the way out:
+// out[r * 128 + c] must equal the source tile (zeros past the tensor). 128 threads, dynamic smem = ROWS * 128 + 1 KB.
+extern "C" __global__ void tma_copy_probe(const __grid_constant__ TmaDesc d, u8* __restrict__ out, int c0, int c1, int rows) {
+    extern __shared__ __align__(1024) u8 smem_probe[];
+    __shared__ __align__(8) u64 bar;
+    const u32 base = (smem_addr(smem_probe) + 1023u) & ~1023u, b = smem_addr(&bar);
+    if (threadIdx.x == 0) {
+        mbar_init(b, 1);
+        fence_mbar_init();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        mbar_expect_tx(b, rows * 128);
+        tma_load_2d(base, &d, b, c0, c1);
+    }
+    mbar_wait(b, 0);
+    for (int i = threadIdx.x; i < rows * 8; i += blockDim.x) {  // 16-byte chunk c of row r sits at c ^ (r & 7)
+        const int r = i >> 3, c = i & 7;
+        uint4 v;
+        asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(base + r * 128 + ((c ^ (r & 7)) << 4)));
+        *reinterpret_cast<uint4*>(out + r * 128 + c * 16) = v;
+    }
+}
