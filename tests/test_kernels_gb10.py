@@ -278,6 +278,19 @@ def test_native_choose_by_arch():
         assert all(s.target(c).endswith("a") for c in s.only) and not s.builds_for(90)
 
 
+def test_hw_gemv_configs():
+    import re
+
+    from fp8lab.kernels import gemv_nvfp4_hw as H
+
+    d = dict(x.split("=", 1) for x in H.cuda_defines())
+    assert {tuple(map(int, m.split(","))) for m in re.findall(r"GEMV_NVFP4_HW\(([\d,]+)\)", d["FP8LAB_GEMV_NVFP4_HW"])} == H.KERNELS_HW
+    for M in (1, 8, 9, 16):
+        NT = 1 if M <= 8 else 2
+        for N, K in [(4096, 4096), (14336, 4096), (28672, 8192), (272, 256)]:
+            assert H.valid_config(*H.default_config(M, N, K)[:2], NT, H.default_config(M, N, K)[2], K), (M, N, K)
+
+
 def _q(shape_packed, shape_sc, device="cpu"):
     return (torch.zeros(shape_packed, dtype=torch.uint8, device=device), torch.zeros(shape_sc, dtype=torch.uint8, device=device),
             torch.ones((), dtype=torch.float32, device=device))

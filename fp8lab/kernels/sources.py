@@ -68,7 +68,7 @@ SOURCES = {s.file: s for s in (
     Source("gemv_fp8.cu", defines="fp8lab.kernels.gemv_fp8:cuda_defines",
            key_kernels=("gemv_fp8_block_r1_nt1_pf0", "gemv_fp8_v2_block_r1_nt1_c2_d2")),
     Source("gemv_nvfp4.cu", defines="fp8lab.kernels.gemv_nvfp4:cuda_defines",
-           key_kernels=("gemv_nvfp4_r1_nt1_pf0", "gemv_nvfp4_v2_r1_nt1_c2_d2")),
+           key_kernels=("gemv_nvfp4_r1_nt1_pf0", "gemv_nvfp4_v2_r1_nt1_c2_d2", "gemv_nvfp4_v2_r1_nt1_c2_d0")),
     Source("gemv_nvfp4_hw.cu", arch_specific=frozenset(E2M1_CVT_ARCHS), only=frozenset(E2M1_CVT_ARCHS),
            why="cvt.rn.f16x2.e2m1x2 exists only on sm_100a / sm_120a / sm_121a",
            defines="fp8lab.kernels.gemv_nvfp4_hw:cuda_defines", key_kernels=("gemv_nvfp4_hw_r1_nt1_c2",)),
