@@ -5,11 +5,12 @@
 // W4A4 path where there is no FP4 tensor core (Hopper): dequantize at the fragment, FP32 promotion per 16-block.
 //
 // One m16n8k64 step, per 16-block b (four per step), exactly:
-//   part = sum_{k in b} e2m1(a) * e2m1(w) * 2**-28      two mma.sync.m16n8k16 f16 (HMMA): the nibbles widened to f16
-//                                                      by bit moves (value * 2**-14, exact); every product is a
-//                                                      multiple of 2**-30 below 2**-22.8 and the sum below 2**-18.8,
-//                                                      so the tensor core adds them exactly, in any order
-//   d    = fma(part, sa * sb * 2**28, d)               FP32 promotion: one rounding per block, blocks in k order
+//   part = sum_{k in b} e2m1(a) * e2m1(w)            two mma.sync.m16n8k16 f16 (HMMA): the nibbles widened to exact
+//                                                    f16 (bit moves give value * 2**-14, one f16x2 multiply by 2**14
+//                                                    makes every nonzero value normal); every product is a multiple
+//                                                    of 1/4 up to 36 and the sum below 576, so the tensor core adds
+//                                                    them exactly, in any order
+//   d    = fma(part, sa * sb, d)                     FP32 promotion: one rounding per block, blocks in k order
 // which is fp8lab.kernels.mma_reference's "per_block" rounding, bit for bit. The hardware OMMA's internal rounding
 // is not documented; mma_reference says what the lab assumes about it.
 //
@@ -22,11 +23,15 @@
 // Launch: as gemm_w4a4.cu. Offline check: python -m fp8lab.kernels.sass --source gemm_w4a4_emu.cu --arch sm_90
 #include "gemm_w4a4_common.cuh"
 
-// Nibbles i and i + 1 of q (i even) -> f16x2 of their E2M1 values times 2**-14, exact: the 3 value bits at f16 bits
-// 9..11 (a subnormal 0.5 * 2**-14 for code 1), the sign at bit 15; the first nibble in the low half.
+// Nibbles i and i + 1 of q (i even) -> f16x2 of their E2M1 values, exact: the 3 value bits at f16 bits 9..11 and the
+// sign at bit 15 are the value times 2**-14 (code 1, 0.5, an f16 subnormal), then one mul.rn.f16x2 by 2**14 (exact,
+// a power of two; f16 arithmetic keeps subnormals) so the MMA sees only normal values. First nibble in the low half.
 __device__ __forceinline__ u32 e2m1_pair_f16(u32 q, int i) {
     const u32 lo = (q >> (4 * i)) & 0xFu, hi = (q >> (4 * i + 4)) & 0xFu;
-    return ((lo & 7u) << 9) | ((lo & 8u) << 12) | ((hi & 7u) << 25) | ((hi & 8u) << 28);
+    const u32 v = ((lo & 7u) << 9) | ((lo & 8u) << 12) | ((hi & 7u) << 25) | ((hi & 8u) << 28);
+    u32 d;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(v), "r"(0x74007400u));  // f16 2**14 = 0x7400 in both halves
+    return d;
 }
 
 struct MmaNvf4Emu {
@@ -34,7 +39,6 @@ struct MmaNvf4Emu {
         const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
         const u32 sa0 = __shfl_sync(0xFFFFFFFFu, sfa, 4 * g), sa1 = __shfl_sync(0xFFFFFFFFu, sfa, 4 * g + 1);
         const u32 sb0 = __shfl_sync(0xFFFFFFFFu, sfb, 8 * t), sb1 = __shfl_sync(0xFFFFFFFFu, sfb, 8 * t + 4);
-        const float two28 = __uint_as_float(FP8LAB_POW2_BITS(28));
 #pragma unroll
         for (int jb = 0; jb < 4; ++jb) {
             const bool own = (t >> 1) == (jb & 1);
@@ -47,8 +51,7 @@ struct MmaNvf4Emu {
                 mma_f16_16816(p, e2m1_pair_f16(wa0, 4 * h), e2m1_pair_f16(wa1, 4 * h), e2m1_pair_f16(wa0, 4 * h + 2),
                               e2m1_pair_f16(wa1, 4 * h + 2), e2m1_pair_f16(wb, 4 * h), e2m1_pair_f16(wb, 4 * h + 2));
             const float ra = e4m3_decode((sa0 >> (8 * jb)) & 0xFFu), rb = e4m3_decode((sa1 >> (8 * jb)) & 0xFFu);
-            const float c0 = f_mul(e4m3_decode((sb0 >> (8 * jb)) & 0xFFu), two28);
-            const float c1 = f_mul(e4m3_decode((sb1 >> (8 * jb)) & 0xFFu), two28);
+            const float c0 = e4m3_decode((sb0 >> (8 * jb)) & 0xFFu), c1 = e4m3_decode((sb1 >> (8 * jb)) & 0xFFu);
             d[0] = f_fma(p[0], f_mul(ra, c0), d[0]);  // (row g, col 2t)
             d[1] = f_fma(p[1], f_mul(ra, c1), d[1]);  // (row g, col 2t + 1)
             d[2] = f_fma(p[2], f_mul(rb, c0), d[2]);  // (row g + 8, col 2t)
