@@ -8,24 +8,50 @@ What is asserted, per arch:
   * wgmma kernels: QGMMA (Hopper's FP8 tensor cores) on sm_90a; they build nowhere else (NOT_BUILDABLE);
   * the mma.sync ... e4m3 W8A8 kernel: QMMA (native FP8 MMA) on sm_89 / sm_120 / sm_121, with no F2FP.F16.E4M3
     unpack + HMMA emulation; on sm_90 the emulation (F2FP...E4M3...UNPACK + HMMA) and no QMMA;
-  * the E2M1 hardware conversion (F2FP...E2M1) only in the kernels that ask for it (HW_E2M1; none yet).
+  * the E2M1 hardware conversions only in the kernels that ask for them (HW_E2M1): F2FP.SATFINITE.E2M1.F32 (two fp32
+    -> two codes) in the GB10-native quantizer, F2FP.F16.E2M1.UNPACK_B (two codes -> two f16) in the GB10-native
+    GEMV, on sm_120a / sm_121a;
+  * the W4A4 GEMM: OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X (the block-scaled FP4 tensor-core MMA) on sm_120a / sm_121a,
+    and nothing on the CUDA cores touching an E2M1 nibble or an E4M3 scale (no F2FP but the epilogue's bf16 pack,
+    no I2F, no HMMA); its portable emulation runs on the ordinary tensor cores everywhere and has no OMMA;
+  * where a native source does not build (sm_89, sm_90, sm_90a, the plain sm_120 / sm_121 targets, sm_100a for the
+    MMA), compiling it anyway fails in ptxas with "not supported on .target": the limit is the compiler's, proven.
 """
 import os
 import re
 
 import pytest
 
-from fp8lab.kernels import _cuda, nvrtc, sass, sources
+from fp8lab.kernels import _cuda, gemv_nvfp4_hw, nvrtc, sass, sources
 
 ARCHS = sources.ARCHS
+E2M1_CVT_REFUSED = r"Instruction 'cvt with \.e2m1x2' not supported on \.target"
+MMA_NVF4_REFUSED = r"Instruction 'mma with block scale' not supported on \.target"
+# source -> what ptxas says where it does not build (NATIVE: the GB10-native sources)
+NATIVE = {"nvfp4_hw.cu": E2M1_CVT_REFUSED, "gemv_nvfp4_hw.cu": E2M1_CVT_REFUSED, "gemm_w4a4.cu": MMA_NVF4_REFUSED}
+# sm_89 has no clusters at all (the front end refuses __cluster_dims__); sm_120/121 have no wgmma/setmaxnreg, but for
+# gemm_w8a8_tma.cu ptxas' log there is filled by its advisory on TMA multicast before the errors
+_HOPPER_ONLY = "wgmma|setmaxnreg|__cluster_dims__ is not supported|'.multicast::cluster' modifier"
+REFUSAL = {"gemm_w8a8_wgmma.cu": _HOPPER_ONLY, "gemm_w8a8_tma.cu": _HOPPER_ONLY, **NATIVE}
 # (source, arch) pairs that must NOT build, each with its reason; everything else must build.
 NOT_BUILDABLE = {(f, cc): "wgmma / setmaxnreg exist only on sm_90a" for f in ("gemm_w8a8_wgmma.cu", "gemm_w8a8_tma.cu")
                  for cc in ARCHS if cc != 90}
-# kernels that ask for the hardware E2M1 conversion (cvt...e2m1x2 -> F2FP...E2M1), and on which archs.
-# The GB10-native variants add one line each, e.g. ("nvfp4_native.cu", "nvfp4_quant_bf16_hw"): {120, 121}.
-HW_E2M1: dict = {}
-W8A8_MMA_FP8 = ("gemm_w8a8.cu", "w8a8_mma_fp8")
+NOT_BUILDABLE.update({(f, cc): "the E2M1 conversions exist only on sm_100a / sm_120a / sm_121a"
+                      for f in ("nvfp4_hw.cu", "gemv_nvfp4_hw.cu") for cc in ARCHS if cc not in (120, 121)})
+NOT_BUILDABLE.update({("gemm_w4a4.cu", cc): "the block-scaled FP4 mma.sync exists only on sm_120a / sm_121a"
+                      for cc in ARCHS if cc not in (120, 121)})
+# kernels that ask for a hardware E2M1 conversion, the SASS form it must take, and on which archs.
+GB10 = {120, 121}
+NVFP4_HW_KERNELS = ("nvfp4_quant_bf16_cvt_hw", "nvfp4_quant_f32_cvt_hw", "nvfp4_quant_scalar_bf16_cvt",
+                    "nvfp4_quant_scalar_f32_cvt", "e2m1_encode_cvt_elementwise", "check_e2m1_cvt", "e2m1_chain_cvt")
+HW_E2M1: dict = {
+    **{("nvfp4_hw.cu", k): ("F2FP.SATFINITE.E2M1.F32.PACK_AB_MERGE_C", GB10) for k in NVFP4_HW_KERNELS},
+    **{("gemv_nvfp4_hw.cu", f"gemv_nvfp4_hw_r{r}_nt{nt}_c{c}"): ("F2FP.F16.E2M1.UNPACK_B", GB10)
+       for r, nt, c in gemv_nvfp4_hw.KERNELS_HW},
+}
+W8A8_MMA_FP8 = ("gemm_w8a8.cu", ("w8a8_mma_fp8", "w8a8_mma_fp8_s3"))
 WGMMA = ("gemm_w8a8_wgmma.cu", ("w8a8_wgmma", "w8a8_wgmma_pipe", "w8a8_wgmma_256", "w8a8_wgmma_ws"))
+OMMA_FORM = "OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X"
 # version C: every compiled TMA configuration (gemm_w8a8.TMA_CONFIGS), plus the two probe kernels
 TMA_SRC = "gemm_w8a8_tma.cu"
 
@@ -73,10 +99,23 @@ def test_not_buildable_is_a_real_limit(src, cc):
     """Compiled for the plain target anyway, NVRTC refuses: the restriction is the hardware's, not a guess."""
     _tools_or_skip()
     opts = _cuda.compile_options(src, f"sm_{cc}") + _cuda.cupy_appended_options(cc)
-    # sm_89 has no clusters at all (the front end refuses __cluster_dims__); sm_120/121 have no wgmma/setmaxnreg, but
-    # for gemm_w8a8_tma.cu ptxas' log there is filled by its advisory on TMA multicast before the errors
-    with pytest.raises(nvrtc.CompileError,
-                       match="wgmma|setmaxnreg|__cluster_dims__ is not supported|'.multicast::cluster' modifier"):
+    with pytest.raises(nvrtc.CompileError, match=REFUSAL[src]):
+        nvrtc.compile_cubin((_cuda.KERNEL_DIR / src).read_text(), opts, name=src)
+
+
+# The targets next to the GB10's own: the Hopper arch-specific target, the plain (portable) sm_120 / sm_121 targets a
+# binary built without the `a` suffix uses, and the B200's sm_100a (which has the E2M1 conversions, not the MMA).
+NATIVE_REFUSALS = [(f, t) for f in NATIVE for t in ("sm_90a", "sm_120", "sm_121")] + [("gemm_w4a4.cu", "sm_100a")]
+
+
+@pytest.mark.parametrize("src,target", NATIVE_REFUSALS)
+def test_native_instructions_are_refused_off_the_a_targets(src, target):
+    """The GB10-native sources compiled for a target without the instructions: ptxas refuses them. So a GB10 binary
+    built for plain sm_121 cannot hold them at all -- the `a` suffix is what makes them exist."""
+    _tools_or_skip()
+    cc = sass.arch_cc(target)
+    opts = _cuda.compile_options(src, target) + _cuda.cupy_appended_options(cc)
+    with pytest.raises(nvrtc.CompileError, match=NATIVE[src] + f" '{target}'"):
         nvrtc.compile_cubin((_cuda.KERNEL_DIR / src).read_text(), opts, name=src)
 
 
@@ -85,10 +124,10 @@ def test_every_kernel_builds_for_every_listed_arch(built):
         assert ks, f"{f} for sm_{cc}: no kernels in the cubin"
         for name in sources.get(f).key_kernels:
             assert name in ks, f"{f} for sm_{cc}: key kernel {name} missing"
-    names = {cc: {n for (f, c), ks in built.items() if c == cc for n in ks} for cc in ARCHS}
-    wg = set(WGMMA[1]) | set(built[(TMA_SRC, 90)])
-    for cc in ARCHS:  # the same kernels everywhere, except what NOT_BUILDABLE leaves out
-        assert names[cc] | (wg if cc != 90 else set()) == names[90]
+    # the same kernels everywhere, for the sources that build everywhere
+    portable = {f for f in sources.SOURCES if not any((f, cc) in NOT_BUILDABLE for cc in ARCHS)}
+    names = {cc: {n for (f, c), ks in built.items() if c == cc and f in portable for n in ks} for cc in ARCHS}
+    assert all(names[cc] == names[90] for cc in ARCHS)
 
 
 def test_wgmma_is_qgmma_on_sm90a(built):
@@ -120,22 +159,48 @@ def test_tma_kernels_are_qgmma_with_tma_loads_on_sm90a(built):
 
 
 @pytest.mark.parametrize("cc", [cc for cc in ARCHS if cc != 90])
-def test_mma_sync_e4m3_is_native_qmma(built, cc):
-    k = built[(W8A8_MMA_FP8[0], cc)][W8A8_MMA_FP8[1]]
+@pytest.mark.parametrize("name", W8A8_MMA_FP8[1])
+def test_mma_sync_e4m3_is_native_qmma(built, cc, name):
+    k = built[(W8A8_MMA_FP8[0], cc)][name]
     assert any(f.startswith("QMMA.16832.F32.E4M3.E4M3") for f in k.forms("QMMA")), k.summary()["matrix_forms"]
     assert k.count("HMMA") == 0 and not k.has(r"^F2FP\.F16\.E4M3\.UNPACK")
 
 
-def test_mma_sync_e4m3_is_emulated_on_sm90(built):
-    k = built[(W8A8_MMA_FP8[0], 90)][W8A8_MMA_FP8[1]]
+@pytest.mark.parametrize("name", W8A8_MMA_FP8[1])
+def test_mma_sync_e4m3_is_emulated_on_sm90(built, name):
+    k = built[(W8A8_MMA_FP8[0], 90)][name]
     assert k.count("QMMA") == 0
     assert k.count("HMMA") > 0 and k.has(r"^F2FP\.F16\.E4M3\.UNPACK")
 
 
 def test_e2m1_hardware_conversion_only_where_asked(built):
     found = {(f, name, cc) for (f, cc), ks in built.items() for name, k in ks.items() if k.has(r"^F2FP\.\S*E2M1")}
-    asked = {(f, name, cc) for (f, name), archs in HW_E2M1.items() for cc in archs}
+    asked = {(f, name, cc) for (f, name), (_, archs) in HW_E2M1.items() for cc in archs}
     assert found == asked
+    for (f, name), (form, archs) in HW_E2M1.items():  # and in the form asked for: encode (quantizer), decode (GEMV)
+        for cc in archs:
+            forms = built[(f, cc)][name].forms("F2FP")
+            assert form in forms and all("E2M1" not in x or x == form for x in forms), (f, name, cc, forms)
+
+
+@pytest.mark.parametrize("cc", sorted(GB10))
+def test_w4a4_is_the_block_scaled_fp4_mma(built, cc):
+    """OMMA.SF on sm_120a / sm_121a, and the scales never touch the CUDA cores: no conversion but the bf16 output."""
+    k = built[("gemm_w4a4.cu", cc)]["w4a4_omma"]
+    assert k.forms("OMMA") == {OMMA_FORM: k.count("OMMA")} and k.count("OMMA") > 0, k.summary()["matrix_forms"]
+    assert k.count("HMMA") == k.count("QMMA") == k.count("I2F") == 0
+    assert set(k.forms("F2FP")) <= {"F2FP.BF16.F32.PACK_AB"}, k.forms("F2FP")
+    loop = k.loop()
+    assert loop["ops"].get("OMMA") == loop["matrix"] and "F2FP" not in loop["ops"], loop
+
+
+def test_w4a4_emulation_is_portable(built):
+    """The emulation: ordinary f16 tensor-core MMAs on every arch, no OMMA anywhere outside gemm_w4a4.cu."""
+    for cc in ARCHS:
+        k = built[("gemm_w4a4_emu.cu", cc)]["w4a4_emu"]
+        assert k.count("HMMA") > 0 and k.count("OMMA") == 0
+    omma = {(f, cc) for (f, cc), ks in built.items() for k in ks.values() if k.count("OMMA")}
+    assert omma == {("gemm_w4a4.cu", cc) for cc in GB10}
 
 
 def test_gemv_and_gemm_kernels_build_for_sm89(built):
@@ -145,7 +210,9 @@ def test_gemv_and_gemm_kernels_build_for_sm89(built):
 
 
 def test_summary_table_renders(built):
-    s = sass.summarize()  # cached compiles: no extra cost
+    s = sass.summarize(ARCHS)  # cached compiles: no extra cost
     text = sass.format_summary(s)
     assert re.search(r"sm_90\s+w8a8_wgmma\s+sm_90a", text) and "QGMMA" in text
     assert "not built: wgmma" in text
+    assert re.search(r"sm_121\s+w4a4_omma\s+sm_121a\s+\d+\s+OMMA\.SF", text)
+    assert re.search(r"sm_90\s+gemm_w4a4\.cu\s+not built: mma\.sync kind::mxf4nvf4", text)

@@ -18,6 +18,11 @@
 //
 // Tiling, loader, swizzle, promotion and epilogue are shared with the wgmma kernels (gemm_w8a8_common.cuh).
 //
+//   w8a8_mma_fp8_s3  w8a8_mma_fp8 with 3 pipeline stages instead of 4: 97 KB of shared memory, inside the 99 KB a
+//                    block may use on sm_89 and sm_120 / sm_121 (the GB10), where the 4-stage kernel's 129 KB does
+//                    not fit. The same promotion (1 x 128 activation x 128 x 128 weight scales, FP32), so the
+//                    QMMA path of the GB10 is this kernel (fp8lab.kernels.native picks it by the device's limit).
+//
 // Requirements (checked by the Python wrapper): N % 128 == 0, K % 128 == 0; any M (rows past M are
 // zero-filled by cp.async and not stored).
 
@@ -26,7 +31,7 @@
 
 #define STAGES_A 4
 
-template <bool FP8>
+template <bool FP8, int STAGES = STAGES_A>
 __device__ __forceinline__ void w8a8_mma_body(const u8* __restrict__ A, const float* __restrict__ sa,
                                               long long sa_sm, long long sa_sk, const u8* __restrict__ B,
                                               const float* __restrict__ sb, u16* __restrict__ C, int M, int N, int K) {
@@ -42,17 +47,17 @@ __device__ __forceinline__ void w8a8_mma_body(const u8* __restrict__ A, const fl
     zero<64>(&acc[0][0][0]);
 
 #pragma unroll
-    for (int s = 0; s < STAGES_A - 1; ++s) {
+    for (int s = 0; s < STAGES - 1; ++s) {
         if (s < KB) load_stage<256>(base + s * STAGE_BYTES, base + s * STAGE_BYTES + TILE_BYTES, A, B, M, K, m0, n0, s * BK, tid);
         cp_async_commit();
     }
 
     for (int kb = 0; kb < KB; ++kb) {
-        cp_async_wait<STAGES_A - 2>();
+        cp_async_wait<STAGES - 2>();
         __syncthreads();  // stage kb landed for everyone; everyone is done reading stage kb-1
         {
-            const int nk = kb + STAGES_A - 1;
-            const int s = nk % STAGES_A;
+            const int nk = kb + STAGES - 1;
+            const int s = nk % STAGES;
             if (nk < KB) load_stage<256>(base + s * STAGE_BYTES, base + s * STAGE_BYTES + TILE_BYTES, A, B, M, K, m0, n0, nk * BK, tid);
             cp_async_commit();
         }
@@ -67,7 +72,7 @@ __device__ __forceinline__ void w8a8_mma_body(const u8* __restrict__ A, const fl
                 sc[i][h] = row < M ? __ldg(sa + row * sa_sm + kb * sa_sk) : 0.f;
             }
 
-        const u32 sA = base + (kb % STAGES_A) * STAGE_BYTES, sB = sA + TILE_BYTES;
+        const u32 sA = base + (kb % STAGES) * STAGE_BYTES, sB = sA + TILE_BYTES;
         float part[4][4][4];
         zero<64>(&part[0][0][0]);
 
@@ -147,4 +152,10 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 w8a8_mma_bf16(const u8* __restrict__ A, const float* __restrict__ sa, long long sa_sm, long long sa_sk,
               const u8* __restrict__ B, const float* __restrict__ sb, u16* __restrict__ C, int M, int N, int K) {
     w8a8_mma_body<false>(A, sa, sa_sm, sa_sk, B, sb, C, M, N, K);
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+w8a8_mma_fp8_s3(const u8* __restrict__ A, const float* __restrict__ sa, long long sa_sm, long long sa_sk,
+                const u8* __restrict__ B, const float* __restrict__ sb, u16* __restrict__ C, int M, int N, int K) {
+    w8a8_mma_body<true, 3>(A, sa, sa_sm, sa_sk, B, sb, C, M, N, K);
 }

@@ -18,6 +18,8 @@ Kernels (`kernel=`), one arithmetic, checked against `reference`:
     "wgmma_pipe" the same with a 128x128 tile and 6 stages
     "wgmma"     the same with 4 stages (the simple one, the correctness anchor)
     "mma_fp8"   mma.sync.m16n8k32 e4m3 -- native on sm_89/sm_120/sm_121, EMULATED by ptxas on sm_90
+    "mma_fp8_s3" the same with 3 stages (97 KB of shared memory): the one that fits sm_89 / sm_12x's 99 KB per
+                block, so the GB10's QMMA path (fp8lab.kernels.native.choose("gemm_w8a8"))
     "mma_bf16"  the same structure with fragments widened to bf16 and mma.sync.m16n8k16 bf16
 FP32 promotion per 128-wide k-block in every kernel (partial sums in their own registers, then
 acc += part * (sa * sb), DeepGEMM's fix for Hopper's ~14-bit FP8 accumulation inside a wgmma).
@@ -45,6 +47,7 @@ KERNELS = {
     "wgmma_pipe": ("gemm_w8a8_wgmma.cu", "w8a8_wgmma_pipe", 256, 6, 128),
     "wgmma": ("gemm_w8a8_wgmma.cu", "w8a8_wgmma", 256, 4, 128),
     "mma_fp8": ("gemm_w8a8.cu", "w8a8_mma_fp8", 256, 4, 128),
+    "mma_fp8_s3": ("gemm_w8a8.cu", "w8a8_mma_fp8_s3", 256, 3, 128),  # 97 KB: fits sm_89 / sm_120 / sm_121 (GB10)
     "mma_bf16": ("gemm_w8a8.cu", "w8a8_mma_bf16", 256, 4, 128),
 }
 

@@ -10,13 +10,18 @@ Nibble order, once more, because kernels disagree across libraries: byte i of a 
 0..3 and element 2i+1 in bits 4..7 (scaling.pack_nibbles; the order torch's float4_e2m1fn_x2 and the
 NVFP4 checkpoints on the Hub use). An odd K leaves the last high nibble 0.
 
-The E2M1 conversion runs in software (sm_90 has no E2M1 instruction; neither has the GB10): `e2m1=`
+The E2M1 conversion (`e2m1=`): sm_90 has no E2M1 instruction, so on an H200 it runs in software; sm_100a,
+sm_120a and sm_121a (the GB10) have one, cvt.rn.satfinite.e2m1x2.f32, which nvfp4_hw.cu uses:
+  "auto"       the default: "cvt" where the device has the instruction (fp8lab.kernels.native), else "bits"
+  "cvt"        the hardware instruction (sm_100a / sm_120a / sm_121a only; nvfp4_hw.cu), NaN canonicalized to 0
   "bits"       arithmetic: RNE on the fp32 bit pattern; in the kernel's fast path the FPU rounds (a magic
-               add sized from the exponent bits), the default: fewest instructions
+               add sized from the exponent bits): fewest instructions of the three software ones
   "branchless" seed 002's seven compares, with `>` at the four ties whose lower neighbour is even (RNE)
   "branchy"    a naive if/else chain
-All three are bit-identical (checked over all 2**32 fp32 inputs on the GPU). `scale_cvt` picks
-cvt.rn.satfinite.e4m3x2.f32 ("hw", the default) or the software E4M3 rounding ("sw") for the block scales.
+The three software conversions are bit-identical (checked over all 2**32 fp32 inputs on the GPU); "cvt" is the
+same function by NVIDIA's documentation (CUDA's cuda_fp4.hpp), checked exhaustively only on a GB10
+(`check_e2m1_cvt`). `scale_cvt` picks cvt.rn.satfinite.e4m3x2.f32 ("hw", the default) or the software E4M3
+rounding ("sw") for the block scales ("cvt" always uses "hw").
 
 `global_amax`: a 0-d float32 CUDA tensor with the tensor's amax (a calibrated value, as vLLM's
 scaled_fp4_quant takes a global scale): one pass over x. By default it is measured first (two passes).
@@ -31,9 +36,10 @@ import torch
 from . import quant as _q
 from ._cuda import _cupy, load_module
 
-__all__ = ["NVFP4", "quantize", "dequantize", "E2M1_VARIANTS"]
+__all__ = ["NVFP4", "quantize", "dequantize", "E2M1_VARIANTS", "E2M1_HW"]
 
-E2M1_VARIANTS = ("bits", "branchless", "branchy")
+E2M1_VARIANTS = ("bits", "branchless", "branchy")  # software: every arch
+E2M1_HW = "cvt"                                    # the hardware instruction: sources.E2M1_CVT_ARCHS only
 _VARIANT_ID = {"branchless": 0, "branchy": 1, "bits": 2}
 THREADS = 256
 
@@ -47,18 +53,31 @@ class NVFP4(NamedTuple):
     k: int
 
 
-def _mod():
-    return load_module("nvfp4.cu")
+def _mod(e2m1: str = "bits"):
+    return load_module("nvfp4_hw.cu" if e2m1 == E2M1_HW else "nvfp4.cu")
 
 
-def quantize(x, global_amax=None, e2m1: str = "bits", scale_cvt: str = "hw", nonfinite: str = "raise",
+def resolve_e2m1(e2m1: str) -> str:
+    """"auto" -> the variant for this device (native.choose); "cvt" where the device lacks it -> ValueError."""
+    from . import native, sources
+    from ._cuda import device_cc
+
+    if e2m1 == "auto":
+        return native.choose("nvfp4_quant")
+    if e2m1 == E2M1_HW and device_cc() not in sources.E2M1_CVT_ARCHS:
+        raise ValueError(f"e2m1='cvt' needs the hardware E2M1 conversion (sm_{'/sm_'.join(map(str, sources.E2M1_CVT_ARCHS))}); "
+                         f"this device is sm_{device_cc()}: use 'auto' or a software variant")
+    return e2m1
+
+
+def quantize(x, global_amax=None, e2m1: str = "auto", scale_cvt: str = "hw", nonfinite: str = "raise",
              out=None) -> NVFP4:
     """Quantize the last dim of `x` (bf16 or fp32, any shape with >= 1 dim) to NVFP4. See the module doc.
 
     out=(packed, scale_codes, global_scale) fills given tensors (the tests poison them first).
     """
     tag = _q._in_tag(x)
-    _q._check_choice("e2m1", e2m1, E2M1_VARIANTS)
+    _q._check_choice("e2m1", e2m1, E2M1_VARIANTS + (E2M1_HW, "auto"))
     _q._check_choice("scale_cvt", scale_cvt, _q.CVTS)
     _q._check_choice("nonfinite", nonfinite, ("raise", "propagate"))
     if len(x.shape) < 1:
@@ -73,6 +92,7 @@ def quantize(x, global_amax=None, e2m1: str = "bits", scale_cvt: str = "hw", non
     if R * max(K, 1) >= 2**32:
         raise ValueError("tensor too large for one launch (elements must stay below 2**32)")
     cp, x, xp, stream = _q._device_setup(x)
+    e2m1 = resolve_e2m1(e2m1)
     p_out, s_out, g_out = out if out is not None else (None, None, None)
     packed = _q._empty((*lead, kb), torch.uint8, x, p_out)
     sc = _q._empty((*lead, nb), torch.uint8, x, s_out)
@@ -84,7 +104,14 @@ def quantize(x, global_amax=None, e2m1: str = "bits", scale_cvt: str = "hw", non
         global_amax = _q.amax(x, nonfinite="propagate")
     flags = _q._flags(x, nonfinite)
     args = (xp, _q._ptr(global_amax), _q._ptr(packed), _q._ptr(sc), _q._ptr(gs), _q._ptr(flags), cp.int32(R), cp.int32(K))
-    if K % 16 == 0 and x.data_ptr() % 16 == 0:  # one thread per two 16-element blocks
+    if e2m1 == E2M1_HW:  # nvfp4_hw.cu: block scales by the E4M3 instruction, whatever scale_cvt says
+        if K % 16 == 0 and x.data_ptr() % 16 == 0:
+            k = _mod(e2m1).get_function(f"nvfp4_quant_{tag}_cvt_hw")
+            k((max(1, -(-(R * nb) // (THREADS * 2))),), (THREADS,), args, stream=stream)
+        else:
+            k = _mod(e2m1).get_function(f"nvfp4_quant_scalar_{tag}_cvt")
+            k((max(1, -(-(R * nb) // THREADS)),), (THREADS,), args, stream=stream)
+    elif K % 16 == 0 and x.data_ptr() % 16 == 0:  # one thread per two 16-element blocks
         k = _mod().get_function(f"nvfp4_quant_{tag}_{e2m1}_{scale_cvt}")
         k((max(1, -(-(R * nb) // (THREADS * 2))),), (THREADS,), args, stream=stream)  # NVFP4_NU = 2 blocks/thread
     else:
@@ -135,24 +162,43 @@ def check_e2m1_variants() -> dict:
 
 
 def e2m1_encode_elementwise(x, variant: str = "bits") -> torch.Tensor:
-    """formats.E2M1.encode(x, saturate=True) on the GPU with one of the three conversions (float32 CUDA in)."""
-    _q._check_choice("variant", variant, E2M1_VARIANTS)
+    """formats.E2M1.encode(x, saturate=True) on the GPU with one of the conversions (float32 CUDA in);
+    "cvt" is the hardware instruction with NaN canonicalized to 0 (sm_100a / sm_120a / sm_121a only)."""
+    _q._check_choice("variant", variant, E2M1_VARIANTS + (E2M1_HW,))
     cp, x, xp, stream = _q._device_setup(x)
+    variant = resolve_e2m1(variant)
     out = torch.empty(x.shape, dtype=torch.uint8, device=x.device)
     n = x.numel()
-    if n:
+    if n and variant == E2M1_HW:
+        _mod(variant).get_function("e2m1_encode_cvt_elementwise")((max(1, -(-n // THREADS)),), (THREADS,),
+            (xp, _q._ptr(out), cp.int64(n)), stream=stream)
+    elif n:
         _mod().get_function("e2m1_encode_elementwise")((max(1, -(-n // THREADS)),), (THREADS,),
             (xp, _q._ptr(out), cp.int64(n), cp.int32(_VARIANT_ID[variant])), stream=stream)
     return out
 
 
+def check_e2m1_cvt() -> dict:
+    """All 2**32 fp32 patterns through cvt.rn.satfinite.e2m1x2.f32 against the software e2m1_bits (a GB10 / sm_100a
+    device only): mismatches over non-NaN inputs, x2 halves that differ, and the raw byte the instruction gives
+    for +NaN / -NaN (the documented answer is 0x77: +6 in both nibbles; the lab stores 0)."""
+    resolve_e2m1(E2M1_HW)
+    cp = _cupy()
+    out = cp.zeros(5, dtype=cp.uint32)
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    _mod(E2M1_HW).get_function("check_e2m1_cvt")((sms * 16,), (THREADS,), (out,))
+    o = out.get()
+    return {"mismatches": int(o[0]), "hi_lo_differ": int(o[1]), "first": int(o[2]),
+            "pos_nan_byte": int(o[3]), "neg_nan_byte": int(o[4])}
+
+
 def e2m1_chain_launcher(variant: str, iters: int, blocks: int, threads: int = THREADS):
     """A zero-argument callable that launches the dependent-chain microbenchmark (variant or "baseline")."""
-    if variant not in E2M1_VARIANTS + ("baseline",):
+    if variant not in E2M1_VARIANTS + ("baseline", E2M1_HW):
         raise ValueError(f"unknown variant {variant!r}")
     cp = _cupy()
     out = torch.empty(blocks * threads, dtype=torch.int32, device="cuda")
-    k = _mod().get_function(f"e2m1_chain_{variant}")
+    k = _mod(resolve_e2m1(variant) if variant == E2M1_HW else "bits").get_function(f"e2m1_chain_{variant}")
     stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
     args = (_q._ptr(out), cp.int32(iters))
     return lambda: k((blocks,), (threads,), args, stream=stream)

@@ -7,7 +7,7 @@ options, same defines), for any listed arch and without a GPU, disassemble it wi
     k.loop()                                              # the largest loop holding a matrix instruction
 
 Command line:
-    python -m fp8lab.kernels.sass --summary --out outputs/kernels/sass/     # key kernels x sm_89/90/120/121
+    python -m fp8lab.kernels.sass --summary --out outputs/kernels/sass/     # key kernels x sm_89/90/100/120/121
     python -m fp8lab.kernels.sass --source gemv_fp8.cu --arch sm_90 --ptxas-v   # registers and spills per kernel
     python -m fp8lab.kernels.sass --source gemm_w8a8.cu --arch sm_121 --kernel w8a8_mma_fp8   # the listing
 
@@ -184,7 +184,7 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def write_summary(out_dir: str | Path, archs=sources.ARCHS) -> Path:
+def write_summary(out_dir: str | Path, archs=sources.SUMMARY_ARCHS) -> Path:
     """summary.json (provenance, compiler, options) and summary.txt under out_dir, through fp8lab.store."""
     from fp8lab import provenance, store
 
@@ -209,7 +209,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fp8lab.kernels.sass", description=__doc__.split("\n")[0])
     p.add_argument("--summary", action="store_true", help="write summary.json / summary.txt of the key kernels")
     p.add_argument("--out", default="outputs/kernels/sass", help="folder for --summary")
-    p.add_argument("--archs", default=",".join(f"sm_{a}" for a in sources.ARCHS), help="comma-separated, e.g. sm_90,sm_121")
+    p.add_argument("--archs", default=",".join(f"sm_{a}" for a in sources.SUMMARY_ARCHS),
+                   help="comma-separated, e.g. sm_90,sm_121 (default: the tested archs and sm_100)")
     p.add_argument("--source", help="one .cu file of fp8lab/kernels")
     p.add_argument("--arch", default="sm_90", help="with --source: the device arch (sm_89, sm_90, sm_120, sm_121)")
     p.add_argument("--ptxas-v", action="store_true", help="with --source: print ptxas' registers/spills per kernel")

@@ -22,6 +22,13 @@ from dataclasses import dataclass, field
 ARCHS = (89, 90, 120, 121)
 #: archs that have an `a` (arch-specific) target
 HAS_A_TARGET = (90, 100, 101, 103, 110, 120, 121)
+#: what `python -m fp8lab.kernels.sass --summary` tabulates: ARCHS and the B200's sm_100, which NVRTC 13.0 compiles
+#: for too (no sm_100 test runs in CI: the summary shows it, notebook 09 reads it)
+SUMMARY_ARCHS = (89, 90, 100, 120, 121)
+#: archs with the hardware E2M1 conversions (cvt.rn.satfinite.e2m1x2.f32, cvt.rn.f16x2.e2m1x2), `a` target only
+E2M1_CVT_ARCHS = (100, 120, 121)
+#: archs with the block-scaled mma.sync (kind::mxf4nvf4 ... ue4m3 -> OMMA.SF): sm_120a / sm_121a only
+MMA_NVF4_ARCHS = (120, 121)
 
 
 @dataclass(frozen=True)
@@ -54,14 +61,25 @@ SOURCES = {s.file: s for s in (
                                     "dequant_e4m3_bf16")),
     Source("nvfp4.cu", key_kernels=("nvfp4_quant_bf16_bits_hw", "nvfp4_quant_bf16_branchless_sw",
                                     "nvfp4_quant_bf16_branchy_sw", "e2m1_chain_bits", "e2m1_chain_branchy")),
+    Source("nvfp4_hw.cu", arch_specific=frozenset(E2M1_CVT_ARCHS), only=frozenset(E2M1_CVT_ARCHS),
+           why="cvt.rn.satfinite.e2m1x2.f32 exists only on sm_100a / sm_120a / sm_121a (not sm_89, sm_90a, nor plain "
+               "sm_120 / sm_121)",
+           key_kernels=("nvfp4_quant_bf16_cvt_hw", "e2m1_chain_cvt")),
     Source("gemv_fp8.cu", defines="fp8lab.kernels.gemv_fp8:cuda_defines",
            key_kernels=("gemv_fp8_block_r1_nt1_pf0", "gemv_fp8_v2_block_r1_nt1_c2_d2")),
     Source("gemv_nvfp4.cu", defines="fp8lab.kernels.gemv_nvfp4:cuda_defines",
-           key_kernels=("gemv_nvfp4_r1_nt1_pf0", "gemv_nvfp4_v2_r1_nt1_c2_d2")),
+           key_kernels=("gemv_nvfp4_r1_nt1_pf0", "gemv_nvfp4_v2_r1_nt1_c2_d2", "gemv_nvfp4_v2_r1_nt1_c2_d0")),
     Source("gemv_v3.cu", defines="fp8lab.kernels.gemv_v3:cuda_defines",
            key_kernels=("gemv3_fp8c_r1_nt1_c2_p3_e0", "gemv3_fp8b_r1_nt1_c2_p3_e0", "gemv3_nvfp4_r1_nt1_c2_p3_e0")),
     Source("decode_layer.cu", key_kernels=("rmsnorm_bf16", "rope_append_fp8", "silu_mul_bf16", "add_bf16")),
-    Source("gemm_w8a8.cu", key_kernels=("w8a8_mma_fp8", "w8a8_mma_bf16")),
+    Source("gemv_nvfp4_hw.cu", arch_specific=frozenset(E2M1_CVT_ARCHS), only=frozenset(E2M1_CVT_ARCHS),
+           why="cvt.rn.f16x2.e2m1x2 exists only on sm_100a / sm_120a / sm_121a",
+           defines="fp8lab.kernels.gemv_nvfp4_hw:cuda_defines", key_kernels=("gemv_nvfp4_hw_r1_nt1_c2",)),
+    Source("gemm_w8a8.cu", key_kernels=("w8a8_mma_fp8", "w8a8_mma_fp8_s3", "w8a8_mma_bf16")),
+    Source("gemm_w4a4.cu", arch_specific=frozenset(MMA_NVF4_ARCHS), only=frozenset(MMA_NVF4_ARCHS),
+           why="mma.sync kind::mxf4nvf4 block_scale (OMMA) exists only on sm_120a / sm_121a (sm_100a has tcgen05 instead)",
+           key_kernels=("w4a4_omma",)),
+    Source("gemm_w4a4_emu.cu", key_kernels=("w4a4_emu",)),
     Source("gemm_w8a8_wgmma.cu", arch_specific=frozenset({90}), only=frozenset({90}),
            why="wgmma and setmaxnreg exist only on sm_90a (Hopper); Blackwell has tcgen05 instead",
            key_kernels=("w8a8_wgmma", "w8a8_wgmma_ws")),

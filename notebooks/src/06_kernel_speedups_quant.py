@@ -12,8 +12,10 @@ number of bytes. "Fraction of copy bandwidth" is the score here, measured agains
 contract (fp8lab.scaling) says `code = encode(x / scale)` with an IEEE division; CUDA's `/` costs a reciprocal, five
 FMAs, a check and a branch *per element*, which is enough to make a memory-bound kernel compute-bound. Computing the
 reciprocal once per group and correcting twice (Markstein) gives the same bits in five FMAs. The conversion itself
-is the other cost: E4M3 has a hardware instruction on Hopper (`cvt.rn.satfinite.e4m3x2.f32`), E2M1 does not (not on
-the H200, not on the GB10 of seed 002), so NVFP4 pays for a software conversion in the hot loop.
+is the other cost: E4M3 has a hardware instruction on Hopper (`cvt.rn.satfinite.e4m3x2.f32`), E2M1 does not (sm_90
+has no E2M1 conversion), so on the H200 NVFP4 pays for a software conversion in the hot loop. The GB10 of seed 002
+does have one, whatever the seed says: `cvt.rn.satfinite.e2m1x2.f32` compiles for sm_121a (and sm_120a, sm_100a),
+though not for the plain sm_121 target; notebook 09 shows the machine code.
 
 **What we can and cannot measure here.** Speed needs a GPU. On a machine with one, the cells below run the
 benchmark live at a small size; everywhere else they show the numbers recorded on an H200, clearly labelled with
