@@ -318,14 +318,15 @@ def summary_rows(data: dict) -> list[dict]:
 
 def format_summary(data: dict) -> str:
     """The table of the report: times (us), speedups and fractions of copy bandwidth."""
-    f = lambda v, s: "-" if v is None else format(v, s)
+    f = lambda v, s: ("-" if v is None else format(v, s)).rjust(int(s.split(".")[0]))
+    fx = lambda v, w: ("-" if v is None else f"{v:.2f}x").rjust(w)
     hdr = (f"{'layout':11s} {'D':>4s} {'context':>8s} {'fp8 us':>8s} {'bf16 us':>8s} {'torch us':>9s} "
            f"{'fp8/bf16':>9s} {'fp8/torch':>9s} {'fp8 xcopy':>9s} {'bf16 xcopy':>10s}")
     lines = [hdr, "-" * len(hdr)]
     for r in summary_rows(data):
         lines.append(f"{r['layout']:11s} {r['head_dim']:>4d} {r['context']:>8d} {f(r['fp8_us'], '8.1f')} "
-                     f"{f(r['bf16_us'], '8.1f')} {f(r['torch_us'], '9.1f')} {f(r['speedup_vs_bf16'], '8.2f')}x "
-                     f"{f(r['speedup_vs_torch'], '8.2f')}x {f(r['fp8_frac_copy'], '9.2f')} {f(r['bf16_frac_copy'], '10.2f')}")
+                     f"{f(r['bf16_us'], '8.1f')} {f(r['torch_us'], '9.1f')} {fx(r['speedup_vs_bf16'], 9)} "
+                     f"{fx(r['speedup_vs_torch'], 9)} {f(r['fp8_frac_copy'], '9.2f')} {f(r['bf16_frac_copy'], '10.2f')}")
     return "\n".join(lines)
 
 
