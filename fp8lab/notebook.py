@@ -29,6 +29,7 @@ from pathlib import Path
 from .provenance import REPO, describe
 
 __all__ = ["REPO", "OUTPUTS", "SCRATCH", "quiet", "small", "recorded", "provenance_line", "show", "md", "scratch",
+           "exercises", "run_exercises",
            "results_frame", "rel"]
 
 OUTPUTS = REPO / "outputs"
@@ -167,3 +168,28 @@ def results_frame(path):
     if "changed" in df:
         df["changed"] = pd.to_numeric(df["changed"], errors="coerce").astype("Int64")
     return df
+
+
+def exercises(namespace: dict) -> list:
+    """The exercise_N functions of a solutions module (notebooks/solutions/NN_*.py), in N order."""
+    fns = [(int(k.split("_")[1]), v) for k, v in namespace.items()
+           if k.startswith("exercise_") and k.split("_")[1].isdigit() and callable(v)]
+    return [f for _, f in sorted(fns, key=lambda t: t[0])]
+
+
+def run_exercises(namespace: dict) -> None:
+    """Run and print every exercise of a solutions module (its `__main__`); GPU_ONLY ones only on a GPU."""
+    import inspect
+
+    gpu_only = namespace.get("GPU_ONLY", set())
+    for f in exercises(namespace):
+        print(f"== {f.__name__}: {(inspect.getdoc(f) or '').splitlines()[0]}")
+        if f.__name__ in gpu_only:
+            from .kernels import cuda_available
+
+            if not cuda_available():
+                print("   (needs a CUDA device: skipped here)\n")
+                continue
+        for k, v in (f() or {}).items():
+            print(f"   {k}: {v}")
+        print()

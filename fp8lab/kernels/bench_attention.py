@@ -331,9 +331,12 @@ def format_summary(data: dict) -> str:
 
 
 def format_provenance(data: dict) -> str:
+    from fp8lab.provenance import describe
+
     p = data.get("provenance", {})
-    keys = ("git_commit", "device", "date", "command", "torch", "cupy", "cuda", "nvidia_smi")
-    rows = [f"{k:11s} {p.get(k, '-')}" for k in keys]
+    keys = ("device", "date", "command", "torch", "cupy", "cuda", "nvidia_smi")
+    rows = [f"{'record':11s} {' '.join(describe(p).split())}"]       # the commit with its clean/dirty state
+    rows += [f"{k:11s} {p.get(k, '-')}" for k in keys]
     c = data.get("ceilings", {})
     if c.get("copy_gbps"):
         rows.append(f"{'copy bw':11s} {c['copy_gbps']:.0f} GB/s (measured in the same run)")

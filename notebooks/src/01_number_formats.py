@@ -252,8 +252,8 @@ element, not its scale.
 
 Worked answers: `notebooks/solutions/01_number_formats.py` (each `exercise_N()` runs in seconds; the tests run them).
 
-1. Move the outlier from a column (`w[:, 7]`) to a row (`w[7, :]`): which granularities pull ahead, and why does
-   per-channel (one scale per *output* row) now isolate the outlier?
+1. Move the outlier from a column (`w[:, 7]`) to a row (`w[7, :]`): which granularities pull ahead now — for E4M3,
+   and for INT8? Measure the SQNR of the ordinary values alone, not only of the whole tensor.
 2. `QuantSpec("e2m1", "mx", scale_rule="ceil")`: the round-up E8M0 rule never saturates. Is it better or worse than
    the floor rule on the Gaussian tensor, and why?
 3. Change the probe's small magnitude from `3e-4` to `3e-3`: at what magnitude does unscaled E4M3 stop flushing?

@@ -52,7 +52,7 @@ for fam, key_copy in (("gemm", "copy_gbps"), ("attention", "copy_gbps"), ("quant
                      c.get("fp8_scaled_mm_tensorwise_tflops_8192")))
     else:
         rows.append((f"{fam} run", "not recorded yet", None, None, None))
-f = lambda v, s: "-" if v is None else format(v, s)
+f = lambda v, s: ("-" if v is None else format(v, s)).rjust(int(s.split(".")[0]))
 print(f"{'source':16s} {'file / date':44s} {'copy TB/s':>9s} {'bf16 TFLOP/s':>12s} {'fp8 TFLOP/s':>11s}")
 for name, where, cp, b16, f8 in rows:
     print(f"{name:16s} {where:44s} {f(cp, '9.2f')} {f(b16, '12.0f')} {f(f8, '11.0f')}")
@@ -141,12 +141,17 @@ if G:
 fig, data = bw.roofline_figure(LLAMA3, measured_points=points,
                                command="notebooks/04_bandwidth_roofline.ipynb: bw.roofline_figure(LLAMA3)")
 nb.show(fig)
+meas = gpus.get_gpu("H200-measured")
 for p in points:
-    print(f"measured  {p['name']:42s} {p['intensity']:8.1f} FLOP/B  {p['tflops']:8.1f} TFLOP/s")
+    # share of the measured H200's roof at this intensity: memory roof for decode, GEMM rate for prefill
+    rate = meas.tflops["fp8"] if p["kernel"].startswith(("w8a8", "scaled_mm")) else meas.tflops["bf16"]
+    p["of_roof"] = p["tflops"] / min(rate, meas.bandwidth_TBps * p["intensity"])
+    print(f"measured  {p['name']:42s} {p['intensity']:8.1f} FLOP/B  {p['tflops']:8.1f} TFLOP/s  "
+          f"{p['of_roof']:.2f} of the measured roof")
 """),
 ("code", r"""
-cbm = bw.analyze(LLAMA3, batch=32, context=8192, gpu="H200-measured")
-meas = gpus.get_gpu("H200-measured")
+dec_roof = [p["of_roof"] for p in points if p["family"] == "decode"]
+pre_roof = [p["of_roof"] for p in points if p["family"] == "prefill"]
 nb.md(f'''**Reading it.** Decode with no context walks up the memory roof as the batch grows and meets the compute roof at
 batch {cb["bf16"]["weights_only"]} for BF16 and {cb["fp8_tensor"]["weights_only"]} for FP8 (table above): FP8 doubles both the
 FLOPs per byte of a sequence and, on paper, the roof. A format computed in BF16 (NVFP4 on Hopper) gets there sooner
@@ -154,7 +159,9 @@ FLOPs per byte of a sequence and, on paper, the roof. A format computed in BF16 
 few FLOPs per byte. Prefill sits far to the right, deep in the compute-bound region. The dashed roofs are the lab's
 measured H200: {meas.bandwidth_TBps:.2f} TB/s of copy bandwidth and {100 * meas.tflops["bf16"] / gpus.get_gpu("H200").tflops["bf16"]:.0f} % (BF16) and
 {100 * meas.tflops["fp8"] / gpus.get_gpu("H200").tflops["fp8"]:.0f} % (FP8) of the datasheet's dense GEMM rates. The measured
-GEMV stars sit at decode's low intensity, just under the memory roof; the prefill GEMMs sit under the compute roof.''')
+decode stars sit at decode's low intensity and reach {findings.ratio_range(dec_roof)} of the measured memory roof there (a
+pure read can beat the copy test the roof comes from); the prefill stars reach {findings.ratio_range(pre_roof)} of the
+measured GEMM rate of their format.''' if points else "No measured kernel points: outputs/kernels/gemm.json is not recorded yet.")
 """),
 ("md", r"""
 ## When FP8 will not help (seed 003's list, with numbers)

@@ -146,7 +146,8 @@ for recipe, fmt in (("e4m3-w", "compressed-tensors"), ("nvfp4-w", "modelopt")):
     path, rep = export.demo(nb.scratch("05"), recipe, fmt, model="tiny" if SMALL else None)
     print(f"{recipe} as {fmt} -> {nb.rel(path)}\n  {rep['verdict']}\n")
 print(au.format_table(rep))
-
+"""),
+("md", r"""
 ## The checklist (seed 004's lesson)
 1. **Identify the tensor roles** — the role × dtype table: are the experts (most of a MoE's bytes) converted?
 2. **Inspect the scales** — per-tensor, per-channel, 128×128 blocks, MX per-32, NVFP4 per-16: each is a different

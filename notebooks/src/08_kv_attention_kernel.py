@@ -71,10 +71,12 @@ nb.md(f'''With well-behaved keys an E4M3 cache costs an output error **{ratio:.0
 channels the FP8 error is {out_ratio:.1f}× that of normal keys.''')
 """),
 ("md", r"""
-**Reading it.** Outlier key channels hurt twice: one per-tensor (or per-head) scale is set by the outliers, so the ordinary
-channels are stored with fewer effective bits, and the large logits amplify every key error through the softmax.
-Per-head scales do not help when every head has the outlier channels. That is the case for per-channel key scales
-(KIVI) or calibration that looks at the channels — the calibration experiment's subject, not this kernel's.
+**Reading it.** Outlier key channels hurt through the logits: E4M3 keeps the same *relative* precision at every
+magnitude inside its window, so the outlier channels carry rounding errors as many times larger as they are, into
+every `q·k`, and the softmax amplifies logit errors. Per-head scales do not help when every head has the outlier
+channels — and for a floating-point cache, per-channel key scales do not either: the ordinary channels were not
+short of precision. Per-channel scales (KIVI's argument) pay off for *integer* caches, whose step is the scale;
+exercise 1 measures both grids.
 
 ## Recorded timings (H200)
 
@@ -168,7 +170,8 @@ Three things to read with care:
 Worked answers: `notebooks/solutions/08_kv_attention_kernel.py` (the CPU parts run in the tests).
 
 1. Per-channel key scales: add a `[Hk, D]` scale to `quantize_kv`, fold it into Q (it multiplies `q·k` dim by dim),
-   and rerun the error table on outlier keys. The kernel needs no change — why?
+   and rerun the error table on outlier keys, for an E4M3 and for an INT8 cache. The kernel needs no change — why?
+   And why does the answer depend on the grid?
 2. The kernel rounds P to f16 (FP8 path) or bf16 (bf16 path) before the second MMA. Emulate both in the reference and
    see which error dominates.
 3. Seed 004 saw the slowdown at head size 256. What would change in the register budget of this kernel at D = 256
