@@ -155,15 +155,16 @@ def granularity_note(main, more) -> str:
 # ---- the KV cache ---------------------------------------------------------------------------------------------
 #: how each kv_drift configuration stands (every one is causal from position N on; see fp8lab.kv_drift)
 def kv_config_causality(config: str) -> str:
+    """'causal: fixed scale 1.0' etc. for a kv_drift configuration (every one is causal from position N on)."""
     if config == "baseline":
         return "the model's own cache"
     if config.startswith("e4m3-cal"):
         n = config[len("e4m3-cal"):].split("-")[0]
-        return f"causal after position {n} (scales fitted on the first {n} tokens, then frozen)"
+        return f"causal after position {n}: scales fitted on the first {n} tokens, then frozen"
     if config.endswith("-uncal"):
-        return "causal (fixed scale 1.0)"
+        return "causal: fixed scale 1.0"
     if config.endswith("-dyn"):
-        return "causal (a scale per token and head, from that token alone)"
+        return "causal: a scale per token and head, from that token alone"
     return "causality not stated"
 
 
@@ -221,22 +222,20 @@ def kv_drift_findings(rows: list[dict], collapse_pct: float = 10.0) -> list[str]
 
 
 def kv_long_findings(rows: list[dict], short_hi: int = 2048) -> list[str]:
-    """The long-context run: each configuration before and after `short_hi` tokens, and whether the static
-    caches track each other."""
+    """The long-context run: each configuration's bucket deltas before and after `short_hi` tokens, and whether
+    the two static caches (scale 1.0, calibrated on 256 tokens) can be told apart."""
     cfgs = [c for c in dict.fromkeys(r["config"] for r in rows) if c != "baseline"]
     out = []
+    rng = lambda xs: f"{min(r['delta_pct'] for r in xs):+.2f} to {max(r['delta_pct'] for r in xs):+.2f} %"
     for c in cfgs:
         rs = [r for r in rows if r["config"] == c]
         early = [r for r in rs if r["pos_hi"] <= short_hi]
         late = [r for r in rs if r["pos_lo"] >= short_hi]
-        if not late:
-            continue
-        rng = lambda xs: f"{min(r['delta_pct'] for r in xs):+.2f} to {max(r['delta_pct'] for r in xs):+.2f} %"
-        out.append(f"`{c}` ({kv_config_causality(c)}): {rng(early) if early else '-'} up to position {short_hi}, "
-                   f"{rng(late)} beyond (bucket deltas; intervals in the table).")
+        if late:
+            out.append(f"`{c}`: {rng(early) if early else '-'} up to position {short_hi}, {rng(late)} beyond.")
     if {"e4m3-uncal", "e4m3-cal256"} <= set(cfgs):
-        bs = [(r["pos_lo"], r["pos_hi"]) for r in rows if r["config"] == "e4m3-uncal"]
         at = {(r["config"], (r["pos_lo"], r["pos_hi"])): r for r in rows}
+        bs = [(r["pos_lo"], r["pos_hi"]) for r in rows if r["config"] == "e4m3-uncal"]
         overlap = sum(1 for b in bs if (("e4m3-cal256", b) in at) and not (
             at[("e4m3-cal256", b)]["ci95_high"] < at[("e4m3-uncal", b)]["ci95_low"]
             or at[("e4m3-cal256", b)]["ci95_low"] > at[("e4m3-uncal", b)]["ci95_high"]))
