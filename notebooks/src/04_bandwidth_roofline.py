@@ -40,6 +40,7 @@ H = gpus.get_gpu("H200-measured")
 print(f"H200-measured: {H.label}; from {H.citation}")
 print(f"  {H.notes}\n")
 ref = json.loads(gpus.H200_REFERENCE.read_text())
+provs = []
 rows = [("reference file", nb.rel(gpus.H200_REFERENCE), ref.get("copy_TBps"), ref.get("bf16_gemm_TFLOPs"),
          ref.get("fp8_scaled_mm_tensorwise_TFLOPs"))]
 for fam, key_copy in (("gemm", "copy_gbps"), ("attention", "copy_gbps"), ("quant", "copy_gbps_2GiB")):
@@ -47,6 +48,7 @@ for fam, key_copy in (("gemm", "copy_gbps"), ("attention", "copy_gbps"), ("quant
     if K:
         d = json.loads((K / f"{fam}.json").read_text())
         c = d.get("ceilings", {})
+        provs.append(f"  {fam}.json: {nb.provenance_line(d)}")
         rows.append((f"{fam} run", str(d.get("provenance", {}).get("date", "?"))[:10],
                      (c.get(key_copy) or 0) / 1e3 or None, c.get("bf16_gemm_tflops_8192"),
                      c.get("fp8_scaled_mm_tensorwise_tflops_8192")))
@@ -57,6 +59,7 @@ print(f"{'source':16s} {'file / date':44s} {'copy TB/s':>9s} {'bf16 TFLOP/s':>12
 for name, where, cp, b16, f8 in rows:
     print(f"{name:16s} {where:44s} {f(cp, '9.2f')} {f(b16, '12.0f')} {f(f8, '11.0f')}")
 print("\ncopy = device-to-device copy (bytes read + written); GEMMs at 8192^3: cuBLAS bf16, torch._scaled_mm FP8 tensorwise")
+print("\n".join(["the runs:"] + provs))
 """),
 ("md", r"""
 ## Seed 003's table, recomputed
