@@ -197,10 +197,10 @@ def nvfp4_levels(x: torch.Tensor) -> dict:
 
 def anatomy_figure(x: torch.Tensor, path=None):
     """Two panels: where MXFP8 block maxima land under the OCP floor rule (the saturating region shaded), and the
-    NVFP4 block-scale rounding ratio. Saved through fp8lab.store when `path` is given."""
-    import matplotlib
+    NVFP4 block-scale rounding ratio. Saved through fp8lab.store when `path` is given.
 
-    matplotlib.use("Agg", force=False)
+    pyplot without choosing a backend (as grids.grid_figure): switching to Agg here hid the figure in notebooks;
+    a machine without a display falls back to Agg by itself."""
     import matplotlib.pyplot as plt
 
     mx = mx_scale_anatomy(x, "e4m3")

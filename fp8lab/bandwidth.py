@@ -1020,7 +1020,7 @@ def roofline_figure(config, gpus=("H200", "H200-measured"), formats=("bf16", "fp
     s = _shape(config)
     gs = [get_gpu(n) if isinstance(n, str) else n for n in gpus]
     pts = roofline_points(s, gs[0], formats, batches, context, prefill_tokens, policy, kv_dtype)
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = plt.subplots(figsize=(11, 5.5))
     xs = [10 ** (k / 20) for k in range(-20, 101)]  # 0.1 .. 1e5 FLOP/byte
     styles = ["-", "--", ":"]
     roofs = {}
@@ -1034,7 +1034,7 @@ def roofline_figure(config, gpus=("H200", "H200-measured"), formats=("bf16", "fp
                 styles[gi % 3], color="k", lw=1, label=f"{g.name} ({g.source}) {g.bandwidth_TBps:.2f} TB/s")
         for d, r in roofs[g.name]["tflops"].items():
             ax.hlines(r, r / g.bandwidth_TBps, xs[-1], colors="grey", linestyles=styles[gi % 3], lw=0.8)
-            ax.text(xs[-1], r, f" {g.name} {d} {r:.0f}", va="center", fontsize=7)
+            ax.text(xs[-1], r, f"{g.name} {d} {r:.0f} ", va="bottom", ha="right", fontsize=7)
     colors = {"bf16": "tab:blue", "fp8_tensor": "tab:orange", "fp8_block128": "tab:red", "nvfp4": "tab:green",
               "mxfp4": "tab:olive", "mxfp8": "tab:purple", "int8_channel": "tab:brown"}
     for f in formats:
@@ -1058,7 +1058,7 @@ def roofline_figure(config, gpus=("H200", "H200-measured"), formats=("bf16", "fp
     ax.set_ylabel("TFLOP/s (dense)")
     ax.set_title(f"{s.name}: decode and prefill on the {gs[0].name} roofline\n"
                  f"(hollow = napkin ceilings from fp8lab.bandwidth, policy {policy}, KV {kv_dtype})", fontsize=9)
-    ax.legend(fontsize=6, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside: covers no point
     ax.grid(True, which="both", alpha=0.2)
     fig.tight_layout()
     from fp8lab.provenance import provenance

@@ -94,8 +94,11 @@ def _panel(ax, task: str, metric: str, rows: list[dict]) -> None:
     ax.set_yticks(range(len(rs)))
     ax.set_yticklabels([r["recipe"] + (" (oracle)" if _is_oracle(r) else "") for r in rs], fontsize=13)
     ax.set_ylim(len(rs) - 0.4, -0.6)
-    ax.set_xlim(-1.25 * span if not higher_is_worse or any(float(r["ci95_low"]) < 0 for r in rs) else -0.05 * span,
-                1.3 * span)
+    lows = [float(r["ci95_low"]) for r in rs] + [0.0]
+    highs = [float(r["ci95_high"]) for r in rs] + [0.0]
+    # only the side that has data: a single slightly negative interval must not halve the useful width
+    ax.set_xlim(min(lows) - 0.15 * span if min(lows) < 0 else -0.05 * span,
+                max(highs) + 0.3 * span if max(highs) > 0 else 0.05 * span)
     ax.tick_params(axis="x", labelsize=12)
     ax.grid(axis="x", alpha=0.3)
     n = rows[0]["n"]
@@ -142,7 +145,7 @@ def _figure(panels: list, model: str, note: str, title: str | None, width_per: f
     from matplotlib.figure import Figure
     n_rec = max(len(g) for _, g in panels)
     height = 2.4 + 0.5 * n_rec
-    fig = Figure(figsize=(width_per * len(panels), height + 2.2))
+    fig = Figure(figsize=(max(width_per * len(panels), 11.0), height + 2.2))   # wide enough for legend and title
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, ((task, metric), g) in zip(axes, panels):
         _panel(ax, task, metric, g)
@@ -150,7 +153,7 @@ def _figure(panels: list, model: str, note: str, title: str | None, width_per: f
     any_mc = any(not t.startswith("ppl") for (t, _), _ in panels)
     bottom = _legend_and_footer(fig, model, note, any_oracle, any_mc)
     if title:
-        fig.suptitle(title, fontsize=17)
+        fig.suptitle("\n".join(textwrap.wrap(title, int(fig.get_figwidth() * 6))), fontsize=17)
     fig.tight_layout(rect=(0, bottom, 1, 0.97 if title else 1))
     return fig
 

@@ -44,7 +44,7 @@ from fp8lab.store import (REFERENCE, DamagedFile, FolderBusy, FolderLock, atomic
                           out_folder, read_json, write_rows)
 
 __all__ = ["main", "TASKS", "DEFAULTS", "FULL", "CSV_FIELDS", "KEY_FIELDS", "read_csv", "compare",
-           "delta_table", "estimate_seconds", "UsageError", "DEFAULT_OUT"]
+           "delta_table", "estimate_seconds", "estimate", "UsageError", "DEFAULT_OUT"]
 
 TASKS = ("ppl", "ppl_lambada", "ppl_wikitext", "mmlu", "hellaswag", "arc_easy", "piqa")
 DEFAULTS = dict(recipes=["baseline", "e4m3-w", "e4m3-wa", "e4m3-wa-tok", "e4m3-wakv", "e4m3-wakv-tok", "e5m2-w",
@@ -185,6 +185,15 @@ def estimate_seconds(plan: dict, cells=None) -> float:
             n = min(plan["limit"] or MC_QUESTIONS[t], MC_QUESTIONS[t])
             total += SECONDS_PER_QUESTION[t] * n
     return total
+
+
+def estimate(argv: list[str]) -> tuple[float, str]:
+    """(seconds, "about 3 min") a command line would take on the lab's 2-core CPU, without running anything.
+
+    estimate(["--recipes", "baseline,e4m3-w", "--tasks", "ppl"]) -> (~65.0, "65 s"). For a notebook to say how
+    long a run takes before it starts; raises UsageError for arguments the sweep would refuse."""
+    secs = estimate_seconds(_resolve(_parser().parse_args(argv)))
+    return secs, _human(secs)
 
 
 def _human(s: float) -> str:

@@ -309,30 +309,55 @@ def gate_table(data: dict) -> list[dict]:
     return rows
 
 
-def plot_decode(data: dict, path=None):
-    """Achieved bytes/s per kernel for each decode shape, against the run's own copy bandwidth."""
+def newest_versions(names) -> list[str]:
+    """Keep the newest version of each kernel: a name ending in `_vN` supersedes the same name with a lower N (or
+    none). newest_versions(["gemv_nvfp4", "gemv_nvfp4_v2", "bf16_cublas"]) -> ["gemv_nvfp4_v2", "bf16_cublas"]."""
+    import re
+
+    best: dict = {}
+    for n in dict.fromkeys(names):
+        m = re.match(r"(.*?)_v(\d+)$", n)
+        base, v = (m.group(1), int(m.group(2))) if m else (n, 1)
+        if base not in best or v > best[base][0]:
+            best[base] = (v, n)
+    return [n for _, n in best.values()]
+
+
+DECODE_ANCHORS = ("bf16_cublas (torch F.linear)", "scaled_mm_tensorwise (torch._scaled_mm)")
+
+
+def plot_decode(data: dict, path=None, kernels=None):
+    """Time per call of each decode kernel for each shape and M, on a log axis. `kernels` defaults to the two
+    anchors and the newest version of each of the lab's kernels in the run (`_v2` over version 1, and whatever
+    a later run adds); the legend sits below the panels, where it covers no bar."""
     import matplotlib.pyplot as plt
 
     rows = [r for r in data["results"] if r.get("family") == "decode"]
     shapes = sorted({(r["N"], r["K"]) for r in rows}, key=lambda s: s[0] * s[1])
     Ms = sorted({r["M"] for r in rows})
-    kernels = ["bf16_cublas (torch F.linear)", "scaled_mm_tensorwise (torch._scaled_mm)", "gemv_fp8_channel_v3", "gemv_nvfp4_v3"]
-    fig, axes = plt.subplots(1, len(Ms), figsize=(5 * len(Ms), 4), sharey=True)
+    if kernels is None:
+        ours = newest_versions(r["kernel"] for r in rows if not r["kernel"].split(" (")[0] in
+                               {a.split(" (")[0] for a in DECODE_ANCHORS} and "(" not in r["kernel"])
+        kernels = [k for k in DECODE_ANCHORS if any(r["kernel"] == k for r in rows)] + ours
+    fig, axes = plt.subplots(1, len(Ms), figsize=(5 * len(Ms), 4.4), sharey=True)
     axes = [axes] if len(Ms) == 1 else axes
+    w = 0.8 / max(1, len(kernels))
     for ax, M in zip(axes, Ms):
         for i, k in enumerate(kernels):
             ys = []
             for N, K in shapes:
                 r = next((r for r in rows if r["kernel"] == k and r["M"] == M and (r["N"], r["K"]) == (N, K)), None)
                 ys.append(r["time_us"] if r else float("nan"))
-            xs = [j + (i - 1.5) * 0.2 for j in range(len(shapes))]
-            ax.bar(xs, ys, width=0.2, label=k.split(" (")[0])
+            xs = [j + (i - (len(kernels) - 1) / 2) * w for j in range(len(shapes))]
+            ax.bar(xs, ys, width=w, label=k.split(" (")[0], color=f"C{i}",
+                   hatch="//" if k in DECODE_ANCHORS else None, edgecolor="white" if k in DECODE_ANCHORS else None)
         ax.set_xticks(range(len(shapes)), [f"{N}x{K}" for N, K in shapes], rotation=20)
         ax.set_title(f"decode, M = {M}")
         ax.set_yscale("log")
-        ax.set_ylabel("time per call (us, log)")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
+        ax.set_ylabel("time per call (us, log; lower is faster)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06 + 0.05 * ((len(labels) - 1) // 4), 1, 1))
     if path:
         fig.savefig(path, dpi=110)
     return fig

@@ -50,6 +50,14 @@ def _commit(prov: dict) -> str:
     return c
 
 
+def _state(prov: dict) -> str:
+    """'clean', 'DIRTY tree' or 'tree state unknown': what fp8lab.provenance.describe says of the record."""
+    from fp8lab.provenance import describe
+
+    line = describe(prov)
+    return next((w for w in ("clean", "DIRTY tree", "tree state unknown") if f"({w})" in line), "tree state unknown")
+
+
 def _rel(path: Path) -> str:
     try:
         return str(Path(path).resolve().relative_to(harness.REPO))
@@ -63,7 +71,7 @@ def _banner(source: str, prov: dict, path: Path) -> str:
     lines = [what,
              f"  device : {prov.get('device', '?')}  (torch {prov.get('torch', '?')}, CuPy {prov.get('cupy', '?')}, "
              f"CUDA {prov.get('cuda', '?')})",
-             f"  commit : {_commit(prov)}",
+             f"  commit : {' '.join(_commit(prov).split())} ({_state(prov)})",
              f"  date   : {prov.get('date', '?')}",
              f"  command: {prov.get('command', '?')}",
              f"  file   : {_rel(path)}"]
@@ -160,12 +168,21 @@ def plot_bars(s: Summary, metric: str = "fraction_of_copy_bw", where=None, ax=No
         _, ax = plt.subplots(figsize=(8, 0.32 * max(3, len(rows)) + 1))
     names = [f"{r['kernel']} {r.get('shape', '')}"[:60] for r in rows]
     vals = [r[metric] for r in rows]
-    ax.barh(range(len(rows)), vals, color=["tab:gray" if r["kernel"].startswith(("torch", "copy")) else "tab:blue"
-                                          for r in rows])
+    anchor = [r["kernel"].startswith(("torch", "copy")) for r in rows]
+    ax.barh(range(len(rows)), vals, color=["tab:gray" if a else "tab:blue" for a in anchor])
     ax.set_yticks(range(len(rows)), names, fontsize=8)
     ax.invert_yaxis()
-    if metric == "fraction_of_copy_bw":
+    if metric == "fraction_of_copy_bw" or metric.startswith("speedup"):
         ax.axvline(1.0, color="k", lw=0.8, ls="--")
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color="tab:blue", label="the lab's kernels")]
+    if any(anchor):
+        handles.append(Patch(color="tab:gray", label="anchors measured in the same run (torch eager, torch.compile, copy)"))
+    # below the axes and their label (half an inch down), where it cannot cover a bar
+    h_in = ax.figure.get_size_inches()[1] * ax.get_position().height
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.5 / h_in), ncol=len(handles), fontsize=8,
+              frameon=False)
     ax.set_xlabel(metric.replace("_", " "))
     src = "recorded" if s.source == "recorded" else "live"
     ax.set_title(title or f"{s.family}: {metric} ({src}, {s.provenance.get('device', '?')})", fontsize=9)

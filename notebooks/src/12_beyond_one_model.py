@@ -41,7 +41,8 @@ from fp8lab import control, frontier, sensitivity, sweep
 from fp8lab.provenance import describe
 from fp8lab.store import read_json, read_rows
 
-ROOT = next(p for p in [Path.cwd(), *Path.cwd().parents] if (p / "fp8lab").is_dir())
+from fp8lab import notebook as nb
+ROOT = nb.REPO                                          # from the package: works from any working directory
 OUT = ROOT / "outputs"
 SMALL = os.environ.get("FP8LAB_SMALL") == "1"
 SCRATCH = Path(tempfile.mkdtemp(prefix="nb12_"))        # the live slices write here, never to outputs/
@@ -61,8 +62,8 @@ def recorded(folder, *files):
 ## 1 · The unquantized control: every weight format on real FP32 weights
 
 `python -m fp8lab.control --record --plot` (into `outputs/control/`) quantizes every Linear of MiniLM's encoder with each weight
-recipe (through `fp8lab.recipes` / `fp8lab.scaling`, the same code the LM sweep uses), then embeds all 3,270 BoolQ
-validation questions and the 2,938 distinct passages. A question's own passage is the right answer; the passage
+recipe (through `fp8lab.recipes` / `fp8lab.scaling`, the same code the LM sweep uses), then embeds every BoolQ
+validation question and every distinct passage (the counts are printed with the table). A question's own passage is the right answer; the passage
 pool is re-embedded by the same quantized model, as a deployed index would be.
 """),
 ("code", r"""
@@ -272,7 +273,7 @@ for folder in ("control", "gemma3", "sensitivity/smollm2-135m", "sensitivity/gem
 * Add `mxfp8` or `int8` to `--formats` and let the frontier's greedy choose among more storage formats.
 * Compare the frontier at `--context 8192 --batch 32`: the KV cache becomes most of the bytes, and the greedy
   starts spending its budget on the cache.
-* Point the control at the MRR of a harder pool (all 2,938 passages) vs an easy one (`--pairs 200`): how much of
+* Point the control at the MRR of a harder pool (every distinct passage) vs an easy one (`--pairs 200`): how much of
   "no detectable change" is the task being too easy?
 * On a GPU machine: `python -m fp8lab.sensitivity … --workers <n_gpus>` gives each worker its own GPU.
 """),

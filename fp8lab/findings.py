@@ -1,0 +1,312 @@
+"""Sentences about committed results, computed from the result files, so that no page states a number (or a
+conclusion) that its own tables contradict.
+
+A notebook's markdown explains *mechanisms* ("a scale frozen after 16 tokens under-estimates later maxima");
+what the committed run *shows* is rendered by these functions from the rows, every delta with its interval,
+every recipe with its causal/oracle label. The README's results block is rendered from the same functions
+(tools/render_docs.py), so the README and the notebooks cannot disagree either.
+
+    >>> ci(1.07, 0.69, 1.47)
+    '+1.07 % [+0.69, +1.47]'
+    >>> kv_drift_findings(rows)            # rows of outputs/kv_drift/kv_drift.csv
+    ['`e4m3-dyn` (causal) has the smallest change in 3 of 4 position buckets; ...', ...]
+
+Every function takes rows or DataFrames already read (fp8lab.notebook.results_frame, kv_drift.read_csv,
+the kernel JSONs) and returns strings; none reads a file or prints, so each is tested on synthetic rows.
+"""
+from __future__ import annotations
+
+import math
+
+__all__ = ["ci", "excludes_zero", "recipe_label", "causal_label", "sweep_delta", "step_sentence",
+           "cheapest_causal", "mc_reading", "granularity_note", "kv_drift_findings", "kv_long_findings",
+           "kv_sweep_findings", "kv_config_causality", "ratio_range", "expected_by_chance",
+           "latest_kernels", "kernel_roofline_points"]
+
+
+def ci(d: float, lo: float, hi: float, unit: str = "%", digits: int = 2) -> str:
+    """ci(1.07, 0.69, 1.47) -> '+1.07 % [+0.69, +1.47]'; unit 'pp' for accuracy points."""
+    return f"{d:+.{digits}f} {unit} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
+
+
+def excludes_zero(lo: float, hi: float) -> bool:
+    return lo > 0 or hi < 0
+
+
+def expected_by_chance(n_intervals: int, level: float = 0.95) -> float:
+    """How many of n independent 95 % intervals exclude zero when nothing changed: n * 0.05."""
+    return n_intervals * (1 - level)
+
+
+def causal_label(causal) -> str:
+    """'causal' / 'ORACLE' / 'causal?' from a recipe's flag or the CSV's causal column ('True'/'False')."""
+    s = str(causal)
+    return "causal" if s == "True" else "ORACLE" if s == "False" else "causality unknown"
+
+
+def recipe_label(name: str) -> str:
+    """'`e4m3-wa` (ORACLE)' from the recipe table: every recipe a page names says what it is."""
+    from fp8lab.recipes import RECIPES
+
+    r = RECIPES.get(name)
+    return f"`{name}` ({causal_label(r.causal) if r else 'not a recipe of this lab'})"
+
+
+# ---- the sweep ----------------------------------------------------------------------------------------------
+def sweep_delta(df, recipe: str, task: str = "ppl", metric: str = "ppl"):
+    """The row of one recipe x task x metric of a results frame as a dict, or None when it is not there."""
+    t = df[(df.recipe == recipe) & (df.task == task) & (df.metric == metric)]
+    if t.empty:
+        return None
+    return t.sort_values("n").iloc[-1].to_dict()
+
+
+def _describe_row(r: dict) -> str:
+    unit = r.get("delta_unit") or ("%" if str(r.get("task", "")).startswith("ppl") else "pp")
+    s = ci(float(r["delta_pct"]), float(r["ci95_low"]), float(r["ci95_high"]), unit)
+    changed = r.get("changed")
+    if changed is not None and str(changed) not in ("", "nan", "<NA>"):
+        s += f", {int(changed)} of {int(r['n'])} changed ({r.get('ci_method', '')})"
+    return s
+
+
+def step_sentence(label: str, c: dict | None, a: str = "", b: str = "") -> str:
+    """One paired comparison (fp8lab.results.compare's dict) as a sentence with its verdict.
+
+    step_sentence("+ KV cache", {"delta": 1.1, "ci95_low": .6, "ci95_high": 1.6, "unit": "%", "n": 12})
+    -> '+ KV cache: +1.10 % [+0.60, +1.60] over 12 windows: resolved (the interval excludes zero).'"""
+    who = f" ({recipe_label(a)} vs {recipe_label(b)})" if a and b else ""
+    if c is None:
+        return f"{label}{who}: not in this run."
+    what = "windows" if c.get("unit", "%") == "%" else "questions"
+    verdict = ("resolved (the interval excludes zero)" if excludes_zero(c["ci95_low"], c["ci95_high"])
+               else "not resolved at this n (the interval includes zero)")
+    return f"{label}{who}: {ci(c['delta'], c['ci95_low'], c['ci95_high'], c.get('unit', '%'))} over {c['n']} {what}: {verdict}."
+
+
+def cheapest_causal(df, recipes, task: str = "ppl", metric: str = "ppl") -> str:
+    """Which causal recipe of `recipes` costs least on `task`, and whether its cost is resolved."""
+    rows = [sweep_delta(df, r, task, metric) for r in recipes if r != "baseline"]
+    rows = [r for r in rows if r is not None and str(r.get("causal")) == "True"]
+    if not rows:
+        return "No causal recipe of this list is in the run."
+    best = min(rows, key=lambda r: float(r["delta_pct"]))
+    res = "a cost the windows resolve" if excludes_zero(float(best["ci95_low"]), float(best["ci95_high"])) \
+        else "not distinguishable from the baseline at this n"
+    what = "perplexity" if (task.startswith("ppl") and metric == "ppl") else f"{task} {metric}"
+    return (f"The cheapest causal recipe on {what} is {recipe_label(best['recipe'])}: "
+            f"{_describe_row(best)}, {res}.")
+
+
+def mc_reading(df, task: str = "arc_easy") -> list[str]:
+    """What a multiple-choice column can say at its n: intervals excluding zero against what chance gives,
+    interval widths, how many questions changed, and which intervals are exact."""
+    mc = df[(df.task == task) & (df.recipe != "baseline")]
+    if mc.empty:
+        return [f"{task}: not in this run."]
+    n = int(mc.n.max())
+    out = []
+    excl = mc[(mc.ci95_low > 0) | (mc.ci95_high < 0)]
+    names = ", ".join(f"{recipe_label(r.recipe)} {r.metric} {r.delta_pct:+.1f} pp" for r in excl.itertuples())
+    out.append(f"{task}, n = {n} questions: {len(excl)} of {len(mc)} recipe × metric intervals exclude zero "
+               f"({names or 'none'}); about {expected_by_chance(len(mc)):.1f} would by chance alone at 95 % if no "
+               "recipe changed anything.")
+    w = mc.ci95_high - mc.ci95_low
+    out.append(f"The 95 % intervals are {w.min():.1f} to {w.max():.1f} points wide: a change smaller than that "
+               "cannot be seen with this many questions.")
+    if "changed" in mc and mc.changed.notna().any():
+        acc = mc[mc.metric == "acc"]
+        ch = ", ".join(f"`{r.recipe}` {int(r.changed)}" for r in acc.itertuples() if not _isna(r.changed))
+        exact = mc[mc.get("ci_method", "").astype(str).str.startswith("exact")] if "ci_method" in mc else mc.iloc[:0]
+        out.append(f"Questions that changed answer (acc): {ch}. {len(exact)} of {len(mc)} intervals are exact "
+                   "(few questions changed), the rest paired bootstrap.")
+    return out
+
+
+def _isna(v) -> bool:
+    try:
+        return v is None or (isinstance(v, float) and math.isnan(v)) or str(v) in ("<NA>", "nan", "")
+    except TypeError:
+        return False
+
+
+def granularity_note(main, more) -> str:
+    """01's INT8-vs-E4M3 sentence: which granularities the committed weight rows compare, from the recipes."""
+    from fp8lab.recipes import get_recipe
+
+    def spec(name):
+        w = get_recipe(name).weight
+        return f"{w.fmt.upper()} with one scale per {'output channel' if w.granularity == 'channel' else w.granularity}"
+
+    parts = []
+    for df, name in ((more, "int8-w"), (main, "e4m3-w")):
+        r = sweep_delta(df, name) if df is not None else None
+        if r is not None:
+            parts.append(f"{recipe_label(name)}, {spec(name)}: perplexity {_describe_row(r)}")
+    if len(parts) < 2:
+        return ("The committed sweep does not hold both the INT8 and the E4M3 weight rows (not recorded yet): "
+                "nothing to compare here.")
+    return ("On the lab's model (its weights are 4-bit GGUF, dequantized: the baseline is already a quantized model) "
+            "the committed rows compare **different granularities**: " + "; ".join(parts) + ". That is a "
+            "comparison of granularities as much as of grids: it does not show a floating grid losing to INT8 at "
+            "the same granularity. The weight-level cell below makes the same-granularity comparison on the model.")
+
+
+# ---- the KV cache ---------------------------------------------------------------------------------------------
+#: how each kv_drift configuration stands (every one is causal from position N on; see fp8lab.kv_drift)
+def kv_config_causality(config: str) -> str:
+    """'causal: fixed scale 1.0' etc. for a kv_drift configuration (every one is causal from position N on)."""
+    if config == "baseline":
+        return "the model's own cache"
+    if config.startswith("e4m3-cal"):
+        n = config[len("e4m3-cal"):].split("-")[0]
+        return f"causal after position {n}: scales fitted on the first {n} tokens, then frozen"
+    if config.endswith("-uncal"):
+        return "causal: fixed scale 1.0"
+    if config.endswith("-dyn"):
+        return "causal: a scale per token and head, from that token alone"
+    return "causality not stated"
+
+
+def _bucket(r) -> str:
+    return f"{r['pos_lo']}–{r['pos_hi']}"
+
+
+def kv_drift_findings(rows: list[dict], collapse_pct: float = 10.0) -> list[str]:
+    """What a kv_drift.csv shows, bucket by bucket: which configuration loses least, which drift, which
+    collapse, how the calibrated cache compares with scale 1.0 and E5M2 with E4M3."""
+    cfgs = [c for c in dict.fromkeys(r["config"] for r in rows) if c != "baseline"]
+    buckets = list(dict.fromkeys((r["pos_lo"], r["pos_hi"]) for r in rows))
+    at = {(r["config"], (r["pos_lo"], r["pos_hi"])): r for r in rows}
+    out = []
+    best = {b: min((c for c in cfgs if (c, b) in at), key=lambda c: at[(c, b)]["delta_pct"]) for b in buckets}
+    winners = {}
+    for b, c in best.items():
+        winners.setdefault(c, []).append(b)
+    for c, bs in sorted(winners.items(), key=lambda kv: -len(kv[1])):
+        out.append(f"`{c}` ({kv_config_causality(c)}) has the smallest change in {len(bs)} of {len(buckets)} "
+                   f"position buckets ({', '.join(f'{lo}–{hi}' for lo, hi in bs)}).")
+    for c in cfgs:
+        rs = [at[(c, b)] for b in buckets if (c, b) in at]
+        if len(rs) < 2:
+            continue
+        first, last = rs[0], rs[-1]
+        peak = max(rs, key=lambda r: r["delta_pct"])
+        if peak["delta_pct"] > collapse_pct:
+            out.append(f"`{c}` collapses: up to {ci(peak['delta_pct'], peak['ci95_low'], peak['ci95_high'])} at "
+                       f"positions {_bucket(peak)} (first bucket {ci(first['delta_pct'], first['ci95_low'], first['ci95_high'])}).")
+            continue
+        ds = [r["delta_pct"] for r in rs]
+        steps = "rises in every bucket" if all(b > a for a, b in zip(ds, ds[1:])) else \
+            "falls in every bucket" if all(b < a for a, b in zip(ds, ds[1:])) else "is not monotone"
+        above = last["ci95_low"] > first["ci95_high"]
+        n_excl = sum(excludes_zero(r["ci95_low"], r["ci95_high"]) for r in rs)
+        out.append(f"`{c}`: {' → '.join(f'{d:+.2f}' for d in ds)} % over the buckets: it {steps}; the last bucket's "
+                   f"interval lies {'entirely above' if above else 'not entirely above'} the first's; its interval "
+                   f"excludes zero in {n_excl} of {len(rs)} buckets.")
+    for a, b, what in (("e4m3-cal256", "e4m3-uncal", "the 256-token calibrated cache vs scale 1.0"),
+                       ("e5m2-uncal", "e4m3-uncal", "E5M2 vs E4M3, both at scale 1.0")):
+        if a in cfgs and b in cfgs:
+            lower = [bk for bk in buckets if (a, bk) in at and (b, bk) in at
+                     and at[(a, bk)]["delta_pct"] < at[(b, bk)]["delta_pct"]]
+            clear = [bk for bk in buckets if (a, bk) in at and (b, bk) in at
+                     and at[(a, bk)]["ci95_high"] < at[(b, bk)]["ci95_low"]]
+            worse = [bk for bk in buckets if (a, bk) in at and (b, bk) in at
+                     and at[(a, bk)]["ci95_low"] > at[(b, bk)]["ci95_high"]]
+            out.append(f"{what}: `{a}` is lower in {len(lower)} of {len(buckets)} buckets; its interval lies "
+                       f"entirely below `{b}`'s in {len(clear)} and entirely above in {len(worse)}.")
+    n_int = sum(1 for c in cfgs for b in buckets if (c, b) in at)
+    out.append(f"{n_int} intervals in the table: about {expected_by_chance(n_int):.1f} would exclude zero by chance "
+               f"alone; n = {rows[0]['n']} windows per interval.")
+    return out
+
+
+def kv_long_findings(rows: list[dict], short_hi: int = 2048) -> list[str]:
+    """The long-context run: each configuration's bucket deltas before and after `short_hi` tokens, and whether
+    the two static caches (scale 1.0, calibrated on 256 tokens) can be told apart."""
+    cfgs = [c for c in dict.fromkeys(r["config"] for r in rows) if c != "baseline"]
+    out = []
+    rng = lambda xs: f"{min(r['delta_pct'] for r in xs):+.2f} to {max(r['delta_pct'] for r in xs):+.2f} %"
+    for c in cfgs:
+        rs = [r for r in rows if r["config"] == c]
+        early = [r for r in rs if r["pos_hi"] <= short_hi]
+        late = [r for r in rs if r["pos_lo"] >= short_hi]
+        if late:
+            out.append(f"`{c}`: {rng(early) if early else '-'} up to position {short_hi}, {rng(late)} beyond.")
+    if {"e4m3-uncal", "e4m3-cal256"} <= set(cfgs):
+        at = {(r["config"], (r["pos_lo"], r["pos_hi"])): r for r in rows}
+        bs = [(r["pos_lo"], r["pos_hi"]) for r in rows if r["config"] == "e4m3-uncal"]
+        overlap = sum(1 for b in bs if (("e4m3-cal256", b) in at) and not (
+            at[("e4m3-cal256", b)]["ci95_high"] < at[("e4m3-uncal", b)]["ci95_low"]
+            or at[("e4m3-cal256", b)]["ci95_low"] > at[("e4m3-uncal", b)]["ci95_high"]))
+        out.append(f"The two static caches (scale 1.0 and calibrated on 256 tokens) have overlapping intervals in "
+                   f"{overlap} of {len(bs)} buckets: in those, this many windows cannot tell calibration from scale 1.0.")
+    out.append(f"n = {rows[0]['n']} windows: with so few, the bootstrap interval is optimistic (it cannot show "
+               "the tails of the window-to-window spread).")
+    return out
+
+
+def kv_sweep_findings(df) -> list[str]:
+    """The KV recipes of a sweep (perplexity): each with its causal/oracle label and interval, the cheapest
+    causal one, and E5M2 against E4M3."""
+    kv = df[(df.task == "ppl") & (df.metric == "ppl") & df.recipe.str.contains("kv")]
+    if kv.empty:
+        return ["No KV recipe in this run."]
+    out = [cheapest_causal(df, list(kv.recipe))]
+    e4, e5 = sweep_delta(df, "e4m3-kv-tok") or sweep_delta(df, "e4m3-kv"), sweep_delta(df, "e5m2-kv-tok") or sweep_delta(df, "e5m2-kv")
+    if e4 is not None and e5 is not None:
+        ratio = e5["delta_pct"] / e4["delta_pct"] if e4["delta_pct"] > 0 else float("nan")
+        out.append(f"E5M2 against E4M3 with the same scales: {recipe_label(e5['recipe'])} {_describe_row(e5)} vs "
+                   f"{recipe_label(e4['recipe'])} {_describe_row(e4)}" + (f" ({ratio:.1f}× the cost)." if ratio == ratio else "."))
+    oracles = [r for r in kv.itertuples() if str(r.causal) == "False"]
+    if oracles:
+        out.append("Oracle rows (" + ", ".join(f"`{r.recipe}`" for r in oracles) + ") take the scale over the whole "
+                   "window, future tokens included: a bound on what a dynamic scale can do, not a cache a server can run.")
+    return out
+
+
+# ---- kernels ------------------------------------------------------------------------------------------------
+def ratio_range(values) -> str:
+    """'2.8–3.9' from a list of ratios (one decimal); '2.8' when they agree; '-' when empty."""
+    vs = [v for v in values if v is not None and v == v]
+    if not vs:
+        return "-"
+    lo, hi = min(vs), max(vs)
+    return f"{lo:.1f}" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}–{hi:.1f}"
+
+
+def latest_kernels(names) -> list[str]:
+    """The newest version of each kernel in a run (fp8lab.kernels.gemm_report.newest_versions):
+    latest_kernels(["gemv_fp8_block", "gemv_fp8_block_v2", "gemv_nvfp4"]) -> ["gemv_fp8_block_v2", "gemv_nvfp4"]."""
+    from fp8lab.kernels.gemm_report import newest_versions
+
+    return newest_versions(names)
+
+
+def kernel_roofline_points(data: dict, Ms=(1, 16), ours_prefix=("gemv", "w8a8"), anchors=("bf16_cublas",),
+                           skip=("channel",)) -> list[dict]:
+    """Measured points for a roofline from a recorded GEMM benchmark (harness schema): our kernels' newest
+    versions and the anchors, at the largest decode shape for each M in `Ms` and at the largest prefill shape.
+
+    intensity = FLOPs / bytes the kernel moves, tflops = its measured rate: where it sits under the roofs."""
+    res = [r for r in data.get("results", []) if r.get("flops") and r.get("bytes") and r.get("time_us")]
+    out = []
+    for fam, sel in (("decode", Ms), ("prefill", (None,))):
+        rs = [r for r in res if r.get("family") == fam]
+        for M in sel:
+            rm = [r for r in rs if M is None or r.get("M") == M]
+            if not rm:
+                continue
+            top = max(((r.get("N"), r.get("K")) for r in rm), key=lambda nk: (nk[0] or 0) * (nk[1] or 0))
+            rm = [r for r in rm if (r.get("N"), r.get("K")) == top]
+            ours = latest_kernels(r["kernel"] for r in rm if r["kernel"].startswith(ours_prefix)
+                                  and not any(k in r["kernel"] for k in skip))
+            if fam == "prefill" and ours:      # the fastest of our prefill kernels, not every variant
+                ours = [max((r for r in rm if r["kernel"] in ours), key=lambda r: r.get("tflops") or 0)["kernel"]]
+            for r in rm:
+                short = r["kernel"].split(" (")[0]
+                if r["kernel"] in ours or short in anchors:
+                    out.append({"name": f"{short} {r.get('shape', '')}", "intensity": r["flops"] / r["bytes"],
+                                "tflops": r.get("tflops") or r["flops"] / (r["time_us"] * 1e6), "kernel": short,
+                                "family": fam, "M": r.get("M")})
+    return out

@@ -1,0 +1,100 @@
+"""Worked answers to notebook 07's exercises (FP8/NVFP4 GEMV and the W8A8 GEMM), from the recorded H200 run.
+
+    python notebooks/solutions/07_kernel_speedups_gemm.py
+"""
+from fp8lab import notebook as nb
+
+GPU_ONLY = {"exercise_5"}
+
+
+def _data():
+    from fp8lab.kernels import gemm_report
+
+    base = nb.recorded("kernels", "gemm.json", prov=None, quiet=True)
+    return gemm_report.load(base / "gemm.json") if base else None
+
+
+def exercise_1() -> dict:
+    """For each decode shape and M, the fastest kernel, and how each newer version compares with its first.
+
+    Anchors (cuBLAS, `_scaled_mm`) and the lab's kernels are timed in the same run, so the comparison is direct; a
+    version ratio above 1 means the newer version is faster."""
+    d = _data()
+    if d is None:
+        return {"answer": "outputs/kernels/gemm.json is not recorded"}
+    dec = [r for r in d["results"] if r.get("family") == "decode"]
+    fastest, versions = {}, {}
+    for key in sorted({(r["N"], r["K"], r["M"]) for r in dec}):
+        rs = [r for r in dec if (r["N"], r["K"], r["M"]) == key]
+        best = min(rs, key=lambda r: r["time_us"])
+        fastest[f"{key[0]}x{key[1]} M={key[2]}"] = f"{best['kernel'].split(' (')[0]} {best['time_us']:.1f} us"
+        for r in rs:
+            if r["kernel"].endswith("_v2"):
+                v1 = next((t for t in rs if t["kernel"] == r["kernel"][:-3]), None)
+                if v1:
+                    versions.setdefault(r["kernel"], []).append(round(v1["time_us"] / r["time_us"], 2))
+    return {"fastest per shape": fastest, "time v1 / time v2, per shape and M": versions}
+
+
+def exercise_2() -> dict:
+    """The time floor of the largest decode shape: bytes over the run's best read bandwidth.
+
+    A kernel that reads the same FP8 bytes cannot be much faster than that floor; `_scaled_mm` tensorwise at M = 16
+    already runs close to it, so a target of 1.5x faster than it asks for more bandwidth than the card has."""
+    from fp8lab.kernels import gemm_report
+
+    d = _data()
+    if d is None:
+        return {"answer": "outputs/kernels/gemm.json is not recorded"}
+    dec = [r for r in d["results"] if r.get("family") == "decode"]
+    N, K = max(((r["N"], r["K"]) for r in dec), key=lambda nk: nk[0] * nk[1])
+    roof = max([d.get("ceilings", {}).get("copy_gbps") or 0] + [r.get("gbps") or 0 for r in dec])
+    rate = d["ceilings"].get("bf16_gemm_tflops_8192")
+    out = {"shape": f"{N}x{K}", "memory roof (GB/s, best in the run)": round(roof)}
+    for k in ("scaled_mm_tensorwise (torch._scaled_mm)", "gemv_fp8_block_v2", "gemv_nvfp4_v2"):
+        r = next((r for r in dec if r["kernel"] == k and r["M"] == 16 and (r["N"], r["K"]) == (N, K)), None)
+        if r:
+            floor = gemm_report.roofline_us(r["bytes"], r["flops"], roof, rate)
+            out[k.split(" (")[0]] = f"{r['time_us']:.1f} us, floor {floor:.1f} us ({floor / r['time_us']:.2f} of it)"
+    return out
+
+
+def exercise_3() -> dict:
+    """Re-packing NVFP4 nibbles offline: what it would remove, from the recorded SASS counts.
+
+    The GEMV widens two 4-bit values per byte into the MMA's operand order: shifts, masks and permutes (LOP3, PRMT)
+    per pair. A Marlin-style offline re-pack stores the nibbles already in k order, removing the permutes and a
+    shift per pair. For an instruction-bound kernel, every removed instruction per weight is time saved."""
+    d = _data()
+    counts = (d or {}).get("sass_counts") or {}
+    # one configuration per kernel and version (r1 nt1: one row tile, one token tile): comparable counts
+    pick = [k for k in counts if k.startswith("gemv_") and "_r1_nt1_" in k and k.endswith(("pf0", "c2_d2"))]
+    return {k: {op: counts[k].get(op) for op in ("total", "LOP3", "PRMT", "HMMA")} for k in pick} or \
+        {"answer": "no SASS counts recorded"}
+
+
+def exercise_4() -> dict:
+    """The label vs the kernel: which matrix instruction each recorded kernel really runs.
+
+    `HMMA` is the fp16/bf16 tensor-core MMA, `QGMMA` Hopper's FP8 warpgroup MMA. `w8a8_mma_fp8` asks for an FP8
+    `mma.sync` and gets HMMA plus F2FP conversions on sm_90: an emulation."""
+    d = _data()
+    counts = (d or {}).get("sass_counts") or {}
+    return {k: {"matrix": v.get("mma_forms"), "F2FP": v.get("F2FP")} for k, v in counts.items()
+            if k.startswith("w8a8_")} or {"answer": "no SASS counts recorded"}
+
+
+def exercise_5() -> dict:
+    """Re-run the decode benchmark (needs a CUDA device): `python -m fp8lab.kernels.bench gemm --only decode`."""
+    import subprocess
+    import sys
+    import tempfile
+
+    out = tempfile.mkdtemp() + "/gemm.json"
+    subprocess.run([sys.executable, "-m", "fp8lab.kernels.bench", "gemm", "--only", "decode", "--no-smoke",
+                    "--no-pytest", "--shapes", "4096x4096", "--m", "1", "--out", out], check=True, cwd=nb.REPO)
+    return {"written": out}
+
+
+if __name__ == "__main__":
+    nb.run_exercises(globals())

@@ -1,0 +1,127 @@
+"""fp8lab.findings (sentences rendered from result rows) and fp8lab.notebook (what every notebook needs)."""
+import json
+
+import pandas as pd
+import pytest
+
+from fp8lab import findings
+from fp8lab import notebook as nb
+
+
+def _kv_rows(table: dict, n=8):
+    """{config: [(delta, lo, hi), ...per bucket]} -> kv_drift.csv-like rows over 1-64, 64-256, 256-1024."""
+    bks = [(1, 64), (64, 256), (256, 1024)]
+    rows = [dict(config="baseline", pos_lo=a, pos_hi=b, ppl=20.0, baseline_ppl=20.0, delta_pct=0.0, ci95_low=0.0,
+                 ci95_high=0.0, n=n) for a, b in bks]
+    for c, vals in table.items():
+        for (a, b), (d, lo, hi) in zip(bks, vals):
+            rows.append(dict(config=c, pos_lo=a, pos_hi=b, ppl=20.0, baseline_ppl=20.0, delta_pct=d, ci95_low=lo,
+                             ci95_high=hi, n=n))
+    return rows
+
+
+def test_ci_and_zero():
+    assert findings.ci(1.07, 0.694, 1.466) == "+1.07 % [+0.69, +1.47]"
+    assert findings.ci(-2.5, -7.5, 0.0, "pp") == "-2.50 pp [-7.50, +0.00]"
+    assert findings.excludes_zero(0.1, 2) and findings.excludes_zero(-2, -0.1) and not findings.excludes_zero(-1, 1)
+
+
+def test_recipe_labels_come_from_the_recipe_table():
+    assert findings.recipe_label("e4m3-wa") == "`e4m3-wa` (ORACLE)"
+    assert findings.recipe_label("e4m3-wa-tok") == "`e4m3-wa-tok` (causal)"
+    assert findings.causal_label("True") == "causal" and findings.causal_label("False") == "ORACLE"
+
+
+def test_kv_drift_findings_name_the_winner_the_drift_and_the_collapse():
+    rows = _kv_rows({"e4m3-uncal": [(0.9, 0.1, 1.7), (1.0, 0.5, 1.5), (0.9, 0.6, 1.2)],
+                     "e4m3-cal16": [(0.1, -0.5, 0.7), (0.8, 0.4, 1.2), (1.9, 1.5, 2.3)],
+                     "e4m3-dyn": [(0.0, -0.4, 0.4), (0.1, -0.2, 0.4), (0.3, 0.1, 0.5)],
+                     "e4m3-cal256-channel": [(0.1, -0.5, 0.7), (0.9, 0.3, 1.5), (30.0, 26.0, 33.0)]})
+    text = "\n".join(findings.kv_drift_findings(rows))
+    assert "`e4m3-dyn` (causal: a scale per token and head, from that token alone) has the smallest change in 3 of 3" in text
+    assert "`e4m3-cal16`: +0.10 → +0.80 → +1.90 % over the buckets: it rises in every bucket; the last bucket's " \
+           "interval lies entirely above the first's" in text
+    assert "`e4m3-cal256-channel` collapses: up to +30.00 % [+26.00, +33.00]" in text
+    assert "12 intervals in the table: about 0.6 would exclude zero by chance" in text
+
+
+def test_kv_long_findings_compare_the_static_caches():
+    rows = _kv_rows({"e4m3-uncal": [(0.1, -0.5, 0.7), (1.8, 1.4, 2.2), (1.6, 1.4, 1.9)],
+                     "e4m3-cal256": [(0.1, -0.5, 0.7), (1.9, 1.3, 2.3), (1.5, 1.1, 1.9)]})
+    text = "\n".join(findings.kv_long_findings(rows, short_hi=64))
+    assert "`e4m3-uncal`: +0.10 to +0.10 % up to position 64, +1.60 to +1.80 % beyond." in text
+    assert "overlapping intervals in 3 of 3 buckets" in text
+
+
+def _sweep_frame():
+    return pd.DataFrame([
+        dict(recipe="baseline", causal="True", task="ppl", metric="ppl", delta_pct=0.0, ci95_low=0.0, ci95_high=0.0, n=12, delta_unit="%"),
+        dict(recipe="e4m3-w", causal="True", task="ppl", metric="ppl", delta_pct=1.1, ci95_low=0.6, ci95_high=1.6, n=12, delta_unit="%"),
+        dict(recipe="e4m3-wa", causal="False", task="ppl", metric="ppl", delta_pct=0.5, ci95_low=0.1, ci95_high=0.9, n=12, delta_unit="%"),
+        dict(recipe="e4m3-w", causal="True", task="arc_easy", metric="acc", delta_pct=0.0, ci95_low=-7.2, ci95_high=7.2,
+             n=40, delta_unit="pp", changed=0, ci_method="exact: rule of three (0 of 40 changed)"),
+        dict(recipe="e5m2-w", causal="True", task="arc_easy", metric="acc", delta_pct=-10.0, ci95_low=-20.0, ci95_high=-2.5,
+             n=40, delta_unit="pp", changed=12, ci_method="paired bootstrap"),
+    ])
+
+
+def test_cheapest_causal_skips_oracles():
+    s = findings.cheapest_causal(_sweep_frame(), ["baseline", "e4m3-w", "e4m3-wa"])
+    assert s.startswith("The cheapest causal recipe on perplexity is `e4m3-w` (causal): +1.10 % [+0.60, +1.60]")
+
+
+def test_mc_reading_counts_changes_and_exact_intervals():
+    text = "\n".join(findings.mc_reading(_sweep_frame()))
+    assert "1 of 2 recipe × metric intervals exclude zero (`e5m2-w` (causal) acc -10.0 pp)" in text
+    assert "`e4m3-w` 0, `e5m2-w` 12" in text and "1 of 2 intervals are exact" in text
+
+
+def test_step_sentence():
+    c = {"delta": 1.1, "ci95_low": 0.6, "ci95_high": 1.6, "unit": "%", "n": 12}
+    assert findings.step_sentence("+ KV", c) == "+ KV: +1.10 % [+0.60, +1.60] over 12 windows: resolved (the interval excludes zero)."
+    assert findings.step_sentence("+ KV", None, "e4m3-wakv-tok", "e4m3-wa-tok").endswith("not in this run.")
+
+
+def test_latest_kernels_and_roofline_points():
+    assert findings.latest_kernels(["gemv_a", "gemv_a_v2", "gemv_b", "gemv_a_v3"]) == ["gemv_a_v3", "gemv_b"]
+    data = {"results": [
+        dict(kernel="bf16_cublas (torch F.linear)", family="decode", M=1, N=8, K=8, flops=128, bytes=128, time_us=1.0, tflops=1.0),
+        dict(kernel="gemv_x", family="decode", M=1, N=8, K=8, flops=128, bytes=64, time_us=1.0, tflops=2.0),
+        dict(kernel="gemv_x_v2", family="decode", M=1, N=8, K=8, flops=128, bytes=64, time_us=0.5, tflops=4.0)]}
+    pts = findings.kernel_roofline_points(data, Ms=(1,))
+    assert [p["kernel"] for p in pts] == ["bf16_cublas", "gemv_x_v2"] and pts[1]["intensity"] == 2.0
+
+
+# ---- fp8lab.notebook ---------------------------------------------------------------------------------------
+def test_recorded_says_not_recorded(capsys):
+    assert nb.recorded("no_such_folder", "x.csv") is None
+    assert "not recorded yet: outputs/no_such_folder/x.csv" in capsys.readouterr().out
+
+
+def test_recorded_prints_commit_and_tree_state(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(nb, "OUTPUTS", tmp_path)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "r.csv").write_text("a\n1\n")
+    (tmp_path / "run" / "provenance.json").write_text(json.dumps(
+        {"git_commit": "0123456789abcdef0123", "dirty": True, "date": "2026-12-01T00:00:00", "command": "x", "device": "cpu"}))
+    assert nb.recorded("run", "r.csv") == tmp_path / "run"
+    out = capsys.readouterr().out
+    assert "commit 0123456789ab (DIRTY tree)" in out
+
+
+def test_provenance_line_reads_nested_records_and_collapses_whitespace():
+    line = nb.provenance_line({"provenance": {"git_commit": "HEAD\nunknown", "date": "2026-11-29", "command": "c"}})
+    assert "\n" not in line and "tree state unknown" in line
+
+
+def test_scratch_is_git_ignored_runs():
+    p = nb.scratch("test_findings")
+    assert p.is_dir() and p.relative_to(nb.REPO).parts[0] == "runs"
+
+
+def test_results_frame_reads_both_layouts():
+    df = nb.results_frame(nb.OUTPUTS / "results.csv")
+    if df.empty:
+        pytest.skip("outputs/results.csv is not recorded")
+    assert {"causal", "changed", "ci_method"} <= set(df.columns)
+    assert df.delta_pct.dtype.kind == "f"
