@@ -87,10 +87,12 @@ def test_reference_fp8_cache_is_the_dequantized_cache():
     assert DL.rel_rms(ref["out"] - ref["h"], plain["out"] - plain["h"]) < 0.1
 
 
-def test_torch_baseline_runs_and_validates_on_the_cpu():
-    """The bf16 baseline the benchmark times (F.rms_norm, F.linear, RoPE in torch ops, SDPA) against the reference."""
+@pytest.mark.parametrize("variant", ["bf16", "scaled_mm"])
+def test_torch_baseline_runs_and_validates_on_the_cpu(variant):
+    """The torch baselines the benchmark times (F.rms_norm, F.linear or per-tensor FP8 + torch._scaled_mm, RoPE in
+    torch ops, SDPA) against the reference; _scaled_mm's stages are checked on their own inputs (teacher forcing)."""
     torch.manual_seed(2)
-    layer = DL.DecodeLayer(TINY, DL.make_master(TINY, device="cpu"), "bf16", batch=2, context=33, max_context=40)
+    layer = DL.DecodeLayer(TINY, DL.make_master(TINY, device="cpu"), variant, batch=2, context=33, max_context=40)
     ok, err = layer.validate()
     assert ok, err
     assert set(err) == {"attn", "h", "a", "out"}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The recording run of every GPU result the lab commits (outputs/kernels/*.json, outputs/accumulation/), in two parts
+# that each fit one device call (<= 10 min), from a clean commit:
+#
+#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 1     # GPU tests, then quant + gemm benches     (~8 min)
+#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2     # attention, prefill attention, layer, accumulation (~7 min)
+#
+# Tests run first (every kernel validated against its CPU/float64 reference, outputs poisoned) and never beside a
+# timing: the GPU is shared by nothing while a benchmark runs. Each stage is bounded by `timeout`; a stage that fails
+# is recorded and the next one runs. Everything lands in $OUT/record<part>.tgz (unpack at the repository root).
+set -u
+PART=${1:?part 1 or 2}
+export PYTHONPATH=$PWD
+export CUPY_CACHE_DIR=${CUPY_CACHE_DIR:-$PWD/.cupy_cache}     # kept on a warm machine between the two parts
+OUT=${OUT:-/tmp/record_out}
+S=$OUT/stage
+mkdir -p "$S/outputs/kernels" "$S/outputs/accumulation" "$S/logs"
+K=$S/outputs/kernels
+L=$S/logs
+T0=$(date +%s)
+stage() { echo "== $1 at $(( $(date +%s) - T0 )) s" | tee -a "$L/steps_$PART.txt"; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$L/nvidia_smi_$PART.txt" 2>&1
+
+if [ "$PART" = 1 ]; then
+  stage "GPU tests (six processes)"
+  run_t() { local name=$1; shift; timeout 170 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider "$@" > "$L/pytest_$name.log" 2>&1; echo "rc=$?" >> "$L/pytest_$name.log"; }
+  run_t quant tests/test_kernels_quant.py tests/test_scaling_cuda.py tests/test_accumulation.py tests/test_sweep_gpu.py tests/test_distributed.py &
+  run_t gemm tests/test_kernels_gemm.py &
+  run_t layer tests/test_decode_layer.py &
+  run_t tma tests/test_kernels_gemm_tma.py &
+  run_t attention tests/test_kernels_attention.py &
+  run_t attention_more tests/test_kernels_attention_nvfp4.py tests/test_kernels_attention_prefill.py tests/test_kernels_gb10.py &
+  wait
+  cat "$L"/pytest_*.log > "$K/gpu_tests.log"
+  stage "quant bench"
+  timeout 100 python3 -m fp8lab.kernels.bench quant --out "$K/quant.json" > "$K/quant_bench.log" 2>&1; echo "quant rc=$?" >> "$L/steps_1.txt"
+  stage "gemm bench (anchors, decode v1-v3, prefill ladder)"
+  timeout 250 python3 -m fp8lab.kernels.bench gemm --no-pytest --budget-s 200 --out "$K/gemm.json" > "$K/gemm_bench_log.txt" 2>&1; echo "gemm rc=$?" >> "$L/steps_1.txt"
+else
+  stage "attention bench"
+  timeout 150 python3 -m fp8lab.kernels.bench attention --budget-s 110 --out "$K/attention.json" > "$L/attention.log" 2>&1; echo "attention rc=$?" >> "$L/steps_2.txt"
+  stage "prefill attention bench"
+  timeout 110 python3 -m fp8lab.kernels.bench prefill_attn --budget-s 80 --out "$K/prefill_attention.json" > "$L/prefill_attention.log" 2>&1; echo "prefill_attn rc=$?" >> "$L/steps_2.txt"
+  stage "decode layer bench"
+  timeout 100 python3 -m fp8lab.kernels.bench layer --budget-s 70 --out "$K/layer.json" > "$L/layer.log" 2>&1; echo "layer rc=$?" >> "$L/steps_2.txt"
+  stage "accumulation (torch._scaled_mm fast accumulation)"
+  timeout 60 python3 -m fp8lab.accumulation --gpu --out "$S/outputs/accumulation/scaled_mm_fast_accum.json" > "$L/accumulation.log" 2>&1; echo "accumulation rc=$?" >> "$L/steps_2.txt"
+fi
+stage "done"
+tar czf "$OUT/record$PART.tgz" -C "$S" .
+echo "---- summary part $PART ($(( $(date +%s) - T0 )) s)"
+cat "$L/steps_$PART.txt"
+for f in "$L"/pytest_*.log; do [ -f "$f" ] && echo "$(basename $f): $(grep -E '[0-9]+ (passed|failed)' $f | tail -1) $(tail -1 $f)"; done 2>/dev/null
+grep -hE "^FAILED|^ERROR" "$L"/pytest_*.log 2>/dev/null | head -12
