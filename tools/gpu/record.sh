@@ -48,7 +48,9 @@ else
 fi
 stage "done"
 tar czf "$OUT/record$PART.tgz" -C "$S" .
+cp "$L/steps_$PART.txt" "$OUT/" 2>/dev/null; SUMMARY_LOGS=$(ls "$L"/pytest_*.log 2>/dev/null)
 echo "---- summary part $PART ($(( $(date +%s) - T0 )) s)"
 cat "$L/steps_$PART.txt"
-for f in "$L"/pytest_*.log; do [ -f "$f" ] && echo "$(basename $f): $(grep -E '[0-9]+ (passed|failed)' $f | tail -1) $(tail -1 $f)"; done 2>/dev/null
-grep -hE "^FAILED|^ERROR" "$L"/pytest_*.log 2>/dev/null | head -12
+for f in $SUMMARY_LOGS; do [ -f "$f" ] && echo "$(basename $f): $(grep -E '[0-9]+ (passed|failed)' $f | tail -1) $(tail -1 $f)"; done 2>/dev/null
+grep -hE "^FAILED|^ERROR" $SUMMARY_LOGS /dev/null 2>/dev/null | head -12
+rm -rf "$S"     # only the tarball comes back
