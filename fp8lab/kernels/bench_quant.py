@@ -140,6 +140,17 @@ def _bits_equal(a, b) -> int:
     return int((raw(a) != raw(b)).sum())
 
 
+def _compiled_check(checks: dict, name: str, got, ref) -> str:
+    """torch.compile's quantizer is an anchor (what a user would pick), timed even where it is not bit-identical to
+    eager torch: on CUDA, Triton divides float32 with an approximate division (div.full.f32), so a value on a
+    rounding boundary can land on the neighbouring code. The differences are counted and recorded, not hidden."""
+    codes, scales = _bits_equal(got[0], ref[0]), _bits_equal(got[1], ref[1])
+    checks[name] = {"codes_differing_from_eager": int(codes), "scales_differing_from_eager": int(scales),
+                    "codes": int(got[0].numel()), "scales": int(got[1].numel())}
+    return (f"torch's own compiled path; {codes} of {got[0].numel()} codes and {scales} of {got[1].numel()} scales "
+            "differ from eager torch")
+
+
 def _compiled(fn, args, name: str, notes: dict):
     """torch.compile(fn), called once on args: (compiled fn, its output) or (None, None), the reason in notes."""
     import torch
@@ -256,8 +267,8 @@ def run(bench: harness.Bench, M: int, K: int, no_compile: bool) -> None:
         if not no_compile:
             cf, o = _compiled(torch_group_quant, (xs[0],), f"compile group {tag}", notes)
             if cf is not None:
-                bench.validate(f"torch.compile group128 {tag}", lambda: o, lambda r: (_bits_equal(r[0], tq) + _bits_equal(r[1], ts) == 0, {}))
-                sec.add(f"torch.compile group128 {tag}", lambda i: cf(xs[i]), n_sets=len(xs), per=2)
+                sec.add(f"torch.compile group128 {tag}", lambda i: cf(xs[i]), n_sets=len(xs), per=2,
+                        trusted=_compiled_check(checks, f"torch.compile group128 {tag}", o, (tq, ts)))
         copy_anchor(sec)
         sec.run(anchor=f"torch eager group128 {tag}")
         torch.cuda.empty_cache()
@@ -336,9 +347,8 @@ def run(bench: harness.Bench, M: int, K: int, no_compile: bool) -> None:
     if not no_compile:
         cf, o = _compiled(torch_nvfp4, (x, gam), "compile nvfp4", notes)
         if cf is not None:
-            bench.validate("torch.compile nvfp4 (given amax)", lambda: o,
-                           lambda r: (_bits_equal(r[0], tp) + _bits_equal(r[1], tsc) == 0, {}))
-            sec.add("torch.compile nvfp4 (given amax)", lambda i: cf(x, gam), per=2)
+            sec.add("torch.compile nvfp4 (given amax)", lambda i: cf(x, gam), per=2,
+                    trusted=_compiled_check(checks, "torch.compile nvfp4 (given amax)", o, (tp, tsc)))
     copy_anchor(sec)
     t = sec.run(anchor="torch eager nvfp4 (given amax)")
     branchy = t.get("nvfp4 branchy scale-hw (given amax)")
