@@ -322,9 +322,9 @@ if layer:
 ("md", r"""
 ### The layer goals, and where the time goes
 
-The lab's targets at batch 1, context 1k: FP8 ≥ 1.8× bf16 and NVFP4 ≥ 2.8× bf16, each within 15 % of the ceiling of
-its bytes. A missed goal says by how much, and the per-kernel breakdown of the same variant (each kernel timed alone)
-says where the time goes.
+The lab's targets at batch 1, context 1k (each line names its threshold): FP8 and NVFP4 against bf16, and each close to
+the ceiling of its bytes. A missed goal says by how much, and the per-kernel breakdown of the same variant (each
+kernel timed alone) says where the time goes.
 """),
 ("code", r"""
 if layer:
