@@ -462,8 +462,11 @@ def format_versions(data: dict) -> str:
     f = lambda v, s: "-" if v is None else format(v, s)  # noqa: E731
     hdr = (f"{'layout':11s} {'D':>4s} {'context':>8s} {'bf16 v1':>8s} {'bf16 v2':>8s} {'fp8 v1':>8s} {'fp8 v2':>8s} "
            f"{'nvfp4 v2':>8s} {'torch':>8s} {'fp8 v2/v1':>9s} {'bf16 v2/v1':>10s} {'best fp8 x':>10s} {'best nvfp4 x':>12s}")
+    rows = versions_table(data)
+    if not rows:
+        return "(this recording holds one version of the kernel only: nothing to put side by side)"
     lines = [hdr, "-" * len(hdr)]
-    for r in versions_table(data):
+    for r in rows:
         lines.append(f"{r['layout']:11s} {r['head_dim']:>4d} {r['context']:>8d} {f(r['bf16_v1'], '8.1f')} {f(r['bf16_v2'], '8.1f')} "
                      f"{f(r['fp8_v1'], '8.1f')} {f(r['fp8_v2'], '8.1f')} {f(r['nvfp4_v2'], '8.1f')} {f(r['torch'], '8.1f')} "
                      f"{f(r['v2_over_v1_fp8'], '9.2f')} {f(r['v2_over_v1_bf16'], '10.2f')} "
