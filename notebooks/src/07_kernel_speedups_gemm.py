@@ -18,8 +18,9 @@ HMMA — the disassembly says so, and the timings agree. Hopper's FP8 tensor-cor
 
 **What we can and cannot measure here.** This notebook runs on a CPU: it *reads* the results recorded on an H200 by
 `python -m fp8lab.kernels.bench gemm` (`outputs/kernels/gemm.json`, with the SASS evidence in
-`outputs/kernels/gemm_sass.txt`) and shows their provenance. It never invents a timing. On a GPU machine the same
-command re-measures everything in one call.
+`outputs/kernels/gemm_sass.txt`) and `python -m fp8lab.kernels.bench layer` (`outputs/kernels/layer.json`), and shows
+their provenance; a file not recorded yet says so and its cells show nothing. It never invents a timing. On a GPU
+machine the same commands re-measure everything.
 
 **Versions.** A kernel name ending in `_v2` or `_v3` is a later version of the same kernel: the same arithmetic and
 the same tests, a different way of keeping bytes in flight (version 3 packs the weights once, at load time, into the
