@@ -352,8 +352,8 @@ def provenance_summary(data: dict) -> dict:
 
 def sass_table(data: dict, kernels=("w8a8_mma_fp8", "w8a8_mma_bf16", "w8a8_wgmma", "w8a8_wgmma_pipe", "w8a8_wgmma_256",
                                     "w8a8_wgmma_ws", "w8a8_tma_n128_w2_s6_c2_e0", "w8a8_tma_n256_w2_s4_c2_e0",
-                                    "gemv_fp8_block_r1_nt1_pf0", "gemv_nvfp4_r1_nt1_pf0", "gemv3_fp8c_r1_nt1_c2_p3_e0",
-                                    "gemv3_nvfp4_r1_nt1_c2_p3_e0")) -> list[dict]:
+                                    "gemv_fp8_block_r1_nt1_pf0", "gemv_nvfp4_r1_nt1_pf0", "gemv3_fp8c_r1_nt1_c2_p3_e0_n0",
+                                    "gemv3_nvfp4_r1_nt1_c2_p3_e0_n0")) -> list[dict]:
     """Opcode counts recorded from cuobjdump: which matrix instruction each kernel really runs."""
     sc = data.get("sass_counts") or {}
     rows = []

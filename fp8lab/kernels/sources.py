@@ -70,7 +70,7 @@ SOURCES = {s.file: s for s in (
     Source("gemv_nvfp4.cu", defines="fp8lab.kernels.gemv_nvfp4:cuda_defines",
            key_kernels=("gemv_nvfp4_r1_nt1_pf0", "gemv_nvfp4_v2_r1_nt1_c2_d2", "gemv_nvfp4_v2_r1_nt1_c2_d0")),
     Source("gemv_v3.cu", defines="fp8lab.kernels.gemv_v3:cuda_defines",
-           key_kernels=("gemv3_fp8c_r1_nt1_c2_p3_e0", "gemv3_fp8b_r1_nt1_c2_p3_e0", "gemv3_nvfp4_r1_nt1_c2_p3_e0")),
+           key_kernels=("gemv3_fp8c_r1_nt1_c2_p3_e0_n0", "gemv3_fp8b_r1_nt1_c2_p3_e0_n0", "gemv3_nvfp4_r1_nt1_c2_p3_e0_n0")),
     Source("decode_layer.cu", key_kernels=("rmsnorm_bf16", "rope_append_fp8", "silu_mul_bf16", "add_bf16")),
     Source("gemv_nvfp4_hw.cu", arch_specific=frozenset(E2M1_CVT_ARCHS), only=frozenset(E2M1_CVT_ARCHS),
            why="cvt.rn.f16x2.e2m1x2 exists only on sm_100a / sm_120a / sm_121a",
