@@ -114,7 +114,15 @@ def test_scaled_mm_fast_accum_bench_small():
                                        sim_ks=(2048,), progress=False)
     assert {(r["K"], r["fast_accum"]) for r in rec["speed"]} == {(k, f) for k in (256, 2048) for f in (False, True)}
     for r in rec["error"]:
-        assert 0 < r["rel_err"] < 1e-2, r
+        assert r["rel_err"] > 0, r
+        if r["fast_accum"] and r["dist"] == "positive":
+            # the lesson itself: sums that only grow lose their low bits in the fast accumulator, and the loss grows
+            # with K; bounded, but not by the 1e-2 that holds everywhere else
+            assert r["rel_err"] < 0.25, r
+        else:
+            assert r["rel_err"] < 1e-2, r
+    by = {(r["K"], r["dist"], r["fast_accum"]): r["rel_err"] for r in rec["error"]}
+    assert by[(2048, "positive", True)] > by[(2048, "positive", False)]
     assert "gpu_fast_accum_true" in rec["sim_check"][0]
     print(A.summarize_gpu(rec))
 

@@ -185,7 +185,7 @@ def _fake_layer_results():
                      "bytes": lb["total"], "ceiling_us_copy": c, "of_ceiling": c / t, "tokens_per_s": 1 / (32 * t * 1e-6),
                      "ceiling_tokens_per_s": 1 / (32 * c * 1e-6), "intensity": 2.0, "tflops": 0.1, "gbps": lb["total"] / t / 1e3})
     bd = [{"i": 0, "kernel": "rmsnorm_bf16", "time_us": 2.0, "bytes": 0, "floor_us": None, "fraction_of_copy": None},
-          {"i": 1, "kernel": "gemv3_fp8c_r1_nt1_c2_p3_e0", "time_us": 7.0, "bytes": 25e6, "floor_us": 5.9,
+          {"i": 1, "kernel": "gemv3_fp8c_r1_nt1_c2_p3_e0_n0", "time_us": 7.0, "bytes": 25e6, "floor_us": 5.9,
            "fraction_of_copy": 0.84}]
     return {"results": rows, "breakdown": {"fp8_fused B=1 ctx=1024": bd}}
 

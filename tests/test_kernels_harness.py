@@ -91,3 +91,25 @@ def test_bench_without_a_gpu_says_so_in_one_line(family):
     assert r.returncode == 2
     lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
     assert len(lines) == 1 and "no CUDA device" in lines[0], lines
+
+
+def test_merge_runs_keeps_each_record_with_its_run_and_refuses_dirty_trees(tmp_path):
+    import json
+
+    def rec(path, commit, dirty, kernels, ceil):
+        path.write_text(json.dumps({"provenance": {"git_commit": commit, "dirty": dirty, "command": "x"},
+                                    "ceilings": {"copy_gbps": ceil}, "notes": [commit],
+                                    "results": [{"kernel": k, "time_us": 1.0} for k in kernels]}))
+        return path
+
+    a = rec(tmp_path / "a.json", "aaa", False, ["k1", "k2"], 4200.0)
+    b = rec(tmp_path / "b.json", "bbb", False, ["k3"], 4300.0)
+    m = harness.merge_runs([a, b], tmp_path / "m.json", "merge a b")
+    assert [(r["kernel"], r["run"], r["run_commit"]) for r in m["results"]] == [("k1", 0, "aaa"), ("k2", 0, "aaa"),
+                                                                              ("k3", 1, "bbb")]
+    assert m["provenance"]["git_commit"] == "bbb" and [p["git_commit"] for p in m["provenance"]["merged_from"]] == ["aaa", "bbb"]
+    assert m["ceilings_by_run"] == [{"copy_gbps": 4200.0}, {"copy_gbps": 4300.0}]
+    assert json.loads((tmp_path / "m.json").read_text())["provenance"]["merged_by"] == "merge a b"
+    d = rec(tmp_path / "d.json", "ddd", True, ["k4"], 1.0)
+    with pytest.raises(ValueError, match="dirty"):
+        harness.merge_runs([a, d], tmp_path / "m2.json", "merge a d")

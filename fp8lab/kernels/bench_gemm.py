@@ -72,6 +72,10 @@ def sass_counts(cc: int, path: Path) -> dict:
             continue
         ks = sass.kernels(f, cc)
         for n in names:
+            if n not in ks:     # a renamed kernel: say so in the listing, never lose the run's results over it
+                counts[n] = {"missing": f"no kernel {n} in {f} for sm_{cc}"}
+                text.append(f"== {n} ({f}): not in the module (renamed?)")
+                continue
             s = ks[n].summary()
             counts[n] = {**{k: s[k] for k in ("total", "HMMA", "QMMA", "QGMMA", "F2FP", "HMUL2", "HFMA2", "PRMT", "LOP3")},
                          "mma_forms": sorted(s["matrix_forms"]), "f2fp_forms": s["f2fp_forms"], "loop": s["loop"]}

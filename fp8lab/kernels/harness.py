@@ -313,3 +313,32 @@ def load_json(path: str | Path) -> dict:
     from fp8lab import store
 
     return store.read_json(path, required=("provenance", "results"))
+
+
+def merge_runs(paths, out: str | Path, command: str) -> dict:
+    """Join recordings of one family made by separate device calls into one file (a call is at most 10 minutes).
+
+    Every ratio in a record is against anchors timed in ITS run, so records from different runs stay comparable
+    with their own anchors; each record gains `run` (its file's index) and `run_commit`. The top-level provenance is
+    the last run's, with `merged_from` holding every run's full provenance and `merged_by` the joining command;
+    `ceilings_by_run` keeps each run's ceilings (`ceilings` is the last run's). Other top-level keys: the last run's
+    value wins where it is set. A run whose tree was dirty is refused: merged files are committed results.
+
+        merge_runs(["gemm_decode.json", "gemm_prefill.json"], "outputs/kernels/gemm.json", "python ...")
+    """
+    from fp8lab import store
+
+    runs = [load_json(p) for p in paths]
+    for p, d in zip(paths, runs):
+        if d["provenance"].get("dirty") is not False:
+            raise ValueError(f"{p}: recorded from a dirty or unknown tree; re-record it from a clean commit")
+    merged: dict = {}
+    for d in runs:
+        merged.update({k: v for k, v in d.items() if v is not None})
+    merged["results"] = [{**r, "run": i, "run_commit": d["provenance"].get("git_commit")}
+                         for i, d in enumerate(runs) for r in d["results"]]
+    merged["provenance"] = {**runs[-1]["provenance"], "merged_from": [d["provenance"] for d in runs],
+                            "merged_by": command}
+    merged["ceilings_by_run"] = [d.get("ceilings") for d in runs]
+    store.atomic_write_json(out, merged)
+    return merged

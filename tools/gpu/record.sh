@@ -2,8 +2,9 @@
 # The recording run of every GPU result the lab commits (outputs/kernels/*.json, outputs/accumulation/), in two parts
 # that each fit one device call (<= 10 min), from a clean commit:
 #
-#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 1     # GPU tests, then quant + gemm benches     (~8 min)
-#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2     # attention, prefill attention, layer, accumulation (~7 min)
+#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 1     # GPU tests, then the quant bench           (~2 min)
+#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2     # gemm, attention, prefill attention, layer, accumulation
+#                                                          # (~8 min)
 #
 # Tests run first (every kernel validated against its CPU/float64 reference, outputs poisoned) and never beside a
 # timing: the GPU is shared by nothing while a benchmark runs. Each stage is bounded by `timeout`; a stage that fails
@@ -34,21 +35,25 @@ if [ "$PART" = 1 ]; then
   cat "$L"/pytest_*.log > "$K/gpu_tests.log"
   stage "quant bench"
   timeout 100 python3 -m fp8lab.kernels.bench quant --out "$K/quant.json" > "$K/quant_bench.log" 2>&1; echo "quant rc=$?" >> "$L/steps_1.txt"
-  stage "gemm bench (anchors, decode v1-v3, prefill ladder)"
-  timeout 250 python3 -m fp8lab.kernels.bench gemm --no-pytest --budget-s 200 --out "$K/gemm.json" > "$K/gemm_bench_log.txt" 2>&1; echo "gemm rc=$?" >> "$L/steps_1.txt"
 else
+  stage "GPU test of the accumulation bench"
+  timeout 40 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_accumulation.py > "$L/pytest_accumulation.log" 2>&1; echo "rc=$?" >> "$L/pytest_accumulation.log"
+  stage "gemm bench (anchors, decode v1-v3, prefill ladder)"
+  timeout 180 python3 -m fp8lab.kernels.bench gemm --no-pytest --budget-s 140 --out "$K/gemm.json" > "$K/gemm_bench_log.txt" 2>&1; echo "gemm rc=$?" >> "$L/steps_2.txt"
   stage "attention bench"
-  timeout 150 python3 -m fp8lab.kernels.bench attention --budget-s 110 --out "$K/attention.json" > "$L/attention.log" 2>&1; echo "attention rc=$?" >> "$L/steps_2.txt"
+  timeout 130 python3 -m fp8lab.kernels.bench attention --budget-s 100 --out "$K/attention.json" > "$L/attention.log" 2>&1; echo "attention rc=$?" >> "$L/steps_2.txt"
   stage "prefill attention bench"
-  timeout 110 python3 -m fp8lab.kernels.bench prefill_attn --budget-s 80 --out "$K/prefill_attention.json" > "$L/prefill_attention.log" 2>&1; echo "prefill_attn rc=$?" >> "$L/steps_2.txt"
+  timeout 90 python3 -m fp8lab.kernels.bench prefill_attn --budget-s 65 --out "$K/prefill_attention.json" > "$L/prefill_attention.log" 2>&1; echo "prefill_attn rc=$?" >> "$L/steps_2.txt"
   stage "decode layer bench"
-  timeout 100 python3 -m fp8lab.kernels.bench layer --budget-s 70 --out "$K/layer.json" > "$L/layer.log" 2>&1; echo "layer rc=$?" >> "$L/steps_2.txt"
+  timeout 90 python3 -m fp8lab.kernels.bench layer --budget-s 60 --out "$K/layer.json" > "$L/layer.log" 2>&1; echo "layer rc=$?" >> "$L/steps_2.txt"
   stage "accumulation (torch._scaled_mm fast accumulation)"
-  timeout 60 python3 -m fp8lab.accumulation --gpu --out "$S/outputs/accumulation/scaled_mm_fast_accum.json" > "$L/accumulation.log" 2>&1; echo "accumulation rc=$?" >> "$L/steps_2.txt"
+  timeout 50 python3 -m fp8lab.accumulation --gpu --out "$S/outputs/accumulation/scaled_mm_fast_accum.json" > "$L/accumulation.log" 2>&1; echo "accumulation rc=$?" >> "$L/steps_2.txt"
 fi
 stage "done"
 tar czf "$OUT/record$PART.tgz" -C "$S" .
+cp "$L/steps_$PART.txt" "$OUT/" 2>/dev/null; SUMMARY_LOGS=$(ls "$L"/pytest_*.log 2>/dev/null)
 echo "---- summary part $PART ($(( $(date +%s) - T0 )) s)"
 cat "$L/steps_$PART.txt"
-for f in "$L"/pytest_*.log; do [ -f "$f" ] && echo "$(basename $f): $(grep -E '[0-9]+ (passed|failed)' $f | tail -1) $(tail -1 $f)"; done 2>/dev/null
-grep -hE "^FAILED|^ERROR" "$L"/pytest_*.log 2>/dev/null | head -12
+for f in $SUMMARY_LOGS; do [ -f "$f" ] && echo "$(basename $f): $(grep -E '[0-9]+ (passed|failed)' $f | tail -1) $(tail -1 $f)"; done 2>/dev/null
+grep -hE "^FAILED|^ERROR" $SUMMARY_LOGS /dev/null 2>/dev/null | head -12
+rm -rf "$S"     # only the tarball comes back
