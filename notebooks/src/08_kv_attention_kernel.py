@@ -200,6 +200,11 @@ if data is not None:
               f"its bf16 twin slowed down more. Against the fastest bf16 kernel of the run, the fastest FP8 kernel is "
               f"{findings.ratio_range([r['best_fp8_vs_best_bf16'] for r in VT if r['best_fp8_vs_best_bf16']])}× as fast, "
               f"the NVFP4 kernel {findings.ratio_range([r['best_nvfp4_vs_best_bf16'] for r in VT if r['best_nvfp4_vs_best_bf16']])}×.")
+    for D in sorted({r["head_dim"] for r in ba.versions_table(data)} - {128}):
+        o = [r["v2_over_v1_fp8"] for r in ba.versions_table(data) if r["head_dim"] == D and r["v2_over_v1_fp8"]]
+        if o:
+            nb.md(f"At D = {D}, version 2 is {word(o)} than version 1 on an FP8 cache "
+                  f"(time v2 / v1 = {findings.ratio_range(o)}).")
 """),
 ("code", r"""
 if data is not None:
@@ -272,7 +277,7 @@ if pre:
     print(bpa.seed004_reading(pre))
 """),
 ("md", r"""
-**Reading it (the mechanism).** At a small chunk the kernel streams the cache and an FP8 cache can save time; as the
+**Reading it (the mechanism).** At a small chunk the kernel streams the cache, which is where an FP8 cache could save time; as the
 chunk grows, each FP8 byte feeds more FLOPs and the tensor cores become the limit. Every block of query rows widens
 each K/V tile it reads again, so the conversions grow with the chunk just as the FLOPs do (`cvt/B`). From there the FP8 kernel does the bf16 kernel's
 work *plus* the conversions, and the bytes it saved were never the bottleneck. Look at `bf16 TF/s` against
