@@ -39,9 +39,9 @@ ROLES = {
     "04": ("CPU", "arithmetic + the H200 reference ceilings and kernel points"),
     "05": ("CPU", "live: synthetic checkpoints and a tiny export"),
     "06": ("GPU to re-time", "recorded H200 results (live on a CUDA machine)"),
-    "07": ("GPU to re-time", "recorded H200 results"),
-    "08": ("GPU to re-time", "CPU numerics + recorded H200 timings"),
-    "09": ("GPU to re-time", "recorded GB10 results"),
+    "07": ("GPU to re-time", "recorded H200 results: decode GEMV v1-v3 and goals, the prefill W8A8 climb, one decode layer"),
+    "08": ("GPU to re-time", "CPU numerics + recorded H200 timings: decode attention v1/v2, NVFP4 KV, chunked prefill"),
+    "09": ("CPU", "SASS compiled for sm_89/90a/120a/121a (committed summary or a live compile); no GB10 timing"),
     "12": ("CPU", "live slices + committed control, sensitivity and frontier runs"),
 }
 

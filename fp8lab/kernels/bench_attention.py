@@ -423,6 +423,57 @@ def summary_rows(data: dict) -> list[dict]:
     return out
 
 
+def versions_table(data: dict) -> list[dict]:
+    """One row per (layout, head_dim, context): each format's version 1 and version 2 (the default configuration)
+    side by side, torch's pick, and the comparison a user makes: the fastest FP8 (or NVFP4) kernel of the run against
+    the fastest bf16 one, whoever wrote it (ours of either version, or torch SDPA). Sweep rows are left out.
+
+    v2_over_v1_* > 1 means version 2 is SLOWER (a time ratio); best_*_vs_best_bf16 > 1 means the low-precision cache
+    is faster."""
+    res = [r for r in data.get("results", []) if not r.get("sweep")]
+    if _legacy(data):
+        return []
+    keys = list(dict.fromkeys((r.get("layout"), r.get("head_dim"), r.get("context")) for r in res))
+    out = []
+    for layout, D, L in keys:
+        grp = [r for r in res if (r.get("layout"), r.get("head_dim"), r.get("context")) == (layout, D, L)]
+
+        def t(fmt, version):
+            rs = [r for r in grp if r.get("fmt") == fmt and r.get("version") == version
+                  and (version == 1 or r.get("default")) and r.get("valid", True)]
+            return min((r["time_us"] for r in rs), default=None)
+        tch = [r for r in grp if r["kernel"].startswith("torch_sdpa") and r.get("valid", True)]
+        row = dict(layout=layout, head_dim=D, context=L, bf16_v1=t("bf16", 1), bf16_v2=t("bf16", 2),
+                   fp8_v1=t("fp8cvt", 1), fp8_v2=t("fp8cvt", 2), nvfp4_v2=t("nvfp4", 2),
+                   torch=min((r["time_us"] for r in tch), default=None))
+        q = lambda a, b: a / b if a and b else None  # noqa: E731
+        row["v2_over_v1_fp8"] = q(row["fp8_v2"], row["fp8_v1"])
+        row["v2_over_v1_bf16"] = q(row["bf16_v2"], row["bf16_v1"])
+        bf = [v for v in (row["bf16_v1"], row["bf16_v2"], row["torch"]) if v]
+        f8 = [v for v in (row["fp8_v1"], row["fp8_v2"], t("fp8bit", 2)) if v]
+        row["best_fp8_vs_best_bf16"] = q(min(bf, default=None), min(f8, default=None))
+        row["best_nvfp4_vs_best_bf16"] = q(min(bf, default=None), row["nvfp4_v2"])
+        out.append(row)
+    return out
+
+
+def format_versions(data: dict) -> str:
+    """versions_table as text: times in us, then the ratios."""
+    f = lambda v, s: "-" if v is None else format(v, s)  # noqa: E731
+    hdr = (f"{'layout':11s} {'D':>4s} {'context':>8s} {'bf16 v1':>8s} {'bf16 v2':>8s} {'fp8 v1':>8s} {'fp8 v2':>8s} "
+           f"{'nvfp4 v2':>8s} {'torch':>8s} {'fp8 v2/v1':>9s} {'bf16 v2/v1':>10s} {'best fp8 x':>10s} {'best nvfp4 x':>12s}")
+    rows = versions_table(data)
+    if not rows:
+        return "(this recording holds one version of the kernel only: nothing to put side by side)"
+    lines = [hdr, "-" * len(hdr)]
+    for r in rows:
+        lines.append(f"{r['layout']:11s} {r['head_dim']:>4d} {r['context']:>8d} {f(r['bf16_v1'], '8.1f')} {f(r['bf16_v2'], '8.1f')} "
+                     f"{f(r['fp8_v1'], '8.1f')} {f(r['fp8_v2'], '8.1f')} {f(r['nvfp4_v2'], '8.1f')} {f(r['torch'], '8.1f')} "
+                     f"{f(r['v2_over_v1_fp8'], '9.2f')} {f(r['v2_over_v1_bf16'], '10.2f')} "
+                     f"{f(r['best_fp8_vs_best_bf16'], '9.2f')}x {f(r['best_nvfp4_vs_best_bf16'], '11.2f')}x")
+    return "\n".join(lines)
+
+
 def format_summary(data: dict) -> str:
     """The table of the report: times (us), speedups and fractions of copy bandwidth (xcopy)."""
     f = lambda v, s: "-" if v is None else format(v, s)  # noqa: E731

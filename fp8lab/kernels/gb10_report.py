@@ -66,8 +66,14 @@ def summarize_live(files=LIVE_SOURCES, archs=sources.SUMMARY_ARCHS) -> dict:
 def describe(summary: dict) -> str:
     """Where the table comes from: the summary's provenance and compiler, or the live compile."""
     if summary.get("live"):
-        return (f"LIVE compile of {', '.join(LIVE_SOURCES)} ({summary['seconds']} s): no committed summary; "
-                f"`{COMMAND}` writes it")
+        from . import nvrtc
+
+        try:
+            ver = "NVRTC " + ".".join(str(x) for x in nvrtc.version())
+        except Exception as e:  # noqa: BLE001 - the line says what it could not read
+            ver = f"NVRTC version unreadable ({e})"
+        return (f"LIVE compile of {', '.join(LIVE_SOURCES)} ({summary['seconds']} s) with {ver}: no committed "
+                f"summary; `{COMMAND}` writes it")
     from fp8lab import provenance
 
     c = summary["compiler"]

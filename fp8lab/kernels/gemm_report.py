@@ -9,6 +9,10 @@ Prefill (the W8A8 block-scaled GEMM, gemm_prefill):
     prefill_climb(data)      the climb at 4096x7168x7168: one change per rung, what it bought, SASS facts
     prefill_gap(data)        our rate against the best FP8 rate measured in the same run (and the spec, labelled)
     prefill_goals(data)      the prefill goals, each with its measured ratio (also part of goals(data))
+
+Decode (the W8A16 / NVFP4 GEMVs, gemm_decode):
+    decode_versions(data)    per shape and M: the anchors and every version (v1, v2, v3) of each kernel, in us
+    goal_reasons(data)       each missed decode goal at its worst shape: the bytes, the rates, the time left over
     plot_prefill(data)       TFLOP/s against M for each (N, K), ours and the anchors
 
 CPU-only friendly: nothing here touches a GPU. Every number shown comes from the JSON the benchmark wrote.
@@ -16,6 +20,7 @@ CPU-only friendly: nothing here touches a GPU. Every number shown comes from the
 from __future__ import annotations
 
 import hashlib
+import re
 
 from . import harness
 
@@ -239,6 +244,86 @@ def goals(data: dict) -> list[dict]:
     return out + prefill_goals(data)
 
 
+VERSION_FAMILIES = (("fp8 channel", "gemv_fp8_channel"), ("fp8 block", "gemv_fp8_block"), ("nvfp4", "gemv_nvfp4"))
+
+
+def _version_label(r: dict) -> str | None:
+    """'fp8 channel v3' for a decode record of ours (v3 records are named by their configuration), None otherwise."""
+    k = r["kernel"]
+    for label, base in VERSION_FAMILIES:
+        if k == base:
+            return f"{label} v1"
+        if k in (base + "_v2", base + "_v3"):
+            return f"{label} v{k[-1]}"
+    for prefix, label in (("gemv3_fp8c_", "fp8 channel"), ("gemv3_fp8b_", "fp8 block"), ("gemv3_nvfp4_", "nvfp4")):
+        if k.startswith(prefix):
+            return f"{label} v3"
+    return None
+
+
+def decode_versions(data: dict) -> list[dict]:
+    """One row per decode (N, K, M): the anchors' times and each version of each of our kernels side by side (us:
+    the fastest record of that version at that point, over its configurations and runs), with the best same-run
+    ratio of our FP8 kernels to torch._scaled_mm tensorwise (> 1: ours faster). A version the run did not time is
+    None. Launches with programmatic dependent launch (`pdl`) are left out: the goals use the plain launch."""
+    dec = [r for r in data["results"] if r.get("family") == "decode" and not r.get("pdl")
+           and not r["kernel"].endswith("_pdl")]
+    keys = sorted({(r["N"], r["K"], r["M"]) for r in dec}, key=lambda k: (k[0] * k[1], k[2]))
+    rows = []
+    for N, K, M in keys:
+        at = [r for r in dec if (r["N"], r["K"], r["M"]) == (N, K, M)]
+        best = lambda pred: min((r["time_us"] for r in at if pred(r)), default=None)  # noqa: E731
+        row = {"N": N, "K": K, "M": M, "bf16 cuBLAS": best(lambda r: r["kernel"].startswith("bf16_cublas")),
+               "_scaled_mm tw": best(lambda r: r["kernel"].startswith("scaled_mm_tensorwise"))}
+        for label, _ in VERSION_FAMILIES:
+            for v in (1, 2, 3):
+                row[f"{label} v{v}"] = best(lambda r, t=f"{label} v{v}": _version_label(r) == t)
+        fp8 = [r.get("speedup_vs_scaled_mm_tensorwise") for r in at
+               if (_version_label(r) or "").startswith("fp8") and r.get("speedup_vs_scaled_mm_tensorwise")]
+        row["best fp8 / _scaled_mm"] = max(fp8, default=None)
+        rows.append(row)
+    return rows
+
+
+def goal_reasons(data: dict) -> list[dict]:
+    """For each decode goal that is not met: its worst shape, what the kernel read there and how fast, against the
+    anchor (torch._scaled_mm tensorwise, or bf16 cuBLAS) and the copy bandwidth, and the time it would take at the
+    goal. Every number is the run's; the notebook explains the mechanisms beside them.
+
+    Columns: MB = the kernel's weight bytes; GB/s = weight bytes / time; anchor GB/s = the anchor's weight bytes /
+    its time; floor_us = weight bytes / copy bandwidth; over_floor_us = time - floor (launch, tail and what the
+    kernel does not overlap: the larger it is relative to the time, the more a small shape suffers)."""
+    dec = [r for r in data["results"] if r.get("family") == "decode"]
+    copy = (data.get("ceilings") or {}).get("copy_gbps")
+    out = []
+    for g in goals(data):
+        if g.get("met") is not False or not g.get("shape") or "W8A8" in g["goal"]:
+            continue
+        N, K = (int(x) for x in g["shape"].split("x"))
+        M = int(re.search(r"M=(\d+)", g["goal"]).group(1))
+        key = "speedup" if "bf16" in g["goal"] else ("weight_fraction_of_copy" if "copy" in g["goal"]
+                                                      else "speedup_vs_scaled_mm_tensorwise")
+        cands = [r for r in dec if r["kernel"] == g["kernel"] and (r["N"], r["K"], r["M"]) == (N, K, M)
+                 and not r.get("pdl") and r.get(key)]
+        if not cands:
+            continue
+        ours = max(cands, key=lambda r: r[key])            # the record the goal was evaluated on
+        anchor_name = "bf16_cublas" if "bf16" in g["goal"] else "scaled_mm_tensorwise"
+        same = [r for r in dec if r["kernel"].startswith(anchor_name) and (r["N"], r["K"], r["M"]) == (N, K, M)]
+        anc = next((r for r in same if r.get("run") == ours.get("run")), same[0] if same else None)  # same run first
+        wb = ours.get("weight_bytes") or ours["bytes"]
+        row = {"goal": g["goal"], "target": g["target"], "measured": g["measured"], "kernel": g["kernel"],
+               "worst shape": f"{N}x{K} M={M}", "MB": wb / 1e6, "time_us": ours["time_us"],
+               "GB/s": ours.get("weight_gbps") or wb / ours["time_us"] / 1e3,
+               "anchor": anchor_name, "anchor_us": anc and anc["time_us"],
+               "anchor GB/s": anc and (anc.get("weight_gbps") or (anc.get("weight_bytes") or anc["bytes"]) / anc["time_us"] / 1e3),
+               "copy GB/s": copy, "floor_us": wb / copy / 1e3 if copy else None}
+        row["over_floor_us"] = row["time_us"] - row["floor_us"] if row["floor_us"] else None
+        row["goal_us"] = ours["time_us"] * g["measured"] / g["target"]     # the time at which the goal would hold
+        out.append(row)
+    return out
+
+
 def decode_roofline_points(data: dict, kernels=("bf16_cublas (torch F.linear)", "scaled_mm_tensorwise (torch._scaled_mm)",
                                                 "gemv_fp8_channel_v3", "gemv_nvfp4_v3"), shape=(28672, 8192)) -> list[dict]:
     """Measured decode GEMV points for notebook 04's roofline: for each kernel and M at one shape, the arithmetic
@@ -339,17 +424,22 @@ DECODE_ANCHORS = ("bf16_cublas (torch F.linear)", "scaled_mm_tensorwise (torch._
 
 def plot_decode(data: dict, path=None, kernels=None):
     """Time per call of each decode kernel for each shape and M, on a log axis. `kernels` defaults to the two
-    anchors and the newest version of each of the lab's kernels in the run (`_v2` over version 1, and whatever
-    a later run adds); the legend sits below the panels, where it covers no bar."""
+    anchors and the newest version of each of the lab's kernels in the run (the fastest of its configurations at
+    each point; launches with PDL are left out: they are the same kernels); the legend sits below the panels,
+    where it covers no bar."""
     import matplotlib.pyplot as plt
 
-    rows = [r for r in data["results"] if r.get("family") == "decode"]
+    rows = [r for r in data["results"] if r.get("family") == "decode" and not r.get("pdl")
+            and not r["kernel"].endswith("_pdl")]
     shapes = sorted({(r["N"], r["K"]) for r in rows}, key=lambda s: s[0] * s[1])
     Ms = sorted({r["M"] for r in rows})
+    # a bar is a kernel name, or a version label ("fp8 channel v3": the fastest of its configurations there)
+    name = lambda r: _version_label(r) or r["kernel"]  # noqa: E731
     if kernels is None:
-        ours = newest_versions(r["kernel"] for r in rows if not r["kernel"].split(" (")[0] in
-                               {a.split(" (")[0] for a in DECODE_ANCHORS} and "(" not in r["kernel"])
-        kernels = [k for k in DECODE_ANCHORS if any(r["kernel"] == k for r in rows)] + ours
+        have = {name(r) for r in rows}
+        ours = [f"{label} v{v}" for label, _ in VERSION_FAMILIES
+                for v in (max((v for v in (1, 2, 3) if f"{label} v{v}" in have), default=None),) if v]
+        kernels = [k for k in DECODE_ANCHORS if k in have] + ours
     fig, axes = plt.subplots(1, len(Ms), figsize=(5 * len(Ms), 4.4), sharey=True)
     axes = [axes] if len(Ms) == 1 else axes
     w = 0.8 / max(1, len(kernels))
@@ -357,12 +447,12 @@ def plot_decode(data: dict, path=None, kernels=None):
         for i, k in enumerate(kernels):
             ys = []
             for N, K in shapes:
-                r = next((r for r in rows if r["kernel"] == k and r["M"] == M and (r["N"], r["K"]) == (N, K)), None)
-                ys.append(r["time_us"] if r else float("nan"))
+                ts = [r["time_us"] for r in rows if name(r) == k and r["M"] == M and (r["N"], r["K"]) == (N, K)]
+                ys.append(min(ts) if ts else float("nan"))
             xs = [j + (i - (len(kernels) - 1) / 2) * w for j in range(len(shapes))]
             ax.bar(xs, ys, width=w, label=k.split(" (")[0], color=f"C{i}",
                    hatch="//" if k in DECODE_ANCHORS else None, edgecolor="white" if k in DECODE_ANCHORS else None)
-        ax.set_xticks(range(len(shapes)), [f"{N}x{K}" for N, K in shapes], rotation=20)
+        ax.set_xticks(range(len(shapes)), [f"{N}x{K}" for N, K in shapes], rotation=30, ha="right", fontsize=8)
         ax.set_title(f"decode, M = {M}")
         ax.set_yscale("log")
         ax.set_ylabel("time per call (us, log; lower is faster)")

@@ -132,7 +132,7 @@ def plot_layer(data: dict, path=None, context: int | None = None):
         ax.set_xticks(range(len(batches)), [f"batch {b}" for b in batches])
         ax.set_title(f"one Llama-3-8B layer, context {ctx}")
         ax.set_ylabel("us per step (black: bytes / copy bandwidth)")
-    axes[0][0].legend(fontsize=7, ncol=2)
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside: covers no bar
     fig.tight_layout()
     if path:
         from fp8lab import store

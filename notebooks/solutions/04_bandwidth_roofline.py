@@ -71,5 +71,29 @@ def exercise_4() -> dict:
     return out
 
 
+def exercise_5() -> dict:
+    """The measured decode layer beside the whole model's bandwidth ceiling at batch 1, 1k context.
+
+    The layer benchmark times one transformer layer; 32 of them are the model minus the embedding row, the final
+    norm and the lm_head (kept in BF16 by real FP8 checkpoints, and read every step). So the layer's own
+    tokens/s (32 layers, nothing else) is an upper bound on the measured model, and the ceiling from
+    fp8lab.bandwidth counts the lm_head too: the gap between the two ceilings is the lm_head's share."""
+    base = nb.recorded("kernels", "layer.json", prov=None, quiet=True)
+    if not base:
+        return {"answer": "outputs/kernels/layer.json is not recorded"}
+    from fp8lab.kernels import layer_report as lr
+
+    rows = [r for r in lr.layer_table(lr.load(base / "layer.json")) if (r["batch"], r["context"]) == (1, 1024)]
+    r = bw.analyze(LLAMA3, batch=1, context=1024, gpu="H200-measured")
+    step = r["bytes_per_decode_step_by_kv"]["fp8"]
+    out = {"model ceiling tokens/s (H200-measured, KV fp8)": {k: round(v, 1) for k, v in r["tokens_per_s_ceiling"].items()},
+           "model bytes per step, KV fp8 (MB)": {k: round(v / 1e6, 1) for k, v in step.items()}}
+    for x in rows:
+        out[x["variant"]] = {"measured tokens/s (32 layers)": round(x["tokens/s (32 layers)"], 1),
+                             "its own ceiling tokens/s": round(x["ceiling tokens/s"], 1),
+                             "32 layers' bytes (MB)": round(32 * x["MB"], 1)}
+    return out
+
+
 if __name__ == "__main__":
     nb.run_exercises(globals())

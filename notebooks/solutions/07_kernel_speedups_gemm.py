@@ -29,11 +29,11 @@ def exercise_1() -> dict:
         best = min(rs, key=lambda r: r["time_us"])
         fastest[f"{key[0]}x{key[1]} M={key[2]}"] = f"{best['kernel'].split(' (')[0]} {best['time_us']:.1f} us"
         for r in rs:
-            if r["kernel"].endswith("_v2"):
+            if r["kernel"].endswith(("_v2", "_v3")):
                 v1 = next((t for t in rs if t["kernel"] == r["kernel"][:-3]), None)
                 if v1:
                     versions.setdefault(r["kernel"], []).append(round(v1["time_us"] / r["time_us"], 2))
-    return {"fastest per shape": fastest, "time v1 / time v2, per shape and M": versions}
+    return {"fastest per shape": fastest, "time v1 / time of the newer version, per shape and M": versions}
 
 
 def exercise_2() -> dict:
@@ -82,6 +82,35 @@ def exercise_4() -> dict:
     counts = (d or {}).get("sass_counts") or {}
     return {k: {"matrix": v.get("mma_forms"), "F2FP": v.get("F2FP")} for k, v in counts.items()
             if k.startswith("w8a8_")} or {"answer": "no SASS counts recorded"}
+
+
+def exercise_6() -> dict:
+    """What each fusion step buys in the recorded decode layer, and how much of the time above the ceiling the GEMVs
+    account for.
+
+    Each variant is one CUDA graph of the whole layer; the difference between two variants' times at the same batch
+    and context is what the change bought. The per-kernel breakdown (each kernel timed alone) splits the fastest
+    variant's time into GEMVs (floor: their weight bytes at copy bandwidth) and everything else (norms, RoPE and the
+    cache append, attention): the GEMVs' time above their floor is the part a better GEMV could recover."""
+    from fp8lab.kernels import layer_report as lr
+
+    base = nb.recorded("kernels", "layer.json", prov=None, quiet=True)
+    if not base:
+        return {"answer": "outputs/kernels/layer.json is not recorded"}
+    d = lr.load(base / "layer.json")
+    rows = lr.layer_table(d)
+    out = {}
+    for B, L in sorted({(r["batch"], r["context"]) for r in rows}):
+        t = {r["variant"]: r["time_us"] for r in rows if (r["batch"], r["context"]) == (B, L)}
+        for fam in ("fp8", "nvfp4"):
+            chain = [v for v in (fam, f"{fam}_fused", f"{fam}_fused_pdl", f"{fam}_fused_norm_pdl") if v in t]
+            out[f"B={B} ctx={L} {fam}"] = {f"{a} -> {b}": f"{t[a] - t[b]:+.1f} us saved" for a, b in zip(chain, chain[1:])}
+    for key, bd in (d.get("breakdown") or {}).items():
+        g = [b for b in bd if str(b["kernel"]).startswith("gemv")]
+        out[f"breakdown {key}"] = {"GEMVs us": round(sum(b["time_us"] for b in g), 1),
+                                   "GEMV floor us": round(sum(b.get("floor_us") or 0 for b in g), 1),
+                                   "other kernels us": round(sum(b["time_us"] for b in bd if b not in g), 1)}
+    return out
 
 
 def exercise_5() -> dict:

@@ -119,5 +119,29 @@ def exercise_5() -> dict:
     return {"written": out}
 
 
+def exercise_6() -> dict:
+    """Where an FP8 cache stops paying in chunked prefill, in FLOPs per FP8 cache byte, beside the H200's balance.
+
+    The balance point is the rate the tensor cores reach over the rate memory delivers (both measured in the same
+    run): below it the kernel waits on bytes and halving them helps; above it the kernel waits on math, and the FP8
+    widening is extra math. The crossover (log-interpolated between the measured chunks) should sit near or below the
+    balance point; where no crossover is found, the FP8 kernel is slower (or faster) at every chunk measured."""
+    base = nb.recorded("kernels", "prefill_attention.json", prov=None, quiet=True)
+    if base is None:
+        return {"answer": "outputs/kernels/prefill_attention.json is not recorded"}
+    from fp8lab.kernels import bench_prefill_attn as bpa
+
+    d = bpa.load(base / "prefill_attention.json")
+    c = d.get("ceilings", {})
+    balance = (c["mma_tflops_cublas"] * 1e12) / (c["copy_gbps"] * 1e9) if c.get("mma_tflops_cublas") and c.get("copy_gbps") else None
+    out = {"balance point (FLOP per byte, this run)": None if balance is None else round(balance)}
+    for x in bpa.crossover(d):
+        out[f"context {x['context']}"] = {
+            "crossover chunk": None if x["crossover_chunk"] is None else round(x["crossover_chunk"]),
+            "crossover FLOP per FP8 byte": None if x["crossover_flops_per_fp8_byte"] is None else round(x["crossover_flops_per_fp8_byte"]),
+            "FP8 faster at chunks": x["below"], "FP8 slower at chunks": x["above"]}
+    return out
+
+
 if __name__ == "__main__":
     nb.run_exercises(globals())

@@ -130,24 +130,39 @@ nearly fill a GB10's {gpus.get_gpu("GB10").memory_GB:.0f} GB, NVFP4 leaves room 
 ## The roofline, with the kernels the lab measured
 
 Hollow markers are *ceilings* computed here (decode at several batches with and without an 8k context, one 8k-token
-prefill); they sit on the roof by construction. Filled stars are **measured** kernels, read from the committed GEMM
-benchmark (`outputs/kernels/gemm.json`: our newest GEMV and W8A8 kernels and cuBLAS bf16, at the largest decode shape
-for one and sixteen tokens and at the largest prefill shape): intensity = FLOPs / bytes the kernel moved, height = its
-measured rate. A star far below the roof is a kernel that does not reach the hardware's limit.
+prefill); they sit on the roof by construction. Stars are **measured**, read from committed files: the GEMM benchmark
+(`outputs/kernels/gemm.json`: our newest GEMV and W8A8 kernels and cuBLAS bf16, at the largest decode shape for one
+and sixteen tokens and at the largest prefill shape) and the decode-layer benchmark (`outputs/kernels/layer.json`:
+one whole Llama-3-8B layer at decode, timed as one CUDA graph, in bf16 and the fastest FP8 and NVFP4 variants).
+Intensity = FLOPs / bytes the kernel (or the layer) moved, height = its measured rate. A star far below the roof is a
+kernel that does not reach the hardware's limit.
 """),
 ("code", r"""
 G = nb.recorded("kernels", "gemm.json", prov=None)
 points = []
 if G:
     gemm = json.loads((G / "gemm.json").read_text())
-    points = findings.kernel_roofline_points(gemm)
+    # the `_pdl` launches are the same kernels launched to overlap their neighbours: one star per kernel
+    points = [p for p in findings.kernel_roofline_points(gemm) if not p["kernel"].endswith("_pdl")]
+from fp8lab.kernels import layer_report as lr
+LY = nb.recorded("kernels", "layer.json", prov=None)
+layer_points = []
+if LY:
+    layer = lr.load(LY / "layer.json")
+    for p in lr.layer_roofline_points(layer, context=lr.GOAL_POINT[1]):
+        fam = p["variant"].split("_")[0]
+        same = [q for q in lr.layer_roofline_points(layer, context=lr.GOAL_POINT[1])
+                if q["variant"].split("_")[0] == fam and q["batch"] == p["batch"]]
+        if p["time_us"] == min(q["time_us"] for q in same):        # the fastest variant of each kind, per batch
+            layer_points.append({**p, "name": f"layer {p['name']}", "kernel": p["variant"], "family": "layer"})
+points = points + layer_points
 fig, data = bw.roofline_figure(LLAMA3, measured_points=points,
                                command="notebooks/04_bandwidth_roofline.ipynb: bw.roofline_figure(LLAMA3)")
 nb.show(fig)
 meas = gpus.get_gpu("H200-measured")
 for p in points:
     # share of the measured H200's roof at this intensity: memory roof for decode, GEMM rate for prefill
-    rate = meas.tflops["fp8"] if p["kernel"].startswith(("w8a8", "scaled_mm")) else meas.tflops["bf16"]
+    rate = meas.tflops["fp8"] if p["kernel"].startswith(("w8a8", "scaled_mm")) and p["family"] != "layer" else meas.tflops["bf16"]
     p["of_roof"] = p["tflops"] / min(rate, meas.bandwidth_TBps * p["intensity"])
     print(f"measured  {p['name']:42s} {p['intensity']:8.1f} FLOP/B  {p['tflops']:8.1f} TFLOP/s  "
           f"{p['of_roof']:.2f} of the measured roof")
@@ -155,6 +170,7 @@ for p in points:
 ("code", r"""
 dec_roof = [p["of_roof"] for p in points if p["family"] == "decode"]
 pre_roof = [p["of_roof"] for p in points if p["family"] == "prefill"]
+lay = {p["kernel"]: p for p in points if p["family"] == "layer"}
 nb.md(f'''**Reading it.** Decode with no context walks up the memory roof as the batch grows and meets the compute roof at
 batch {cb["bf16"]["weights_only"]} for BF16 and {cb["fp8_tensor"]["weights_only"]} for FP8 (table above): FP8 doubles both the
 FLOPs per byte of a sequence and, on paper, the roof. A format computed in BF16 (NVFP4 on Hopper) gets there sooner
@@ -164,7 +180,10 @@ measured H200: {meas.bandwidth_TBps:.2f} TB/s of copy bandwidth and {100 * meas.
 {100 * meas.tflops["fp8"] / gpus.get_gpu("H200").tflops["fp8"]:.0f} % (FP8) of the datasheet's dense GEMM rates. The measured
 decode stars sit at decode's low intensity and reach {findings.ratio_range(dec_roof)} of the measured memory roof there (a
 pure read can beat the copy test the roof comes from); the prefill stars reach {findings.ratio_range(pre_roof)} of the
-measured GEMM rate of their format.''' if points else "No measured kernel points: outputs/kernels/gemm.json is not recorded yet.")
+measured GEMM rate of their format.''' + (f''' The whole decode layer sits at the same low intensity and reaches
+{findings.ratio_range([p["of_roof"] for p in lay.values()])} of the measured memory roof ({", ".join(f"{k} {p['of_roof']:.2f}" for k, p in lay.items())}):
+what separates a whole layer from one large GEMV is its small matrices, its launches and the kernels that move few
+bytes (notebook 07 breaks the layer down, kernel by kernel).''' if lay else "") if points else "No measured kernel points: outputs/kernels/gemm.json is not recorded yet.")
 """),
 ("md", r"""
 ## When FP8 will not help (seed 003's list, with numbers)
@@ -241,5 +260,8 @@ Worked answers: `notebooks/solutions/04_bandwidth_roofline.py`.
    batch 1?
 4. Put the attention kernel's recorded times on the roofline: how many FLOPs and bytes does one decode step of the
    benchmark's attention (8 sequences, 32 query heads over 8 KV heads, head dim 128) do at 32k context?
+5. The measured decode layer (`outputs/kernels/layer.json`): put its tokens/s (32 layers, nothing else) beside the
+   ceiling `fp8lab.bandwidth` gives the whole model at batch 1 and 1k context on the measured H200. What share of the
+   whole model's bytes per step do the 32 layers account for, and what does the rest consist of?
 """),
 ]

@@ -3,10 +3,11 @@ CELLS = [
 ("md", r"""
 # 09 · The GB10 path: what the machine code says, and what it cannot say
 
-**The big idea.** Seed 002 says the GB10 (DGX Spark, compute capability 12.1) "does not expose the relevant MMA or
+**The big idea.** Seed 002 says the GB10 (DGX Spark, `sm_121`) "does not expose the relevant MMA or
 conversion instructions", so NVFP4 must be converted in software and multiplied as bf16. A claim about instructions
 is a claim about machine code, and machine code can be read without the chip: compile each kernel for each
-architecture with the compiler every lab machine has (NVRTC 13.0, with CuPy's exact options), disassemble it, and
+architecture with the compiler every lab machine has (NVRTC, with CuPy's exact options; its version is printed
+below, read from the summary), disassemble it, and
 look at what does the work. That is what this notebook shows, for sm_89 (Ada), sm_90a (Hopper), sm_100 (B200),
 sm_120a (Blackwell GeForce / RTX PRO) and sm_121a (the GB10).
 
@@ -46,7 +47,8 @@ which is what notebook 06 times. `mma.sync … e4m3` compiles on sm_90a and sm_1
 (`QGMMA`), and the B200's are `tcgen05` (not used by this lab). On sm_89, sm_120a and sm_121a the same `mma.sync` is a
 native `QMMA`. The GB10 rows — sm_121a — carry the E2M1 conversions (`F2FP…E2M1`) and the block-scaled FP4 MMA
 (`OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X`). The W8A8 kernel on the GB10 is the 3-stage variant: NVIDIA's Blackwell
-tuning guide gives compute capability 12.x 99 KB of shared memory per block, which the 4-stage kernel exceeds.
+tuning guide gives the `sm_12x` parts (like `sm_89`) far less shared memory per block than Hopper, less than the
+4-stage kernel needs (the limit is in `fp8lab.kernels.native.choose`).
 
 ## The `a` suffix, proven by compiling
 
@@ -67,7 +69,7 @@ for line in live.get("lines", []):
 `mma.sync.m16n8k64 … kind::mxf4nvf4.block_scale.scale_vec::4X … ue4m3` multiplies a 16×64 block of E2M1 activations by
 a 64×8 block of E2M1 weights. Its operands are the packed nibbles exactly as NVFP4 stores them (eight consecutive
 elements per 32-bit register, element 2i in the low nibble), and two more registers: four E4M3 scale codes for the
-activation row a lane speaks for, four for the weight column — byte *j* scales elements 16*j*…16*j*+15, which is
+activation row a lane speaks for, four for the weight column — byte `j` scales elements `16j … 16j+15`, which is
 NVFP4's 1×16 block. The tensor core forms `(a·sa)(w·sw)` itself. So the inner loop of the W4A4 kernel is loads and
 MMAs: no nibble is widened and no scale is multiplied on the CUDA cores; the per-tensor global scales are one multiply
 in the epilogue. Its portable twin runs the *same* loads and registers through ordinary f16 MMAs, widening every
@@ -84,7 +86,7 @@ print(gr.format_loops(gr.loops(s, "sm_121")))
 | what | where | how |
 |---|---|---|
 | every kernel, every tested arch (sm_89, sm_90a, sm_120a, sm_121a) | CPU CI | `tests/test_kernels_sass.py`: compiles, disassembles, asserts `OMMA.SF…E2M1`, `F2FP…E2M1` only where asked, `QMMA` (not an `F2FP`+`HMMA` emulation), `QGMMA`; and that ptxas refuses the native sources for sm_89, sm_90a, plain sm_120/sm_121, and the MMA for sm_100a |
-| the hardware E2M1 conversion's semantics | CPU CI | NVIDIA's documented function (CUDA 13.0 `cuda_fp4.hpp`) equals `fp8lab.formats.E2M1.encode` on every bf16 pattern and every tie — except NaN (+6 there, 0 in the lab: the kernels canonicalize it) |
+| the hardware E2M1 conversion's semantics | CPU CI | NVIDIA's documented function (the CUDA toolkit's `cuda_fp4.hpp`) equals `fp8lab.formats.E2M1.encode` on every bf16 pattern and every tie — except NaN (+6 there, 0 in the lab: the kernels canonicalize it) |
 | the block-scaled MMA and W4A4 references | CPU CI | `fp8lab.kernels.mma_reference` against float64 dequantize-then-matmul; activations quantized through `fp8lab.scaling` |
 | the W4A4 skeleton, fragments, scale registers, epilogue | H200 (`-m gpu`) | the portable emulation kernel, bit for bit against the reference's per-block rounding |
 | the native kernels on a GB10 | **not run** | `tests/test_kernels_gb10.py` holds their GPU tests; they skip on anything but sm_120 / sm_121 |
@@ -114,18 +116,21 @@ rows = bandwidth.decode_ceilings(gr.REPO / "fp8lab/model_configs/qwen3.5-35b-a3b
 print(bandwidth.format_decode_ceilings(rows))
 """),
 ("md", r"""
-## Things to try
+## Exercises
 
-- On a GB10 (or any sm_120 / sm_121 card): `python -m pytest -m gpu tests/test_kernels_gb10.py`. The exhaustive
-  E2M1 check prints what the instruction really does with NaN; the OMMA test says whether the tensor core accumulates
-  with fp32 precision (if it fails by a small factor, promote partial sums every few k-steps, as DeepGEMM does on
-  Hopper). Then time `gemm_w4a4` (`kernel="omma"`) against `kernel="emu"` and the W8A8 `mma_fp8_s3`.
-- Compile a kernel for the plain target yourself: `python -m fp8lab.kernels.sass --source nvfp4_hw.cu --arch sm_121`
-  uses the `a` target the lab's loader picks; change `sources.py` to drop it and read ptxas' refusal.
-- Put the decode speeds seed 002 quotes for this model next to the ceiling printed here (one token per weight read).
-  Speculative decoding (the seed's MTP) verifies several tokens per read: how many accepted tokens per step would
-  the seed's numbers need?
-- `python -m fp8lab.kernels.sass --source gemm_w4a4.cu --arch sm_121 --kernel w4a4_omma` prints the whole listing:
-  find the `LDS` that loads four scale codes, and the `OMMA` that consumes them.
+Worked answers: `notebooks/solutions/09_gb10_path.py` (the CPU parts run in the tests).
+
+1. On a GB10 (or any sm_120 / sm_121 card): `python -m pytest -m gpu tests/test_kernels_gb10.py`. The exhaustive
+   E2M1 check prints what the instruction really does with NaN; the OMMA test says whether the tensor core
+   accumulates with fp32 precision (if it fails by a small factor, promote partial sums every few k-steps, as
+   DeepGEMM does on Hopper). Then time `gemm_w4a4` (`kernel="omma"`) against `kernel="emu"`.
+2. Compile a native source for the plain target yourself (`gb10_report.refusal`): which targets refuse which
+   source, in ptxas' own words?
+3. Put the decode speeds seed 002 quotes for this model next to the ceiling printed above (one token per weight
+   read). Speculative decoding (the seed's MTP) verifies several tokens per read: how many accepted tokens per step
+   would the seed's numbers need (`fp8lab.serving_claims`)?
+4. `python -m fp8lab.kernels.sass --source gemm_w4a4.cu --arch sm_121 --kernel w4a4_omma` prints the whole listing:
+   find the `OMMA` that consumes the scales, and count the instructions of the inner loop against its portable
+   twin's (`gb10_report.loops`).
 """),
 ]

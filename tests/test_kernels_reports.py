@@ -1,0 +1,60 @@
+"""The report helpers notebooks 07 and 08 read recorded kernel results through (CPU, synthetic records)."""
+from fp8lab.kernels import bench_attention as ba
+from fp8lab.kernels import gemm_report as gr
+
+
+def _dec(kernel, M, N, K, t, wbytes, **kw):
+    return {"family": "decode", "kernel": kernel, "M": M, "N": N, "K": K, "shape": f"M={M} N={N} K={K}",
+            "time_us": t, "bytes": wbytes, "flops": 2 * M * N * K, "weight_bytes": wbytes, **kw}
+
+
+def _gemm():
+    N, K = 28672, 8192
+    res = [_dec("bf16_cublas (torch F.linear)", 1, N, K, 100.0, 2 * N * K),
+           _dec("scaled_mm_tensorwise (torch._scaled_mm)", 1, N, K, 50.0, N * K),
+           _dec("gemv_fp8_channel", 1, N, K, 70.0, N * K, speedup_vs_scaled_mm_tensorwise=50 / 70),
+           _dec("gemv_fp8_channel_v3", 1, N, K, 60.0, N * K, speedup_vs_scaled_mm_tensorwise=50 / 60,
+                weight_fraction_of_copy=N * K / 60e-6 / 4e12)]
+    return {"results": res, "ceilings": {"copy_gbps": 4000.0}}
+
+
+def test_decode_versions_puts_each_version_beside_the_anchors():
+    rows = gr.decode_versions(_gemm())
+    assert len(rows) == 1
+    r = rows[0]
+    assert (r["bf16 cuBLAS"], r["_scaled_mm tw"], r["fp8 channel v1"], r["fp8 channel v3"]) == (100.0, 50.0, 70.0, 60.0)
+    assert r["fp8 channel v2"] is None and r["nvfp4 v3"] is None
+    assert abs(r["best fp8 / _scaled_mm"] - 50 / 60) < 1e-12
+
+
+def test_goal_reasons_explain_a_missed_goal_from_the_run():
+    why = {r["goal"]: r for r in gr.goal_reasons(_gemm())}
+    g = next(r for k, r in why.items() if k.startswith("W8A16 M=1 >= 1.0x"))
+    assert g["kernel"] == "gemv_fp8_channel_v3" and g["worst shape"] == "28672x8192 M=1"
+    assert abs(g["floor_us"] - 28672 * 8192 / 4000.0 / 1e3) < 1e-9
+    assert abs(g["over_floor_us"] - (60.0 - g["floor_us"])) < 1e-9
+    assert abs(g["goal_us"] - 50.0) < 1e-9          # the time at which it would match _scaled_mm
+    assert g["anchor_us"] == 50.0
+
+
+def _att(kernel, fmt, version, t, default=True, **kw):
+    return {"kernel": kernel, "fmt": fmt, "version": version, "default": default, "sweep": False, "time_us": t,
+            "layout": "contiguous", "head_dim": 128, "context": 32768, "valid": True, **kw}
+
+
+def test_attention_versions_compare_best_with_best():
+    data = {"results": [_att("v1_bf16kv", "bf16", 1, 260.0, default=False), _att("v2_bf16kv", "bf16", 2, 370.0),
+                        _att("v1_fp8kv[cvt]", "fp8cvt", 1, 150.0, default=False), _att("v2_fp8kv[cvt]", "fp8cvt", 2, 190.0),
+                        _att("v2_nvfp4kv", "nvfp4", 2, 120.0),
+                        {"kernel": "torch_sdpa[default=cudnn]", "time_us": 240.0, "layout": "contiguous", "head_dim": 128,
+                         "context": 32768}]}
+    r = ba.versions_table(data)[0]
+    assert abs(r["v2_over_v1_fp8"] - 190 / 150) < 1e-12 and r["v2_over_v1_fp8"] > 1     # version 2 slower
+    assert abs(r["best_fp8_vs_best_bf16"] - 240 / 150) < 1e-12                         # torch is the best bf16
+    assert abs(r["best_nvfp4_vs_best_bf16"] - 240 / 120) < 1e-12
+    assert "1.27" in ba.format_versions(data)
+
+
+def test_attention_versions_of_a_one_version_recording():
+    legacy = {"results": [{"kernel": "ours_fp8kv[cvt,pv]", "time_us": 1.0, "default": True}]}
+    assert ba.versions_table(legacy) == [] and "one version" in ba.format_versions(legacy)
