@@ -21,7 +21,8 @@ import math
 __all__ = ["ci", "excludes_zero", "recipe_label", "causal_label", "sweep_delta", "step_sentence",
            "cheapest_causal", "mc_reading", "granularity_note", "kv_drift_findings", "kv_long_findings",
            "kv_sweep_findings", "kv_config_causality", "ratio_range", "expected_by_chance",
-           "latest_kernels", "kernel_roofline_points"]
+           "latest_kernels", "kernel_roofline_points",
+           "accumulation_findings", "accumulation_bias_findings", "per_unit_factor", "fast_accum_findings"]
 
 
 def ci(d: float, lo: float, hi: float, unit: str = "%", digits: int = 2) -> str:
@@ -309,4 +310,106 @@ def kernel_roofline_points(data: dict, Ms=(1, 16), ours_prefix=("gemv", "w8a8"),
                     out.append({"name": f"{short} {r.get('shape', '')}", "intensity": r["flops"] / r["bytes"],
                                 "tflops": r.get("tflops") or r["flops"] / (r["time_us"] * 1e6), "kernel": short,
                                 "family": fam, "M": r.get("M")})
+    return out
+
+
+# ---- accumulation precision (notebook 10) ---------------------------------------------------------------------
+def _loglog_slope(xs, ys) -> float:
+    """Least-squares slope of log(y) against log(x): 1 = grows like K, 0.5 = like sqrt(K), 0 = flat."""
+    lx = [math.log(x) for x in xs]
+    ly = [math.log(max(y, 1e-300)) for y in ys]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    den = sum((a - mx) ** 2 for a in lx)
+    return float("nan") if den == 0 else sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / den
+
+
+def _growth_word(slope: float) -> str:
+    if slope != slope:
+        return "cannot be told from one K"
+    if slope > 0.75:
+        return "grows about in proportion to K"
+    if slope > 0.3:
+        return "grows about like √K"
+    if slope > 0.1:
+        return "grows slowly with K"
+    return "stays about flat with K"
+
+
+def accumulation_findings(rows: list[dict], dist: str = "gaussian", key: str = "rel_err_acc") -> list[str]:
+    """What fp8lab.accumulation.error_vs_k's rows show for one input distribution: how each variant's error
+    grows with K (log-log slope), and how far the largest-K errors sit from each other."""
+    rs = [r for r in rows if r["dist"] == dist]
+    if not rs:
+        return [f"no {dist} rows in this run."]
+    ks = sorted({r["K"] for r in rs})
+    at = {(r["variant"], r["K"]): r[key] for r in rs}
+    out = []
+    for v in dict.fromkeys(r["variant"] for r in rs):
+        xs = [k for k in ks if (v, k) in at]
+        sl = _loglog_slope(xs, [at[(v, k)] for k in xs]) if len(xs) > 1 else float("nan")
+        out.append(f"{v}: {at[(v, xs[0])]:.1e} at K = {xs[0]} → {at[(v, xs[-1])]:.1e} at K = {xs[-1]}; log-log slope "
+                   f"{sl:.2f}: it {_growth_word(sl)}.")
+    k = ks[-1]
+    vals = {v: at[(v, k)] for v in dict.fromkeys(r["variant"] for r in rs) if (v, k) in at}
+    if len(vals) > 1:
+        lo, hi = min(vals, key=vals.get), max(vals, key=vals.get)
+        if vals[lo] > 0:
+            out.append(f"At K = {k} the largest error ({hi}) is {vals[hi] / vals[lo]:.0f}× the smallest ({lo}): "
+                       f"{math.log10(vals[hi] / vals[lo]):.1f} orders of magnitude.")
+    return out
+
+
+def accumulation_bias_findings(rows: list[dict], variant: str, dist: str = "gaussian") -> list[str]:
+    """For one variant: the accumulation error against the total error (FP8 inputs included), and the part of
+    the accumulation error that is a uniform shrink toward zero, at the smallest and the largest K."""
+    rs = sorted((r for r in rows if r["dist"] == dist and r["variant"] == variant), key=lambda r: r["K"])
+    if not rs:
+        return [f"`{variant}` is not in this run."]
+    out = []
+    for r in (rs[0], rs[-1]) if len(rs) > 1 else rs:
+        share = r["rel_err_acc"] / r["rel_err_total"] if r["rel_err_total"] else float("nan")
+        bias = r["shrink"] / r["rel_err_acc"] if r["rel_err_acc"] else float("nan")
+        out.append(f"K = {r['K']}: accumulation error {r['rel_err_acc']:.1e} against a total of {r['rel_err_total']:.1e} "
+                   f"({share:.1%} of it); the uniform shrink is {r['shrink']:.1e}, {bias:.0%} of the accumulation error.")
+    return out
+
+
+def per_unit_factor(xs, ys) -> float:
+    """The average factor by which y changes per unit step of x (geometric): per_unit_factor([10, 12], [4, 1]) = 0.5."""
+    return math.exp(_loglog_slope_lin(xs, ys))
+
+
+def _loglog_slope_lin(xs, ys) -> float:
+    ly = [math.log(max(y, 1e-300)) for y in ys]
+    mx, my = sum(xs) / len(xs), sum(ly) / len(ly)
+    den = sum((a - mx) ** 2 for a in xs)
+    return float("nan") if den == 0 else sum((a - mx) * (b - my) for a, b in zip(xs, ly)) / den
+
+
+def fast_accum_findings(rec: dict) -> list[str]:
+    """What a recorded `python -m fp8lab.accumulation --gpu` run shows: the speed ratio of fast accumulation at
+    each K (and whether the rounds' min–max ranges separate), how each setting's error grows with K, and which
+    CPU model the GPU's fast accumulation is closest to."""
+    sp = {(r["K"], r["fast_accum"]): r for r in rec.get("speed", [])}
+    ks = sorted({k for k, _ in sp})
+    out = []
+    ratios, separated = [], []
+    for k in ks:
+        off, on = sp.get((k, False)), sp.get((k, True))
+        if off and on:
+            ratios.append((k, off["median_us"] / on["median_us"]))
+            separated.append(on["max_us"] < off["min_us"] or off["max_us"] < on["min_us"])
+    if ratios:
+        best = max(ratios, key=lambda t: t[1])
+        out.append(f"Fast accumulation is {ratio_range([r for _, r in ratios])}× the speed of the promoted path "
+                   f"(median time off / on) over K = {ks[0]}…{ks[-1]}, most at K = {best[0]} ({best[1]:.2f}×); the "
+                   f"rounds' min–max ranges separate at {sum(separated)} of {len(separated)} K values.")
+    for d in rec.get("settings", {}).get("dists", []):
+        for f in (False, True):
+            es = sorted((r for r in rec.get("error", []) if r["dist"] == d and r["fast_accum"] == f),
+                        key=lambda r: r["K"])
+            if len(es) > 1:
+                sl = _loglog_slope([r["K"] for r in es], [r["rel_err"] for r in es])
+                out.append(f"{d} inputs, use_fast_accum={f}: error {es[0]['rel_err']:.1e} at K = {es[0]['K']} → "
+                           f"{es[-1]['rel_err']:.1e} at K = {es[-1]['K']} (log-log slope {sl:.2f}: it {_growth_word(sl)}).")
     return out
