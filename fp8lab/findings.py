@@ -22,7 +22,8 @@ __all__ = ["ci", "excludes_zero", "recipe_label", "causal_label", "sweep_delta",
            "cheapest_causal", "mc_reading", "granularity_note", "kv_drift_findings", "kv_long_findings",
            "kv_sweep_findings", "kv_config_causality", "ratio_range", "expected_by_chance",
            "latest_kernels", "kernel_roofline_points",
-           "accumulation_findings", "accumulation_bias_findings", "per_unit_factor", "fast_accum_findings"]
+           "accumulation_findings", "accumulation_bias_findings", "per_unit_factor", "fast_accum_findings",
+           "nvfp4_kv_kernel_verdict", "prefill_fp8_verdict", "serving_claim_verdicts", "fp4_sass_verdict"]
 
 
 def ci(d: float, lo: float, hi: float, unit: str = "%", digits: int = 2) -> str:
@@ -413,3 +414,77 @@ def fast_accum_findings(rec: dict) -> list[str]:
                 out.append(f"{d} inputs, use_fast_accum={f}: error {es[0]['rel_err']:.1e} at K = {es[0]['K']} → "
                            f"{es[-1]['rel_err']:.1e} at K = {es[-1]['K']} (log-log slope {sl:.2f}: it {_growth_word(sl)}).")
     return out
+
+
+# ---- the seeds' remaining claims (notebook 13) -------------------------------------------------------------------
+def nvfp4_kv_kernel_verdict(goals: list[dict]) -> tuple[str, str, str]:
+    """(claim, verdict, evidence) for seed 002's NVFP4-KV decode attention kernel, from
+    fp8lab.kernels.bench_attention.goals_table(data) (measured speedup of the same kernel on NVFP4 vs bf16 K/V)."""
+    claim = "seed 002: an attention kernel can read NVFP4 K/V and dequantize at the MMA boundary (and gain from it)"
+    g = [r for r in goals if r.get("goal") == "nvfp4_vs_bf16" and r.get("measured") is not None]
+    if not g:
+        return claim, "untestable here: no NVFP4-KV measurement in the recorded file", "section 3"
+    r = max(g, key=lambda r: r["context"])
+    m = float(r["measured"])
+    bound = 16 / 4.5
+    verdict = ("confirmed here (on the recording GPU)" if r.get("met") is not None and m > 1
+               else "contradicted here" if r.get("met") is not None and m <= 1 else "not validated in this run")
+    ev = (f"the same decode kernel on NVFP4 K/V is {m:.2f}× its bf16 speed at context {r['context']}, D = "
+          f"{r['head_dim']} (byte ratio bound {bound:.2f}×; the lab's goal ≥ {r['threshold']}: "
+          f"{'met' if r.get('met') else 'NOT met' if r.get('met') is False else 'not measured'})")
+    return claim, verdict, ev
+
+
+def prefill_fp8_verdict(rows: list[dict]) -> tuple[str, str, str]:
+    """(claim, verdict, evidence) for seed 004 (FP8 KV made long-context prefill slower), from
+    fp8lab.kernels.bench_prefill_attn.summary_rows(data): FP8 / bf16 time of the same chunked-prefill kernel."""
+    claim = "seed 004: an FP8 KV cache makes long-context prefill slower than a BF16 one"
+    rows = [r for r in rows if r.get("valid", True)]
+    if not rows:
+        return claim, "untestable here: no valid prefill measurement in the recorded file", "section 4"
+    big = [r for r in rows if r["chunk"] >= 512] or rows
+    slower = [r for r in big if r["fp8_over_bf16"] > 1]
+    ratios = ratio_range([r["fp8_over_bf16"] for r in big])
+    verdict = ("confirmed here (mechanism, in the lab's kernel on the recording GPU)" if len(slower) == len(big)
+               else "contradicted here (in the lab's kernel)" if not slower else "partly: slower at some chunks only")
+    ev = (f"FP8 / bf16 time of the same chunked-prefill kernel at chunks ≥ {min(r['chunk'] for r in big)} queries: "
+          f"{ratios}× over {len(big)} (context, chunk) points, slower with FP8 at {len(slower)}; contexts "
+          f"{sorted({r['context'] for r in big})}. Not the seed's engine, model or context: a mechanism, not a replay")
+    return claim, verdict, ev
+
+
+def serving_claim_verdicts(rows: list[dict]) -> list[tuple[str, str, str]]:
+    """(claim, verdict, evidence) per GB10 serving number, from fp8lab.serving_claims.claims_table(): the lab has no
+    GB10, so every one is untestable here; the evidence says whether it exceeds the one-token-per-weight-read
+    ceiling and the acceptance rate MTP would need."""
+    out = []
+    for r in rows:
+        claim = f"seed {r['seed']}: {r['tokens_per_s']:g} tok/s on GB10 ({r['id']})"
+        if r.get("ceiling_tok_s") is None:
+            out.append((claim, "untestable here", f"{r.get('verdict')}: {r.get('relation')}"))
+            continue
+        acc = r.get("acceptance_needed") or {}
+        a = "; ".join(f"{n} draft{'s' if int(n) > 1 else ''}: acceptance ≥ {v['acceptance']:.2f}"
+                      if v.get("acceptance") is not None else f"{n} drafts: impossible" for n, v in acc.items())
+        over = r["fraction_of_ceiling"] > 1
+        out.append((claim, "untestable here (no GB10); " + ("needs speculative decoding" if over
+                                                           else "possible without it"),
+                    f"ceiling {r['ceiling_tok_s']:.1f} tok/s at {r['bandwidth_GBps']:.0f} GB/s (spec) for "
+                    f"{r['bytes_per_token'] / 1e9:.2f} GB per token ({r['weights']}); the claim is "
+                    f"{r['fraction_of_ceiling']:.0%} of it. With MTP: {a or 'n/a'}"))
+    return out
+
+
+def fp4_sass_verdict(job_rows: list[dict], arch: str = "sm_121") -> tuple[str, str, str]:
+    """(claim, verdict, evidence) for seed 002's "SM121 does not expose the MMA or conversion instructions" from
+    fp8lab.kernels.gb10_report.jobs(summary): what the compiled machine code for that arch contains."""
+    claim = "seed 002: SM121 does not expose the FP4 MMA or E2M1 conversion instructions"
+    cells = {r["job"]: r.get(arch, "not compiled here") for r in job_rows}
+    native = {j: c for j, c in cells.items() if ("E2M1" in j or "FP4" in j) and "(portable)" not in c
+              and ("E2M1" in c or "OMMA" in c)}
+    if not any(("E2M1" in j or "FP4" in j) for j in cells):
+        return claim, "untestable here: no SASS summary", "notebook 09"
+    verdict = "contradicted here (by compiling, not by running)" if native else "not contradicted by this summary"
+    ev = "; ".join(f"{j}: {c}" for j, c in cells.items() if "E2M1" in j or "FP4" in j)
+    return claim, verdict, f"{arch} machine code: {ev}. Compiling proves the instructions exist for the arch-specific " \
+                           "target; it does not time them (no GB10 here)"
