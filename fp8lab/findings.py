@@ -23,7 +23,9 @@ __all__ = ["ci", "excludes_zero", "recipe_label", "causal_label", "sweep_delta",
            "kv_sweep_findings", "kv_config_causality", "ratio_range", "expected_by_chance",
            "latest_kernels", "kernel_roofline_points",
            "accumulation_findings", "accumulation_bias_findings", "per_unit_factor", "fast_accum_findings",
-           "nvfp4_kv_kernel_verdict", "prefill_fp8_verdict", "serving_claim_verdicts", "fp4_sass_verdict"]
+           "nvfp4_kv_kernel_verdict", "prefill_fp8_verdict", "serving_claim_verdicts", "fp4_sass_verdict",
+           "outlier_structure_findings", "scaling_findings", "taming_findings", "sqnr_findings",
+           "control_findings", "rho_sentence", "rank_of", "sensitivity_findings", "frontier_findings"]
 
 
 def ci(d: float, lo: float, hi: float, unit: str = "%", digits: int = 2) -> str:
@@ -488,3 +490,179 @@ def fp4_sass_verdict(job_rows: list[dict], arch: str = "sm_121") -> tuple[str, s
     ev = "; ".join(f"{j}: {c}" for j, c in cells.items() if "E2M1" in j or "FP4" in j)
     return claim, verdict, f"{arch} machine code: {ev}. Compiling proves the instructions exist for the arch-specific " \
                            "target; it does not time them (no GB10 here)"
+
+
+# ---- activations and their outliers (notebook 11) ------------------------------------------------------------------
+def outlier_structure_findings(rows: list[dict], threshold: float = 448.0) -> list[str]:
+    """What fp8lab.outliers.summarize rows show: per input kind, the median channel and token ratios over layers
+    (which kind of outlier it has), where the values above `threshold` are, whether the same channels top every layer,
+    and at which positions the largest tokens sit."""
+    from collections import Counter
+    from statistics import median
+
+    out = []
+    for kind in dict.fromkeys(r["kind"] for r in rows):
+        rs = [r for r in rows if r["kind"] == kind]
+        cr = median(r["chan_ratio"] for r in rs)
+        tr = [r["tok_ratio"] for r in rs if r.get("tok_ratio") is not None]
+        tr_s = f"{median(tr):.1f}" if tr else "-"
+        shape = ("channel-structured (large channels on every token)" if tr and cr > 2 * median(tr)
+                 else "token-structured (a few tokens far above the rest)" if tr and median(tr) > 2 * cr
+                 else "neither clearly")
+        top = Counter(r["top_channels"][0] for r in rs if r.get("top_channels"))
+        ch, n_ch = top.most_common(1)[0] if top else (None, 0)
+        out.append(f"`{kind}` inputs over {len(rs)} layers: median channel ratio {cr:.1f}, median token ratio {tr_s} → "
+                   f"{shape}; channel {ch} is the largest in {n_ch} of {len(rs)} layers.")
+    over = [r for r in rows if r.get("n_over_448")]
+    if over:
+        pos = Counter(r["top_positions"][0] for r in over if r.get("top_positions"))
+        p, n_p = pos.most_common(1)[0] if pos else (None, 0)
+        out.append(f"Values above {threshold:g} (E4M3's maximum at scale 1): in {len(over)} of {len(rows)} inputs ("
+                   + ", ".join(f"layer {r['layer']} `{r['kind']}` max {r['amax']:.0f}" for r in over[:6])
+                   + (", …" if len(over) > 6 else "") + f"); in {n_p} of them the largest token is at position {p}.")
+    else:
+        out.append(f"No value above {threshold:g} in these inputs.")
+    return out
+
+
+def _quality_row(r: dict) -> str:
+    return (f"`{r['config']}` ({causal_label(r['causal'])}) {ci(r['delta_vs_ref_pct'], r['ref_ci95_low'], r['ref_ci95_high'])}"
+            if r.get("delta_vs_ref_pct") is not None else f"`{r['config']}` ({causal_label(r['causal'])})")
+
+
+def scaling_findings(rows: list[dict], pairs: dict | None = None) -> list[str]:
+    """outlier_study's scaling.csv: the activation cost of each strategy (against its weight-only reference), the
+    cheapest causal one, how many intervals overlap, and head-to-head paired comparisons {(a, b): (d, lo, hi)}."""
+    act = sorted((r for r in rows if r.get("delta_vs_ref_pct") is not None), key=lambda r: r["delta_vs_ref_pct"])
+    if not act:
+        return ["No activation-scaling row in this run."]
+    out = ["Activation cost against E4M3 weights alone, smallest first: " + "; ".join(_quality_row(r) for r in act) + "."]
+    causal = [r for r in act if str(r["causal"]) == "True"]
+    if causal:
+        b = causal[0]
+        out.append(f"The cheapest causal strategy is `{b['config']}`; its interval "
+                   f"{'excludes' if excludes_zero(b['ref_ci95_low'], b['ref_ci95_high']) else 'includes'} zero.")
+    w = [r for r in rows if r.get("delta_vs_ref_pct") is None and r.get("act_scaling") == "weight-only"]
+    if w:
+        r = w[0]
+        out.append(f"The weights alone (`{r['config']}`) cost {ci(r['delta_pct'], r['ci95_low'], r['ci95_high'])} "
+                   f"against the baseline (n = {r['n']} windows of {r['seq_len']} tokens).")
+    for (a, b), t in (pairs or {}).items():
+        out.append(step_sentence(f"`{a}` vs `{b}`", {"delta": t[0], "ci95_low": t[1], "ci95_high": t[2],
+                                                      "n": act[0]["n"]}))
+    return out
+
+
+def taming_findings(rows: list[dict]) -> list[str]:
+    """outlier_study's taming.csv: per format, the cost without a transform and what each transform changes against
+    it (paired interval, resolved or not)."""
+    out = []
+    for fmt in dict.fromkeys(r["fmt"] for r in rows):
+        rs = [r for r in rows if r["fmt"] == fmt]
+        base = next((r for r in rs if r["transform"] == "none"), None)
+        if base is None:
+            continue
+        parts = []
+        for r in rs:
+            if r is base or r.get("delta_vs_ref_pct") is None:
+                continue
+            lo, hi = r["ref_ci95_low"], r["ref_ci95_high"]
+            verdict = "lower, resolved" if hi < 0 else "higher, resolved" if lo > 0 else "not resolved"
+            parts.append(f"`{r['config']}` {ci(r['delta_vs_ref_pct'], lo, hi)} ({verdict})")
+        out.append(f"{fmt.upper()}: no transform {ci(base['delta_pct'], base['ci95_low'], base['ci95_high'])} vs baseline; "
+                   "against it: " + ("; ".join(parts) or "no transform row") + ".")
+    return out or ["No taming row in this run."]
+
+
+def sqnr_findings(stats: dict) -> list[str]:
+    """outlier_study's example SQNR table as sentences: per example input and format, what each transform changes
+    (tensor-wide and median-token SQNR, in dB) against the input as it is."""
+    out = []
+    for e in stats.get("examples", []):
+        versions = list(e["sqnr_db"])
+        if len(versions) < 2:
+            continue
+        v0 = versions[0]
+        for f in e["sqnr_db"][v0]:
+            ch = ", ".join(f"{v} {e['sqnr_db'][v][f] - e['sqnr_db'][v0][f]:+.1f} / "
+                           f"{e['sqnr_db_token_median'][v][f] - e['sqnr_db_token_median'][v0][f]:+.1f} dB"
+                           for v in versions[1:])
+            out.append(f"{e['label']} (layer {e['layer']} {e['kind']}), {f}: {e['sqnr_db'][v0][f]:.1f} / "
+                       f"{e['sqnr_db_token_median'][v0][f]:.1f} dB as it is; {ch} (tensor-wide / median token).")
+    return out
+
+
+# ---- beyond one model (notebook 12) ----------------------------------------------------------------------------
+def control_findings(rows: list[dict], sqnr_rows: list[dict]) -> list[str]:
+    """The FP32 control (control.csv, sqnr.csv rows): formats ordered by median weight SQNR, and how many MRR /
+    top-1 intervals exclude zero at this many queries."""
+    from statistics import median
+
+    by = {}
+    for r in sqnr_rows:
+        by.setdefault(r["recipe"], []).append(float(r["sqnr_db"]))
+    med = sorted(((median(v), k) for k, v in by.items()), reverse=True)
+    out = ["Median weight SQNR on FP32 weights, highest first: " + ", ".join(f"`{k}` {m:.1f} dB" for m, k in med) + "."]
+    for metric in ("mrr", "top1"):
+        rs = [r for r in rows if r["metric"] == metric]
+        if not rs:
+            continue
+        ex = [r for r in rs if excludes_zero(float(r["ci95_low"]), float(r["ci95_high"]))]
+        names = ", ".join(f"`{r['recipe']}` {ci(float(r['delta']), float(r['ci95_low']), float(r['ci95_high']), '')}"
+                          for r in ex) or "none"
+        out.append(f"{metric}: {len(ex)} of {len(rs)} intervals exclude zero over n = {rs[0]['n_queries']} questions "
+                   f"({names}); about {expected_by_chance(len(rs)):.1f} would by chance.")
+    return out
+
+
+def rho_sentence(label: str, s: dict, n: int) -> str:
+    """A Spearman rho with its interval as a verdict: the orderings agree, disagree, or cannot be told apart."""
+    if s.get("rho") is None:
+        return f"{label}: undefined (no spread in one of the orderings)."
+    lo, hi = s["ci95_low"], s["ci95_high"]
+    verdict = ("the orderings agree (the interval lies above zero)" if lo > 0 else
+               "the orderings are opposed (the interval lies below zero)" if hi < 0 else
+               "not resolved: the interval includes zero")
+    return f"{label}: Spearman ρ = {s['rho']:+.2f} [{lo:+.2f}, {hi:+.2f}] over {n} formats: {verdict}."
+
+
+def rank_of(table: list[dict], recipe: str, key: str, reverse: bool = False):
+    """(rank from 1, out of) of `recipe` when the rows are sorted by `key` (ascending: least cost first)."""
+    rs = [r for r in table if r.get(key) not in (None, "", "nan")]
+    rs = sorted(rs, key=lambda r: float(r[key]), reverse=reverse)
+    names = [r["recipe"] for r in rs]
+    return (names.index(recipe) + 1, len(names)) if recipe in names else (None, len(names))
+
+
+def sensitivity_findings(rows: list[dict], top: int = 3) -> list[str]:
+    """A sensitivity.csv: per format, the costliest parts with their intervals, and how many intervals exclude zero
+    against what chance alone would give."""
+    out = []
+    for fmt in dict.fromkeys(r["format"] for r in rows):
+        rs = sorted((r for r in rows if r["format"] == fmt), key=lambda r: -float(r["delta_pct"]))
+        ex = sum(excludes_zero(float(r["ci95_low"]), float(r["ci95_high"])) for r in rs)
+        out.append(f"{fmt}: costliest " + "; ".join(f"`{r['part']}` {ci(float(r['delta_pct']), float(r['ci95_low']), float(r['ci95_high']))}"
+                                                    for r in rs[:top])
+                   + f". {ex} of {len(rs)} intervals exclude zero (about {expected_by_chance(len(rs)):.1f} by chance); "
+                   f"n = {rs[0]['n']} windows of {rs[0]['seq_len']} tokens.")
+    return out
+
+
+def frontier_findings(rows: list[dict]) -> list[str]:
+    """A frontier.csv: for each mixed point, the uniform points it beats (fewer bytes and a lower perplexity delta
+    whose interval lies below theirs) and whether its measured delta matches the greedy prediction."""
+    f = lambda r, k: float(r[k])  # noqa: E731
+    uni = [r for r in rows if r["kind"] == "uniform"]
+    mixed = [r for r in rows if r["kind"] != "uniform"]
+    out = []
+    for m in mixed:
+        beats = [u["point"] for u in uni if f(m, "bytes_per_step") <= f(u, "bytes_per_step") and f(m, "ci95_high") < f(u, "ci95_low")]
+        pred = m.get("predicted_delta_pct")
+        pr = ""
+        if pred not in (None, ""):
+            inside = f(m, "ci95_low") <= float(pred) <= f(m, "ci95_high")
+            pr = f"; predicted {float(pred):+.2f} %, {'inside' if inside else 'outside'} the measured interval"
+        out.append(f"`{m['point']}`: {f(m, 'bytes_per_step') / 1e6:.2f} MB/step, "
+                   f"{ci(f(m, 'delta_pct'), f(m, 'ci95_low'), f(m, 'ci95_high'))}{pr}; clearly better at no more bytes than: "
+                   f"{', '.join(f'`{b}`' for b in beats) or 'no uniform point'}.")
+    return out or ["No mixed point in this run."]
