@@ -42,7 +42,11 @@ ROLES = {
     "07": ("GPU to re-time", "recorded H200 results"),
     "08": ("GPU to re-time", "CPU numerics + recorded H200 timings"),
     "09": ("GPU to re-time", "recorded GB10 results"),
-    "12": ("CPU", "live slices + committed control, sensitivity and frontier runs"),
+    "10": ("CPU; GPU to re-record", "live CPU accumulation model + the recorded H200 `_scaled_mm` fast-accumulation run"),
+    "11": ("CPU", "live activation statistics on one window + the committed outlier study (scaling, taming)"),
+    "12": ("CPU", "live slices + committed control, second-LM, sensitivity and frontier runs"),
+    "13": ("CPU; GPU to re-record", "live 4-bit KV quantizers + the committed kv_bits run, recorded H200 NVFP4-KV and "
+           "prefill kernels, GB10 arithmetic; each seed claim marked"),
 }
 
 
