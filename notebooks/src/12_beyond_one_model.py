@@ -204,8 +204,9 @@ rc = sensitivity.main(["--model", "smollm2-135m", "--parts", "lm_head,kv", "--fo
                        "--seq-len", str(L), "--out", str(SCRATCH / "sens"), "--workers", "0", "--boot", "500"])
 if rc:
     print(f"live slice failed (exit {rc})")
-display(pd.DataFrame(read_rows(SCRATCH / "sens/sensitivity.csv"))[["part", "format", "delta_pct", "ci95_low",
-                                                                   "ci95_high", "n", "seq_len"]])
+live_s = pd.DataFrame(read_rows(SCRATCH / "sens/sensitivity.csv"))
+live_s["label"] = ["ORACLE (scale over the window)" if k == "kv" else "causal" for k in live_s.kind]
+display(live_s[["part", "label", "format", "delta_pct", "ci95_low", "ci95_high", "n", "seq_len"]])
 """),
 ("md", r"""
 ## 4 · The bytes–quality frontier
