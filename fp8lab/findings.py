@@ -525,9 +525,20 @@ def outlier_structure_findings(rows: list[dict], threshold: float = 448.0) -> li
     return out
 
 
+def _is_causal(v) -> bool | None:
+    """True / False / None from a causal column written either way ('True'/'False' or 'causal'/'oracle')."""
+    s = str(v).strip().lower()
+    return True if s in ("true", "causal") else False if s in ("false", "oracle") else None
+
+
+def _label(v) -> str:
+    c = _is_causal(v)
+    return "causal" if c else "ORACLE" if c is False else "causality unknown"
+
+
 def _quality_row(r: dict) -> str:
-    return (f"`{r['config']}` ({causal_label(r['causal'])}) {ci(r['delta_vs_ref_pct'], r['ref_ci95_low'], r['ref_ci95_high'])}"
-            if r.get("delta_vs_ref_pct") is not None else f"`{r['config']}` ({causal_label(r['causal'])})")
+    return (f"`{r['config']}` ({_label(r['causal'])}) {ci(r['delta_vs_ref_pct'], r['ref_ci95_low'], r['ref_ci95_high'])}"
+            if r.get("delta_vs_ref_pct") is not None else f"`{r['config']}` ({_label(r['causal'])})")
 
 
 def scaling_findings(rows: list[dict], pairs: dict | None = None) -> list[str]:
@@ -537,11 +548,12 @@ def scaling_findings(rows: list[dict], pairs: dict | None = None) -> list[str]:
     if not act:
         return ["No activation-scaling row in this run."]
     out = ["Activation cost against E4M3 weights alone, smallest first: " + "; ".join(_quality_row(r) for r in act) + "."]
-    causal = [r for r in act if str(r["causal"]) == "True"]
+    causal = [r for r in act if _is_causal(r["causal"])]
     if causal:
         b = causal[0]
-        out.append(f"The cheapest causal strategy is `{b['config']}`; its interval "
-                   f"{'excludes' if excludes_zero(b['ref_ci95_low'], b['ref_ci95_high']) else 'includes'} zero.")
+        res = ("excludes zero: a cost this run resolves" if excludes_zero(b['ref_ci95_low'], b['ref_ci95_high'])
+               else "includes zero: not distinguishable from the weights alone at this n")
+        out.append(f"The cheapest causal strategy is `{b['config']}`; its interval against the weights alone {res}.")
     w = [r for r in rows if r.get("delta_vs_ref_pct") is None and r.get("act_scaling") == "weight-only"]
     if w:
         r = w[0]
@@ -568,7 +580,7 @@ def taming_findings(rows: list[dict]) -> list[str]:
                 continue
             lo, hi = r["ref_ci95_low"], r["ref_ci95_high"]
             verdict = "lower, resolved" if hi < 0 else "higher, resolved" if lo > 0 else "not resolved"
-            parts.append(f"`{r['config']}` {ci(r['delta_vs_ref_pct'], lo, hi)} ({verdict})")
+            parts.append(f"`{r['config']}` ({_label(r['causal'])}) {ci(r['delta_vs_ref_pct'], lo, hi)} ({verdict})")
         out.append(f"{fmt.upper()}: no transform {ci(base['delta_pct'], base['ci95_low'], base['ci95_high'])} vs baseline; "
                    "against it: " + ("; ".join(parts) or "no transform row") + ".")
     return out or ["No taming row in this run."]

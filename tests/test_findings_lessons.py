@@ -74,8 +74,12 @@ def test_outlier_and_quality_findings():
     s = F.scaling_findings(sc, {("tok", "orc"): (-1.0, -1.5, -0.5)})
     assert "`tok` (causal)" in s[0] and "`orc` (ORACLE)" in s[0] and "includes zero" in s[1]
     assert "resolved" in s[-1]
-    tm = [dict(fmt="int8", transform="none", config="int8", delta_pct=5.0, ci95_low=4.0, ci95_high=6.0),
-          dict(fmt="int8", transform="hadamard", config="int8+h", delta_pct=2.0, ci95_low=1.0, ci95_high=3.0,
+    for r in sc:                                   # outlier_study writes the column as causal / oracle
+        r["causal"] = {"True": "causal", "False": "oracle"}[r["causal"]]
+    s = F.scaling_findings(sc)
+    assert "`orc` (ORACLE)" in s[0] and "cheapest causal strategy is `tok`" in s[1]
+    tm = [dict(fmt="int8", transform="none", config="int8", delta_pct=5.0, ci95_low=4.0, ci95_high=6.0, causal="causal"),
+          dict(fmt="int8", transform="hadamard", config="int8+h", causal="causal", delta_pct=2.0, ci95_low=1.0, ci95_high=3.0,
                delta_vs_ref_pct=-3.0, ref_ci95_low=-4.0, ref_ci95_high=-2.0)]
     assert "(lower, resolved)" in F.taming_findings(tm)[0]
 
