@@ -228,9 +228,9 @@ doing nothing.
 
 Two caveats specific to this model. Its weights are already 4-bit (Q4_1): SmoothQuant multiplies weight columns by
 s and the rotation mixes them, so both change what the second quantization (to E4M3, INT8 or NVFP4) rounds — and the
-NVFP4 rows re-quantize 4-bit weights onto another 4-bit grid (README: that compounds two roundings). And the massive
-activations sit on one position of each window: a static per-tensor scale must cover them, which is the situation
-per-token scales were made for.
+NVFP4 rows re-quantize 4-bit weights onto another 4-bit grid (README: that compounds two roundings). And where the massive
+activations sit on one position of each window (section 1 prints where they are on this run), a static per-tensor
+scale must cover them, which is the situation per-token scales were made for.
 
 ## Exercises
 

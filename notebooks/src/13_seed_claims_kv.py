@@ -97,13 +97,16 @@ for outlier in (1, 5, 20, 50):
     t = k[:, :, 1024:]
     e = {m: rel(t, kq.KV4Plan(m, p).quantizer(0, "key")(t)) for m in ("nvfp4", "turbo4", "turbo4-gauss")}
     print(f"{outlier:>10d} {e['nvfp4']:8.4f} {e['turbo4']:8.4f} {e['turbo4-gauss']:13.4f}")
+nb.md(f"With the largest outlier (×{outlier}) turbo4's error is **{e['turbo4'] / e['nvfp4']:.2f}×** NVFP4's and the "
+      f"Gaussian codebook's **{e['turbo4-gauss'] / e['nvfp4']:.2f}×** (same bits; seeded synthetic keys).")
 """),
 ("md", r"""
-On Gaussian vectors the three are close: NVFP4's grid with a scale per 16 values is already a good 4-bit quantizer.
-With one channel much larger than the rest, NVFP4's block that holds it takes its scale from the outlier and rounds
-the other values of its block coarsely, while the rotation spreads the outlier over all 64 coordinates and the *fitted* codebook
-learns the two-humped shape this leaves. The Gaussian codebook does not: its levels assume a shape the data no longer
-has. So the seed's claim has a mechanism — it needs outlier channels. Does the lab's model have them?
+The mechanism to look for: on Gaussian vectors NVFP4's grid with a scale per 16 values is already a good 4-bit
+quantizer, so the three should be close. With one channel much larger than the rest, NVFP4's block that holds it
+takes its scale from the outlier and rounds the other values of its block coarsely, while the rotation spreads the
+outlier over all 64 coordinates and a *fitted* codebook can learn the two-humped shape this leaves; a Gaussian
+codebook assumes a shape the data no longer has. So the seed's claim has a mechanism — it needs outlier channels.
+Does the lab's model have them?
 
 ### On the model, live: one short window
 """),
