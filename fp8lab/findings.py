@@ -21,7 +21,11 @@ import math
 __all__ = ["ci", "excludes_zero", "recipe_label", "causal_label", "sweep_delta", "step_sentence",
            "cheapest_causal", "mc_reading", "granularity_note", "kv_drift_findings", "kv_long_findings",
            "kv_sweep_findings", "kv_config_causality", "ratio_range", "expected_by_chance",
-           "latest_kernels", "kernel_roofline_points"]
+           "latest_kernels", "kernel_roofline_points",
+           "accumulation_findings", "accumulation_bias_findings", "per_unit_factor", "fast_accum_findings",
+           "nvfp4_kv_kernel_verdict", "prefill_fp8_verdict", "serving_claim_verdicts", "fp4_sass_verdict",
+           "outlier_structure_findings", "scaling_findings", "taming_findings", "sqnr_findings",
+           "control_findings", "rho_sentence", "rank_of", "sensitivity_findings", "frontier_findings"]
 
 
 def ci(d: float, lo: float, hi: float, unit: str = "%", digits: int = 2) -> str:
@@ -310,3 +314,367 @@ def kernel_roofline_points(data: dict, Ms=(1, 16), ours_prefix=("gemv", "w8a8"),
                                 "tflops": r.get("tflops") or r["flops"] / (r["time_us"] * 1e6), "kernel": short,
                                 "family": fam, "M": r.get("M")})
     return out
+
+
+# ---- accumulation precision (notebook 10) ---------------------------------------------------------------------
+def _loglog_slope(xs, ys) -> float:
+    """Least-squares slope of log(y) against log(x): 1 = grows like K, 0.5 = like sqrt(K), 0 = flat."""
+    lx = [math.log(x) for x in xs]
+    ly = [math.log(max(y, 1e-300)) for y in ys]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    den = sum((a - mx) ** 2 for a in lx)
+    return float("nan") if den == 0 else sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / den
+
+
+def _growth_word(slope: float) -> str:
+    if slope != slope:
+        return "cannot be told from one K"
+    if slope > 0.75:
+        return "grows about in proportion to K"
+    if slope > 0.3:
+        return "grows about like √K"
+    if slope > 0.1:
+        return "grows slowly with K"
+    return "stays about flat with K"
+
+
+def accumulation_findings(rows: list[dict], dist: str = "gaussian", key: str = "rel_err_acc") -> list[str]:
+    """What fp8lab.accumulation.error_vs_k's rows show for one input distribution: how each variant's error
+    grows with K (log-log slope), and how far the largest-K errors sit from each other."""
+    rs = [r for r in rows if r["dist"] == dist]
+    if not rs:
+        return [f"no {dist} rows in this run."]
+    ks = sorted({r["K"] for r in rs})
+    at = {(r["variant"], r["K"]): r[key] for r in rs}
+    out = []
+    for v in dict.fromkeys(r["variant"] for r in rs):
+        xs = [k for k in ks if (v, k) in at]
+        sl = _loglog_slope(xs, [at[(v, k)] for k in xs]) if len(xs) > 1 else float("nan")
+        out.append(f"{v}: {at[(v, xs[0])]:.1e} at K = {xs[0]} → {at[(v, xs[-1])]:.1e} at K = {xs[-1]}; log-log slope "
+                   f"{sl:.2f}: it {_growth_word(sl)}.")
+    k = ks[-1]
+    vals = {v: at[(v, k)] for v in dict.fromkeys(r["variant"] for r in rs) if (v, k) in at}
+    if len(vals) > 1:
+        lo, hi = min(vals, key=vals.get), max(vals, key=vals.get)
+        if vals[lo] > 0:
+            out.append(f"At K = {k} the largest error ({hi}) is {vals[hi] / vals[lo]:.0f}× the smallest ({lo}): "
+                       f"{math.log10(vals[hi] / vals[lo]):.1f} orders of magnitude.")
+    return out
+
+
+def accumulation_bias_findings(rows: list[dict], variant: str, dist: str = "gaussian") -> list[str]:
+    """For one variant: the accumulation error against the total error (FP8 inputs included), and the part of
+    the accumulation error that is a uniform shrink toward zero, at the smallest and the largest K."""
+    rs = sorted((r for r in rows if r["dist"] == dist and r["variant"] == variant), key=lambda r: r["K"])
+    if not rs:
+        return [f"`{variant}` is not in this run."]
+    out = []
+    for r in (rs[0], rs[-1]) if len(rs) > 1 else rs:
+        share = r["rel_err_acc"] / r["rel_err_total"] if r["rel_err_total"] else float("nan")
+        bias = r["shrink"] / r["rel_err_acc"] if r["rel_err_acc"] else float("nan")
+        out.append(f"K = {r['K']}: accumulation error {r['rel_err_acc']:.1e} against a total of {r['rel_err_total']:.1e} "
+                   f"({share:.1%} of it); the uniform shrink is {r['shrink']:.1e}, {bias:.0%} of the accumulation error.")
+    return out
+
+
+def per_unit_factor(xs, ys) -> float:
+    """The average factor by which y changes per unit step of x (geometric): per_unit_factor([10, 12], [4, 1]) = 0.5."""
+    return math.exp(_loglog_slope_lin(xs, ys))
+
+
+def _loglog_slope_lin(xs, ys) -> float:
+    ly = [math.log(max(y, 1e-300)) for y in ys]
+    mx, my = sum(xs) / len(xs), sum(ly) / len(ly)
+    den = sum((a - mx) ** 2 for a in xs)
+    return float("nan") if den == 0 else sum((a - mx) * (b - my) for a, b in zip(xs, ly)) / den
+
+
+def fast_accum_findings(rec: dict) -> list[str]:
+    """What a recorded `python -m fp8lab.accumulation --gpu` run shows: the speed ratio of fast accumulation at
+    each K (and whether the rounds' min–max ranges separate), how each setting's error grows with K, and which
+    CPU model the GPU's fast accumulation is closest to."""
+    sp = {(r["K"], r["fast_accum"]): r for r in rec.get("speed", [])}
+    ks = sorted({k for k, _ in sp})
+    out = []
+    ratios, separated = [], []
+    for k in ks:
+        off, on = sp.get((k, False)), sp.get((k, True))
+        if off and on:
+            ratios.append((k, off["median_us"] / on["median_us"]))
+            separated.append(on["max_us"] < off["min_us"] or off["max_us"] < on["min_us"])
+    if ratios:
+        best = max(ratios, key=lambda t: t[1])
+        out.append(f"Fast accumulation is {ratio_range([r for _, r in ratios])}× the speed of the promoted path "
+                   f"(median time off / on) over K = {ks[0]}…{ks[-1]}, most at K = {best[0]} ({best[1]:.2f}×); the "
+                   f"rounds' min–max ranges separate at {sum(separated)} of {len(separated)} K values.")
+    for d in rec.get("settings", {}).get("dists", []):
+        for f in (False, True):
+            es = sorted((r for r in rec.get("error", []) if r["dist"] == d and r["fast_accum"] == f),
+                        key=lambda r: r["K"])
+            if len(es) > 1:
+                sl = _loglog_slope([r["K"] for r in es], [r["rel_err"] for r in es])
+                out.append(f"{d} inputs, use_fast_accum={f}: error {es[0]['rel_err']:.1e} at K = {es[0]['K']} → "
+                           f"{es[-1]['rel_err']:.1e} at K = {es[-1]['K']} (log-log slope {sl:.2f}: it {_growth_word(sl)}).")
+    return out
+
+
+# ---- the seeds' remaining claims (notebook 13) -------------------------------------------------------------------
+def nvfp4_kv_kernel_verdict(goals: list[dict]) -> tuple[str, str, str]:
+    """(claim, verdict, evidence) for seed 002's NVFP4-KV decode attention kernel, from
+    fp8lab.kernels.bench_attention.goals_table(data) (measured speedup of the same kernel on NVFP4 vs bf16 K/V)."""
+    claim = "seed 002: an attention kernel can read NVFP4 K/V and dequantize at the MMA boundary (and gain from it)"
+    g = [r for r in goals if r.get("goal") == "nvfp4_vs_bf16" and r.get("measured") is not None]
+    if not g:
+        return claim, "untestable here: no NVFP4-KV measurement in the recorded file", "section 3"
+    r = max(g, key=lambda r: r["context"])
+    m = float(r["measured"])
+    bound = 16 / 4.5
+    verdict = ("confirmed here (on the recording GPU)" if r.get("met") is not None and m > 1
+               else "contradicted here" if r.get("met") is not None and m <= 1 else "not validated in this run")
+    ev = (f"the same decode kernel on NVFP4 K/V is {m:.2f}× its bf16 speed at context {r['context']}, D = "
+          f"{r['head_dim']} (byte ratio bound {bound:.2f}×; the lab's goal ≥ {r['threshold']}: "
+          f"{'met' if r.get('met') else 'NOT met' if r.get('met') is False else 'not measured'})")
+    return claim, verdict, ev
+
+
+def prefill_fp8_verdict(rows: list[dict]) -> tuple[str, str, str]:
+    """(claim, verdict, evidence) for seed 004 (FP8 KV made long-context prefill slower), from
+    fp8lab.kernels.bench_prefill_attn.summary_rows(data): FP8 / bf16 time of the same chunked-prefill kernel."""
+    claim = "seed 004: an FP8 KV cache makes long-context prefill slower than a BF16 one"
+    rows = [r for r in rows if r.get("valid", True)]
+    if not rows:
+        return claim, "untestable here: no valid prefill measurement in the recorded file", "section 4"
+    big = [r for r in rows if r["chunk"] >= 512] or rows
+    slower = [r for r in big if r["fp8_over_bf16"] > 1]
+    ratios = ratio_range([r["fp8_over_bf16"] for r in big])
+    verdict = ("confirmed here (mechanism, in the lab's kernel on the recording GPU)" if len(slower) == len(big)
+               else "contradicted here (in the lab's kernel)" if not slower else "partly: slower at some chunks only")
+    ev = (f"FP8 / bf16 time of the same chunked-prefill kernel at chunks ≥ {min(r['chunk'] for r in big)} queries: "
+          f"{ratios}× over {len(big)} (context, chunk) points, slower with FP8 at {len(slower)}; contexts "
+          f"{sorted({r['context'] for r in big})}. Not the seed's engine, model or context: a mechanism, not a replay")
+    return claim, verdict, ev
+
+
+def serving_claim_verdicts(rows: list[dict]) -> list[tuple[str, str, str]]:
+    """(claim, verdict, evidence) per GB10 serving number, from fp8lab.serving_claims.claims_table(): the lab has no
+    GB10, so every one is untestable here; the evidence says whether it exceeds the one-token-per-weight-read
+    ceiling and the acceptance rate MTP would need."""
+    out = []
+    for r in rows:
+        claim = f"seed {r['seed']}: {r['tokens_per_s']:g} tok/s on GB10 ({r['id']})"
+        if r.get("ceiling_tok_s") is None:
+            out.append((claim, "untestable here", f"{r.get('verdict')}: {r.get('relation')}"))
+            continue
+        acc = r.get("acceptance_needed") or {}
+        a = "; ".join(f"{n} draft{'s' if int(n) > 1 else ''}: acceptance ≥ {v['acceptance']:.2f}"
+                      if v.get("acceptance") is not None else f"{n} drafts: impossible" for n, v in acc.items())
+        over = r["fraction_of_ceiling"] > 1
+        out.append((claim, "untestable here (no GB10); " + ("needs speculative decoding" if over
+                                                           else "possible without it"),
+                    f"ceiling {r['ceiling_tok_s']:.1f} tok/s at {r['bandwidth_GBps']:.0f} GB/s (spec) for "
+                    f"{r['bytes_per_token'] / 1e9:.2f} GB per token ({r['weights']}); the claim is "
+                    f"{r['fraction_of_ceiling']:.0%} of it. With MTP: {a or 'n/a'}"))
+    return out
+
+
+def fp4_sass_verdict(job_rows: list[dict], arch: str = "sm_121") -> tuple[str, str, str]:
+    """(claim, verdict, evidence) for seed 002's "SM121 does not expose the MMA or conversion instructions" from
+    fp8lab.kernels.gb10_report.jobs(summary): what the compiled machine code for that arch contains."""
+    claim = "seed 002: SM121 does not expose the FP4 MMA or E2M1 conversion instructions"
+    cells = {r["job"]: r.get(arch, "not compiled here") for r in job_rows}
+    native = {j: c for j, c in cells.items() if ("E2M1" in j or "FP4" in j) and "(portable)" not in c
+              and ("E2M1" in c or "OMMA" in c)}
+    if not any(("E2M1" in j or "FP4" in j) for j in cells):
+        return claim, "untestable here: no SASS summary", "notebook 09"
+    verdict = "contradicted here (by compiling, not by running)" if native else "not contradicted by this summary"
+    ev = "; ".join(f"{j}: {c}" for j, c in cells.items() if "E2M1" in j or "FP4" in j)
+    return claim, verdict, f"{arch} machine code: {ev}. Compiling proves the instructions exist for the arch-specific " \
+                           "target; it does not time them (no GB10 here)"
+
+
+# ---- activations and their outliers (notebook 11) ------------------------------------------------------------------
+def outlier_structure_findings(rows: list[dict], threshold: float = 448.0) -> list[str]:
+    """What fp8lab.outliers.summarize rows show: per input kind, the median channel and token ratios over layers
+    (which kind of outlier it has), where the values above `threshold` are, whether the same channels top every layer,
+    and at which positions the largest tokens sit."""
+    from collections import Counter
+    from statistics import median
+
+    out = []
+    for kind in dict.fromkeys(r["kind"] for r in rows):
+        rs = [r for r in rows if r["kind"] == kind]
+        cr = median(r["chan_ratio"] for r in rs)
+        tr = [r["tok_ratio"] for r in rs if r.get("tok_ratio") is not None]
+        tr_s = f"{median(tr):.1f}" if tr else "-"
+        shape = ("channel-structured (large channels on every token)" if tr and cr > 2 * median(tr)
+                 else "token-structured (a few tokens far above the rest)" if tr and median(tr) > 2 * cr
+                 else "neither clearly")
+        top = Counter(r["top_channels"][0] for r in rs if r.get("top_channels"))
+        ch, n_ch = top.most_common(1)[0] if top else (None, 0)
+        out.append(f"`{kind}` inputs over {len(rs)} layers: median channel ratio {cr:.1f}, median token ratio {tr_s} → "
+                   f"{shape}; channel {ch} is the largest in {n_ch} of {len(rs)} layers.")
+    over = [r for r in rows if r.get("n_over_448")]
+    if over:
+        pos = Counter(r["top_positions"][0] for r in over if r.get("top_positions"))
+        p, n_p = pos.most_common(1)[0] if pos else (None, 0)
+        out.append(f"Values above {threshold:g} (E4M3's maximum at scale 1): in {len(over)} of {len(rows)} inputs ("
+                   + ", ".join(f"layer {r['layer']} `{r['kind']}` max {r['amax']:.0f}" for r in over[:6])
+                   + (", …" if len(over) > 6 else "") + f"); in {n_p} of them the largest token is at position {p}.")
+    else:
+        out.append(f"No value above {threshold:g} in these inputs.")
+    return out
+
+
+def _is_causal(v) -> bool | None:
+    """True / False / None from a causal column written either way ('True'/'False' or 'causal'/'oracle')."""
+    s = str(v).strip().lower()
+    return True if s in ("true", "causal") else False if s in ("false", "oracle") else None
+
+
+def _label(v) -> str:
+    c = _is_causal(v)
+    return "causal" if c else "ORACLE" if c is False else "causality unknown"
+
+
+def _quality_row(r: dict) -> str:
+    return (f"`{r['config']}` ({_label(r['causal'])}) {ci(r['delta_vs_ref_pct'], r['ref_ci95_low'], r['ref_ci95_high'])}"
+            if r.get("delta_vs_ref_pct") is not None else f"`{r['config']}` ({_label(r['causal'])})")
+
+
+def scaling_findings(rows: list[dict], pairs: dict | None = None) -> list[str]:
+    """outlier_study's scaling.csv: the activation cost of each strategy (against its weight-only reference), the
+    cheapest causal one, how many intervals overlap, and head-to-head paired comparisons {(a, b): (d, lo, hi)}."""
+    act = sorted((r for r in rows if r.get("delta_vs_ref_pct") is not None), key=lambda r: r["delta_vs_ref_pct"])
+    if not act:
+        return ["No activation-scaling row in this run."]
+    out = ["Activation cost against E4M3 weights alone, smallest first: " + "; ".join(_quality_row(r) for r in act) + "."]
+    causal = [r for r in act if _is_causal(r["causal"])]
+    if causal:
+        b = causal[0]
+        res = ("excludes zero: a cost this run resolves" if excludes_zero(b['ref_ci95_low'], b['ref_ci95_high'])
+               else "includes zero: not distinguishable from the weights alone at this n")
+        out.append(f"The cheapest causal strategy is `{b['config']}`; its interval against the weights alone {res}.")
+    w = [r for r in rows if r.get("delta_vs_ref_pct") is None and r.get("act_scaling") == "weight-only"]
+    if w:
+        r = w[0]
+        out.append(f"The weights alone (`{r['config']}`) cost {ci(r['delta_pct'], r['ci95_low'], r['ci95_high'])} "
+                   f"against the baseline (n = {r['n']} windows of {r['seq_len']} tokens).")
+    for (a, b), t in (pairs or {}).items():
+        out.append(step_sentence(f"`{a}` vs `{b}`", {"delta": t[0], "ci95_low": t[1], "ci95_high": t[2],
+                                                      "n": act[0]["n"]}))
+    return out
+
+
+def taming_findings(rows: list[dict]) -> list[str]:
+    """outlier_study's taming.csv: per format, the cost without a transform and what each transform changes against
+    it (paired interval, resolved or not)."""
+    out = []
+    for fmt in dict.fromkeys(r["fmt"] for r in rows):
+        rs = [r for r in rows if r["fmt"] == fmt]
+        base = next((r for r in rs if r["transform"] == "none"), None)
+        if base is None:
+            continue
+        parts = []
+        for r in rs:
+            if r is base or r.get("delta_vs_ref_pct") is None:
+                continue
+            lo, hi = r["ref_ci95_low"], r["ref_ci95_high"]
+            verdict = "lower, resolved" if hi < 0 else "higher, resolved" if lo > 0 else "not resolved"
+            parts.append(f"`{r['config']}` ({_label(r['causal'])}) {ci(r['delta_vs_ref_pct'], lo, hi)} ({verdict})")
+        out.append(f"{fmt.upper()}: no transform {ci(base['delta_pct'], base['ci95_low'], base['ci95_high'])} vs baseline; "
+                   "against it: " + ("; ".join(parts) or "no transform row") + ".")
+    return out or ["No taming row in this run."]
+
+
+def sqnr_findings(stats: dict) -> list[str]:
+    """outlier_study's example SQNR table as sentences: per example input and format, what each transform changes
+    (tensor-wide and median-token SQNR, in dB) against the input as it is."""
+    out = []
+    for e in stats.get("examples", []):
+        versions = list(e["sqnr_db"])
+        if len(versions) < 2:
+            continue
+        v0 = versions[0]
+        for f in e["sqnr_db"][v0]:
+            ch = ", ".join(f"{v} {e['sqnr_db'][v][f] - e['sqnr_db'][v0][f]:+.1f} / "
+                           f"{e['sqnr_db_token_median'][v][f] - e['sqnr_db_token_median'][v0][f]:+.1f} dB"
+                           for v in versions[1:])
+            out.append(f"{e['label']} (layer {e['layer']} {e['kind']}), {f}: {e['sqnr_db'][v0][f]:.1f} / "
+                       f"{e['sqnr_db_token_median'][v0][f]:.1f} dB as it is; {ch} (tensor-wide / median token).")
+    return out
+
+
+# ---- beyond one model (notebook 12) ----------------------------------------------------------------------------
+def control_findings(rows: list[dict], sqnr_rows: list[dict]) -> list[str]:
+    """The FP32 control (control.csv, sqnr.csv rows): formats ordered by median weight SQNR, and how many MRR /
+    top-1 intervals exclude zero at this many queries."""
+    from statistics import median
+
+    by = {}
+    for r in sqnr_rows:
+        by.setdefault(r["recipe"], []).append(float(r["sqnr_db"]))
+    med = sorted(((median(v), k) for k, v in by.items()), reverse=True)
+    out = ["Median weight SQNR on FP32 weights, highest first: " + ", ".join(f"`{k}` {m:.1f} dB" for m, k in med) + "."]
+    for metric in ("mrr", "top1"):
+        rs = [r for r in rows if r["metric"] == metric]
+        if not rs:
+            continue
+        ex = [r for r in rs if excludes_zero(float(r["ci95_low"]), float(r["ci95_high"]))]
+        names = ", ".join(f"`{r['recipe']}` {ci(float(r['delta']), float(r['ci95_low']), float(r['ci95_high']), '')}"
+                          for r in ex) or "none"
+        out.append(f"{metric}: {len(ex)} of {len(rs)} intervals exclude zero over n = {rs[0]['n_queries']} questions "
+                   f"({names}); about {expected_by_chance(len(rs)):.1f} would by chance.")
+    return out
+
+
+def rho_sentence(label: str, s: dict, n: int) -> str:
+    """A Spearman rho with its interval as a verdict: the orderings agree, disagree, or cannot be told apart."""
+    if s.get("rho") is None:
+        return f"{label}: undefined (no spread in one of the orderings)."
+    lo, hi = s["ci95_low"], s["ci95_high"]
+    verdict = ("the orderings agree (the interval lies above zero)" if lo > 0 else
+               "the orderings are opposed (the interval lies below zero)" if hi < 0 else
+               "not resolved: the interval includes zero")
+    return f"{label}: Spearman ρ = {s['rho']:+.2f} [{lo:+.2f}, {hi:+.2f}] over {n} formats: {verdict}."
+
+
+def rank_of(table: list[dict], recipe: str, key: str, reverse: bool = False):
+    """(rank from 1, out of) of `recipe` when the rows are sorted by `key` (ascending: least cost first)."""
+    rs = [r for r in table if r.get(key) not in (None, "", "nan")]
+    rs = sorted(rs, key=lambda r: float(r[key]), reverse=reverse)
+    names = [r["recipe"] for r in rs]
+    return (names.index(recipe) + 1, len(names)) if recipe in names else (None, len(names))
+
+
+def sensitivity_findings(rows: list[dict], top: int = 3) -> list[str]:
+    """A sensitivity.csv: per format, the costliest parts with their intervals, and how many intervals exclude zero
+    against what chance alone would give."""
+    out = []
+    for fmt in dict.fromkeys(r["format"] for r in rows):
+        rs = sorted((r for r in rows if r["format"] == fmt), key=lambda r: -float(r["delta_pct"]))
+        ex = sum(excludes_zero(float(r["ci95_low"]), float(r["ci95_high"])) for r in rs)
+        out.append(f"{fmt}: costliest " + "; ".join(f"`{r['part']}` {ci(float(r['delta_pct']), float(r['ci95_low']), float(r['ci95_high']))}"
+                                                    for r in rs[:top])
+                   + f". {ex} of {len(rs)} intervals exclude zero (about {expected_by_chance(len(rs)):.1f} by chance); "
+                   f"n = {rs[0]['n']} windows of {rs[0]['seq_len']} tokens.")
+    return out
+
+
+def frontier_findings(rows: list[dict]) -> list[str]:
+    """A frontier.csv: for each mixed point, the uniform points it beats (fewer bytes and a lower perplexity delta
+    whose interval lies below theirs) and whether its measured delta matches the greedy prediction."""
+    f = lambda r, k: float(r[k])  # noqa: E731
+    uni = [r for r in rows if r["kind"] == "uniform"]
+    mixed = [r for r in rows if r["kind"] != "uniform"]
+    out = []
+    for m in mixed:
+        beats = [u["point"] for u in uni if f(m, "bytes_per_step") <= f(u, "bytes_per_step") and f(m, "ci95_high") < f(u, "ci95_low")]
+        pred = m.get("predicted_delta_pct")
+        pr = ""
+        if pred not in (None, ""):
+            inside = f(m, "ci95_low") <= float(pred) <= f(m, "ci95_high")
+            pr = f"; predicted {float(pred):+.2f} %, {'inside' if inside else 'outside'} the measured interval"
+        out.append(f"`{m['point']}`: {f(m, 'bytes_per_step') / 1e6:.2f} MB/step, "
+                   f"{ci(f(m, 'delta_pct'), f(m, 'ci95_low'), f(m, 'ci95_high'))}{pr}; clearly better at no more bytes than: "
+                   f"{', '.join(f'`{b}`' for b in beats) or 'no uniform point'}.")
+    return out or ["No mixed point in this run."]

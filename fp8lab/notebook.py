@@ -28,7 +28,7 @@ from pathlib import Path
 
 from .provenance import REPO, describe
 
-__all__ = ["REPO", "OUTPUTS", "SCRATCH", "quiet", "small", "recorded", "provenance_line", "show", "md", "scratch",
+__all__ = ["REPO", "OUTPUTS", "SCRATCH", "quiet", "small", "recorded", "recorded_part", "provenance_line", "show", "md", "scratch",
            "exercises", "run_exercises",
            "results_frame", "rel"]
 
@@ -102,6 +102,25 @@ def recorded(folder: str, *files: str, prov: str | None = "provenance.json", qui
         except (OSError, ValueError) as e:
             line = f"(provenance unreadable: {e})"
         print(f"{rel(base)}: {line}")
+    return base
+
+
+def recorded_part(folder: str, part: str, *files: str, prov: str = "provenance.json"):
+    """`recorded` for a folder whose provenance file holds one record per part of the run
+    ({"stats": {...}, "scaling": {...}, "taming": {...}}, as fp8lab.outlier_study writes it): prints the line of
+    every record whose key starts with `part`, or the one "not recorded yet" line; returns the folder or None.
+
+    recorded_part("outliers", "scaling", "scaling.csv") -> Path(".../outputs/outliers") or None
+    """
+    base = recorded(folder, *files, quiet=True)
+    if base is None:
+        return recorded(folder, *files)                 # prints the "not recorded yet" line
+    try:
+        provs = json.loads((base / prov).read_text(encoding="utf-8"))
+        lines = [f"{rel(base)} [{k}]: {provenance_line(v)}" for k, v in provs.items() if k.startswith(part)]
+    except (OSError, ValueError, AttributeError) as e:
+        lines = [f"{rel(base)} [{part}]: (provenance unreadable: {e})"]
+    print("\n".join(lines) or f"{rel(base)} [{part}]: (no provenance recorded for this part)")
     return base
 
 

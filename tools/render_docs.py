@@ -42,7 +42,11 @@ ROLES = {
     "07": ("GPU to re-time", "recorded H200 results: decode GEMV v1-v3 and goals, the prefill W8A8 climb, one decode layer"),
     "08": ("GPU to re-time", "CPU numerics + recorded H200 timings: decode attention v1/v2, NVFP4 KV, chunked prefill"),
     "09": ("CPU", "SASS compiled for sm_89/90a/120a/121a (committed summary or a live compile); no GB10 timing"),
-    "12": ("CPU", "live slices + committed control, sensitivity and frontier runs"),
+    "10": ("CPU; GPU to re-record", "live CPU accumulation model + the recorded H200 `_scaled_mm` fast-accumulation run"),
+    "11": ("CPU", "live activation statistics on one window + the committed outlier study (scaling, taming)"),
+    "12": ("CPU", "live slices + committed control, second-LM, sensitivity and frontier runs"),
+    "13": ("CPU; GPU to re-record", "live 4-bit KV quantizers + the committed kv_bits run, recorded H200 NVFP4-KV and "
+           "prefill kernels, GB10 arithmetic; each seed claim marked"),
 }
 
 

@@ -28,24 +28,20 @@ measure kernels), a bf16 checkpoint — *the model's weights are 4-bit GGUF (Q4_
 already a quantized model* — and models larger than 135M parameters, where massive activations are known to be
 larger still.
 
-The quality results come from `python -m fp8lab.outlier_study --out outputs/outliers` (committed with its provenance);
-the cells that compute live run on a short slice.
+The committed results come from `python -m fp8lab.outlier_study --out outputs/outliers` (`stats.json`,
+`scaling.csv`, `taming.csv`, the per-window NLLs in `per_window/`, and `provenance.json` with one record per part);
+each section prints its provenance, or one "not recorded yet" line and falls back to the live slice or skips. The
+cells that compute live run on one short held-out window. Every sentence about what the run *shows* is rendered from
+those files; the markdown explains mechanisms and what to look for.
 """),
 ("code", r"""
-import logging, warnings
-logging.disable(logging.WARNING); warnings.filterwarnings("ignore")   # library import chatter, not results
-import transformers; transformers.utils.logging.disable_progress_bar()
-import os
-from pathlib import Path
+from fp8lab import notebook as nb
 import torch
-from fp8lab import data, models, outliers as O, outlier_study as S
-from fp8lab.provenance import describe
+from fp8lab import data, findings, models, outliers as O, outlier_study as S
 from fp8lab.store import read_json
-SMALL = os.environ.get("FP8LAB_SMALL") == "1"   # the tests set this: one short window
-REPO = Path.cwd().parent if Path.cwd().name == "notebooks" else Path.cwd()
-OUT = REPO / "outputs/outliers"
+SMALL = nb.small()          # the tests set FP8LAB_SMALL=1: one short window
 lm = models.load_model(verbose=False)
-print(lm.model_note)
+print(lm.model_note)        # the baseline is already a quantized (4-bit) model
 """),
 ("md", r"""
 ## 1 · Where the large values are
@@ -74,36 +70,34 @@ the median channel; *token structure* the same over tokens. An input whose outli
 channel ratio and a token ratio near 1 (every token has them); an input with a few huge tokens has both high.
 """),
 ("code", r"""
-stats = read_json(OUT / "stats.json") if (OUT / "stats.json").is_file() else None
-prov = read_json(OUT / "provenance.json") if (OUT / "provenance.json").is_file() else {}
+OUT = nb.recorded_part("outliers", "stats", "stats.json", "provenance.json")
+stats = read_json(OUT / "stats.json") if OUT else None
 if stats is None:
-    print("outputs/outliers/stats.json is not recorded yet: showing the live window instead.\n"
-          "Make it with: python -m fp8lab.outlier_study --parts stats --out outputs/outliers")
+    print("showing the live window instead")
     stats = {"rows": live_rows, "threshold": O.E4M3_AT_SCALE_1,
              "settings": {"calibration": f"1 x {seq} tokens (live)", "model_note": lm.model_note}}
-else:
-    print(describe(prov["stats"]))
-fig = S.plot_structure(stats)
+nb.show(S.plot_structure(stats))
+for line in findings.outlier_structure_findings(stats["rows"], stats["threshold"]):
+    print("-", line)
 """),
 ("md", r"""
-**Reading it.** Two patterns, in different places:
+**What to look for.** Two patterns, which need different cures:
 
-* the inputs of q/k/v and of gate/up — the RMSNorm outputs of the residual stream — are **channel-structured**: their
-  channel ratio is high in every layer and their token ratio stays near 1. The top-channel indices printed above repeat
-  from layer to layer: the residual stream carries the same few large channels through the whole network, and every
-  token has them;
-* the inputs of down_proj (the MLP's SiLU(gate)·up) hold the largest values, and in a few layers they are
-  **token-structured**: one position of the window is far above every other (see `top positions`). These are the
-  "massive activations" of large models, here at 135M parameters, and the only values above 448.
+* inputs whose large values sit in the **same channels on every token** — a high channel ratio with a token ratio
+  near 1, and the same top-channel index from layer to layer (the residual stream carries its large channels through
+  the whole network; the RMSNorm outputs feeding q/k/v and gate/up inherit them);
+* inputs with a few **huge tokens** — a token ratio far above 1, and one position standing out in `top positions`.
+  These are the "massive activations" known from large models; if they are the only values above 448, only they
+  force a per-tensor scale up.
+
+The lines under the figure say which kind each input is on this run.
 
 The heat maps show one window of each kind (|x| on a log colour scale, max-pooled to fit the screen):
 """),
 ("code", r"""
-if "examples" in stats:
-    fig = S.plot_heatmaps(stats)
-else:   # live: the same two examples from the window above
+if "examples" not in stats:   # live: the same two examples from the window above
     stats["examples"] = S.examples(S.Setup(lm, test, None, cal, {}, {"stats": live}), live_rows)
-    fig = S.plot_heatmaps(stats)
+nb.show(S.plot_heatmaps(stats))
 """),
 ("md", r"""
 ## 2 · What a transform does to the distribution
@@ -114,28 +108,31 @@ with a per-tensor scale leaves its normal range (2⁻⁶/448 of the max: below i
 is INT8's smallest step (1/127 of the max: below half of it, a value becomes 0).
 """),
 ("code", r"""
-fig = S.plot_histograms(stats)
+nb.show(S.plot_histograms(stats))
 print(S.format_sqnr(stats))
+print()
+for line in findings.sqnr_findings(stats):
+    print("-", line)
 """),
 ("md", r"""
-**Reading it.** On the channel-structured input, both transforms lift the bulk of the values towards the maximum: the
-maximum was set by a few channels, and now it is not. On the token-structured input they differ: SmoothQuant shrinks
-the channels that are large on the massive token (they dominate its calibration statistics), while a rotation spreads
-the massive token over its own channels — the token stays far above every other token.
+**What to look for.** On a channel-structured input a transform should lift the bulk of the values towards the
+maximum: the maximum was set by a few channels, and after SmoothQuant or a rotation it is not. On a token-structured
+input they differ: SmoothQuant shrinks the channels that are large on the massive token (they dominate its
+calibration statistics), while a rotation spreads the massive token over its own channels — the token stays far above
+every other token, and only a per-token scale gives it its own.
 
 Two signal-to-noise numbers per case, because they answer different questions: the tensor-wide SQNR is dominated by
 the largest values (a few massive elements carry most of the energy), the median over tokens says what a *typical*
-token keeps. Read the columns:
+token keeps. The mechanisms behind the columns:
 
-* **E4M3 per tensor hardly moves.** Its exponent gives small values the same relative precision as large ones as long
-  as they stay above the dashed line; a transform only rescues the few that fell below it.
-* **INT8 per tensor is where the transforms matter** — on the channel-structured input. Its uniform grid spends its
-  levels on the gap between bulk and outliers; SmoothQuant closes part of the gap and the rotation closes it so well
-  that rotated INT8 overtakes E4M3 (a near-Gaussian tensor suits a uniform grid). On the token-structured input the
-  typical token keeps almost nothing with or without a transform: one token sets the scale, and no per-channel trick
-  changes that. Only a per-token scale does (last column, for E4M3).
-* **NVFP4 does not need them.** Its 16-element blocks give an outlier channel a scale of its own; spreading the outlier
-  over all channels makes every block look alike and removes that advantage.
+* **E4M3 per tensor**: its exponent gives small values the same relative precision as large ones as long as they stay
+  above the dashed line; a transform can only rescue the few that fell below it.
+* **INT8 per tensor**: its uniform grid spends its levels on the gap between bulk and outliers, so closing the gap is
+  where a transform can matter most; a near-Gaussian (rotated) tensor suits a uniform grid.
+* **NVFP4**: its 16-element blocks already give an outlier channel a scale of its own; spreading the outlier over all
+  channels makes every block look alike and can remove that advantage.
+
+The lines under the table give each change in dB on this run.
 Each transform is exact in real arithmetic: on a window, the model's logits change only by float rounding.
 """),
 ("code", r"""
@@ -153,7 +150,7 @@ W8A8 E4M3 with per-tensor weights and the input scale chosen five ways (`fp8lab.
 
 | strategy | scale of a Linear input | causal? |
 |---|---|---|
-| static | max \|x\| over 8 held-out calibration windows, then frozen; larger values saturate | yes |
+| static | max \|x\| over the held-out calibration windows, then frozen; larger values saturate | yes |
 | dynamic per tensor | max \|x\| of this forward's whole input | **oracle** for scoring (below) |
 | dynamic per token | max \|x\| of each token | yes |
 | dynamic 1×128 groups | max \|x\| of each 128-channel group of each token (DeepSeek-V3) | yes |
@@ -167,52 +164,38 @@ prompt prefill the whole prompt is known anyway. Per-token and per-group scales 
 delayed scales are fixed before the tokens arrive.
 """),
 ("code", r"""
-if (OUT / "scaling.csv").is_file():
-    sc = S.read_csv(OUT / "scaling.csv")
-    print(describe(prov["scaling"]), "\n")
+SC = nb.recorded_part("outliers", "scaling", "scaling.csv", "provenance.json")
+sc = S.read_csv(SC / "scaling.csv") if SC else None
+if sc is not None:
+    print(f"n = {sc[0]['n']} windows of {sc[0]['seq_len']} tokens; {lm.model_note}\n")
     print(S.format_rows(sc))
-    fig = S.plot_quality(sc, "W8A8 E4M3: how the activation scale is chosen", lm.model_note)
-else:
-    sc = None
-    print("not recorded yet: python -m fp8lab.outlier_study --parts scaling --out outputs/outliers")
+    nb.show(S.plot_quality(sc, "W8A8 E4M3: how the activation scale is chosen", lm.model_note))
 """),
 ("md", r"""
-Every row is a perplexity change against the unquantized baseline on the same 16 windows, with its 95 % paired bootstrap
-interval; `vs ref` isolates the activations: the same row against E4M3 weights alone. Read the activation column
-first (the weights are the same in every row), and read a difference between two strategies only where their
-intervals against the weight-only row do not overlap.
+Every row is a perplexity change against the unquantized baseline (itself a 4-bit model) on the same windows, with
+its 95 % paired bootstrap interval; `vs ref` isolates the activations: the same row against E4M3 weights alone. Read
+the activation column first (the weights are the same in every row), and read a difference between two strategies
+from the head-to-head lines below, which pair them on the same windows.
+
+**What to look for.** Finer scales should cost least where a few positions carry the massive values: every per-tensor
+strategy must stretch its scale over them, a per-token or 1×128 scale gives them their own. The per-tensor *oracle*
+sees every position of the window, but if the largest value it could learn from the future is one that every window
+(calibration windows included) contains at the same place, it has nothing to gain over a frozen scale. Delayed scaling
+keeps a history of maxima: it earns its keep where the range drifts (training, where TransformerEngine uses it), not
+over a stationary stream of text.
 """),
 ("code", r"""
 if sc is not None:
-    act = sorted((r for r in sc if r.get("delta_vs_ref_pct") is not None), key=lambda r: r["delta_vs_ref_pct"])
-    print("activation cost, smallest first (vs E4M3 weights alone):")
-    for r in act:
-        print(f"  {r['config']:24s} {r['causal']:7s} {r['delta_vs_ref_pct']:+6.2f} % "
-              f"[{r['ref_ci95_low']:+.2f}, {r['ref_ci95_high']:+.2f}]")
-    if (OUT / "per_window").is_dir():   # two strategies against each other, paired on the same windows
-        print("\nhead to head (paired on the same windows):")
+    pairs = {}
+    if (SC / "per_window").is_dir():   # two strategies against each other, paired on the same windows
         for a, b in (("e4m3-wa-dyn-token", "e4m3-wa-dyn-tensor"), ("e4m3-wa-dyn-token", "e4m3-wa-static"),
                      ("e4m3-wa-static", "e4m3-wa-dyn-tensor"), ("e4m3-wa-delayed", "e4m3-wa-static")):
-            d, lo, hi = S.paired(OUT, a, b)
-            print(f"  {a:22s} vs {b:22s} {d:+6.2f} % [{lo:+.2f}, {hi:+.2f}]  "
-                  f"{'resolved' if lo > 0 or hi < 0 else 'not resolved: the interval includes 0'}")
-"""),
-("md", r"""
-**Reading it.** Look first at the size of the activation column next to the weight-only row: quantizing every Linear
-input to E4M3 costs about as much again as quantizing the weights, whatever the strategy. Then at the order, with the
-head-to-head lines for what 16 windows can and cannot resolve:
-
-* **finer scales cost least** — in the point estimates; of the head-to-head lines, per-token against the per-tensor
-  oracle is the one to check for resolution. On this model the massive activations sit at the first position of every window in a
-  few down_proj inputs (section 1; it happens although the windows start mid-text, with no BOS token — the model makes
-  its first position an "attention sink"). Every per-tensor strategy must stretch its scale over that one token; a
-  per-token or 1×128 scale gives it its own;
-* **the oracle buys nothing.** The dynamic per-tensor scale sees every position of the window, yet it is not better
-  than a scale frozen on other text: the largest value it could learn from the future is the same first-position value
-  that every window, calibration windows included, contains;
-* **delayed scaling tracks static scaling** for the same reason: its amax history is a history of that one value. A
-  history earns its keep where the range drifts (training, where TransformerEngine uses it), not over a stationary
-  stream of text.
+            try:
+                pairs[(a, b)] = S.paired(SC, a, b)
+            except (OSError, ValueError) as e:
+                print(f"{a} vs {b}: not comparable here ({e})")
+    for line in findings.scaling_findings(sc, pairs):
+        print("-", line)
 """),
 ("md", r"""
 ## 4 · Taming the outliers: SmoothQuant and a Hadamard rotation, by format
@@ -224,25 +207,17 @@ weight. SmoothQuant's factors and every static scale are calibrated on the held-
 each row with the same format without a transform.
 """),
 ("code", r"""
-if (OUT / "taming.csv").is_file():
-    tm = S.read_csv(OUT / "taming.csv")
-    for k in (k for k in prov if k.startswith("taming")):
-        print(k, "|", describe(prov[k]))
-    print()
+TM = nb.recorded_part("outliers", "taming", "taming.csv", "provenance.json")
+tm = S.read_csv(TM / "taming.csv") if TM else None
+if tm is not None:
+    print(f"n = {tm[0]['n']} windows of {tm[0]['seq_len']} tokens; {lm.model_note}\n")
     print(S.format_rows(tm))
-    fig = S.plot_quality(tm, "Taming outliers before static per-tensor W8A8 / W4A4 NVFP4", lm.model_note)
-else:
-    tm = None
-    print("not recorded yet: python -m fp8lab.outlier_study --parts taming --out outputs/outliers")
+    nb.show(S.plot_quality(tm, "Taming outliers before static per-tensor W8A8 / W4A4 NVFP4", lm.model_note))
 """),
 ("code", r"""
 if tm is not None:
-    for fmt in ("e4m3", "int8", "nvfp4"):
-        rows = [r for r in tm if r["fmt"] == fmt]
-        base = next(r for r in rows if r["transform"] == "none")
-        best = min(rows, key=lambda r: r["delta_pct"])
-        print(f"{fmt:6s} no transform {base['delta_pct']:+8.2f} %   best: {best['config']} {best['delta_pct']:+8.2f} % "
-              f"[{best['ci95_low']:+.2f}, {best['ci95_high']:+.2f}]")
+    for line in findings.taming_findings(tm):
+        print("-", line)
 """),
 ("md", r"""
 **How to read the two tables together.** The statistics say *where* the outliers are; the quality tables say whether
@@ -253,21 +228,27 @@ doing nothing.
 
 Two caveats specific to this model. Its weights are already 4-bit (Q4_1): SmoothQuant multiplies weight columns by
 s and the rotation mixes them, so both change what the second quantization (to E4M3, INT8 or NVFP4) rounds — and the
-NVFP4 rows re-quantize 4-bit weights onto another 4-bit grid (README: that compounds two roundings). And the massive
-activations sit on one position of each window: a static per-tensor scale must cover them, which is the situation
-per-token scales were made for.
+NVFP4 rows re-quantize 4-bit weights onto another 4-bit grid (README: that compounds two roundings). And where the massive
+activations sit on one position of each window (section 1 prints where they are on this run), a static per-tensor
+scale must cover them, which is the situation per-token scales were made for.
 
-## Things to try
+## Exercises
 
-* `python -m fp8lab.outlier_study --parts taming --alphas 0.1,0.3,0.5,0.7,0.9`: where is SmoothQuant's best α for
-  E4M3, and is it the paper's 0.5?
-* `--calib sciq`: calibrate on science text and score on Wikipedia passages. Do frozen scales transfer?
-* `O.HadamardRotation(kind="block")`: the block-diagonal rotation (blocks of 64 for 576 channels) against the full
-  Kronecker one — is mixing inside 64 channels enough?
-* Per-token scales *after* a rotation (`Recipe(..., act=QuantSpec("e4m3", "token"), transform=O.HadamardRotation())`):
-  the two cures combined, one per kind of outlier.
-* The sweep's recipes (`python -m fp8lab.sweep --list-recipes`): `e4m3-wa-static`, `e4m3-wa-delayed`,
-  `e4m3-wa-static-smoothquant`, `e4m3-wa-static-hadamard`, `nvfp4-wa-static`, `nvfp4-wa-static-hadamard`,
-  `e4m3-wa-tok` run the same ideas through the main sweep (calibrated on SciQ text, so any task can be scored).
+Worked answers: `notebooks/solutions/11_activation_outliers.py` (small synthetic tensors, seconds on a CPU; the full
+runs are the commands in each answer).
+
+1. SmoothQuant's α: on a tensor with a few outlier channels, sweep α and find where the W8A8 error of `x Wᵀ` is
+   smallest, for INT8 and for E4M3. Is it the paper's 0.5? (On the model: `python -m fp8lab.outlier_study --parts
+   taming --alphas 0.1,0.3,0.5,0.7,0.9 --out runs/outliers`.)
+2. Do frozen scales transfer? Calibrate a static per-tensor scale on one batch and apply it to a batch whose maximum
+   is larger: how many values saturate, and what does it cost against a dynamic per-token scale? (On the model:
+   `--calib sciq`.)
+3. Mixing inside a block is enough? Compare the block-diagonal rotation (`kind="block"`) with the full Kronecker one
+   on an input whose outlier channels sit in one block.
+4. Two cures for two kinds of outlier: on an input with both a channel outlier and a token outlier, compare E4M3 per
+   tensor, per tensor after a rotation, per token, and per token after a rotation.
+5. The same ideas run through the main sweep as recipes: which of `e4m3-wa-static`, `e4m3-wa-delayed`,
+   `e4m3-wa-static-smoothquant`, `e4m3-wa-static-hadamard`, `nvfp4-wa-static`, `nvfp4-wa-static-hadamard`,
+   `e4m3-wa-tok` are causal, and on what are they calibrated?
 """),
 ]

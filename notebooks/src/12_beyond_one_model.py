@@ -24,39 +24,23 @@ it is not, and read the result as a frontier of bytes per decode step against qu
   shapes, `fp8lab.gpus`), not timings. Nothing here is timed on a GPU.
 
 Committed results live under `outputs/control/`, `outputs/gemma3/`, `outputs/sensitivity/<model>/` and
-`outputs/frontier/<model>/`; each cell below says *not recorded yet* where a run has not been committed, and a tiny
-live slice shows the same code running.
+`outputs/frontier/<model>/` (the stages of `tools/run_beyond_one_model.sh`); each cell prints the run's provenance
+and its own n (windows, questions) read from the files — a run may have been recorded with fewer windows than the
+defaults — or one *not recorded yet* line and skips. A tiny live slice shows the same code running. Every weight
+recipe here is causal (weights are quantized offline); the KV part of the sensitivity map is labelled where it shows.
+Sentences about what a run *shows* are rendered from its rows; the markdown explains what to look for.
 """),
 ("code", r"""
-import os, json, tempfile, warnings
-from pathlib import Path
-warnings.filterwarnings("ignore")
-import transformers
-transformers.utils.logging.disable_progress_bar()
-transformers.utils.logging.set_verbosity_error()
-import numpy as np
+import json
 import pandas as pd
 from IPython.display import Image, display
-from fp8lab import control, frontier, sensitivity, sweep
-from fp8lab.provenance import describe
-from fp8lab.store import read_json, read_rows
-
 from fp8lab import notebook as nb
-ROOT = nb.REPO                                          # from the package: works from any working directory
-OUT = ROOT / "outputs"
-SMALL = os.environ.get("FP8LAB_SMALL") == "1"
-SCRATCH = Path(tempfile.mkdtemp(prefix="nb12_"))        # the live slices write here, never to outputs/
+from fp8lab import control, findings, frontier, sensitivity, sweep
+from fp8lab.store import read_json, read_rows
+SMALL = nb.small()                  # the tests set FP8LAB_SMALL=1: the smallest live slices
+OUT = nb.OUTPUTS                    # committed results (read only)
+SCRATCH = nb.scratch("12")          # the live slices write here (git-ignored), never to outputs/
 pd.set_option("display.width", 160)
-
-def recorded(folder, *files):
-    # True when a committed run is there; otherwise says how to make it
-    folder = OUT / folder
-    if all((folder / f).is_file() for f in files):
-        p = folder / "provenance.json"
-        print(describe(read_json(p)) if p.is_file() else "(no provenance.json)")
-        return True
-    print(f"not recorded yet: {folder.relative_to(ROOT)}/{files[0]} (the lead commits it from a clean commit)")
-    return False
 """),
 ("md", r"""
 ## 1 · The unquantized control: every weight format on real FP32 weights
@@ -67,8 +51,9 @@ validation question and every distinct passage (the counts are printed with the 
 pool is re-embedded by the same quantized model, as a deployed index would be.
 """),
 ("code", r"""
-if recorded("control", "control.csv", "sqnr.csv"):
-    c = pd.DataFrame(read_rows(OUT / "control/control.csv"))
+if nb.recorded("control", "control.csv", "sqnr.csv"):
+    crow, sqrow = read_rows(OUT / "control/control.csv"), read_rows(OUT / "control/sqnr.csv")
+    c = pd.DataFrame(crow)
     for k in ("value", "delta", "ci95_low", "ci95_high"):
         c[k] = c[k].astype(float)
     sq = pd.DataFrame(read_rows(OUT / "control/sqnr.csv")).astype({"sqnr_db": float})
@@ -85,13 +70,15 @@ if recorded("control", "control.csv", "sqnr.csv"):
     display(table)
     if (OUT / "control/control.png").is_file():
         display(Image(str(OUT / "control/control.png")))
+    for line in findings.control_findings(crow, sqrow):
+        print("-", line)
 """),
 ("md", r"""
-**Reading it.** SQNR is the format's precision on *these* weights: roughly 6 dB per mantissa bit when a scale fits the
-tensor, so INT8 (per channel) sits above the E4M3 rows, E5M2 a few dB lower, the 4-bit rows lowest. The cosine
-column is how far the whole encoder's output moves; retrieval MRR is what a user of the embeddings sees, and it only
-moves when the perturbation reorders passages. Where the MRR interval includes 0, this many queries cannot tell the
-format from FP32.
+**What to look for.** SQNR is the format's precision on *these* weights: roughly 6 dB per mantissa bit when a scale
+fits the tensor, so expect INT8 per channel near the top, the E4M3 rows next, E5M2 lower, the 4-bit rows lowest. The
+cosine column is how far the whole encoder's output moves; retrieval MRR is what a user of the embeddings sees, and
+it only moves when the perturbation reorders passages. Where an MRR interval includes zero, this many queries cannot
+tell the format from FP32. The lines under the table give this run's order and counts.
 
 ### Does the ranking on FP32 weights match the ranking on the 4-bit LM?
 
@@ -99,22 +86,24 @@ The same weight recipes were run on SmolLM2 (`outputs/results.csv`, `outputs/swe
 ρ compares the two orderings; its interval resamples the MiniLM queries and the LM windows together.
 """),
 ("code", r"""
-if recorded("control", "comparison.json", "comparison.csv"):
+if nb.recorded("control", "comparison.json", "comparison.csv"):
     cmp = read_json(OUT / "control/comparison.json")
-    for k in ("spearman_cos_loss_vs_lm_ppl", "spearman_mrr_loss_vs_lm_ppl"):
-        s = cmp[k]
-        rho = "undefined (no spread)" if s["rho"] is None else f"{s['rho']:+.2f}  95% CI [{s['ci95_low']:+.2f}, {s['ci95_high']:+.2f}]"
-        print(f"{k:<32} rho {rho}")
-    print(f"over {cmp['n_formats']} formats: {', '.join(cmp['formats'])}")
-    t = pd.DataFrame(read_rows(OUT / "control/comparison.csv"))
-    display(t[["recipe", "minilm_median_sqnr_db", "minilm_cos_loss", "minilm_mrr_delta", "lm_ppl_delta_pct",
-               "lm_ci95_low", "lm_ci95_high", "lm_n_windows"]])
+    for k, label in (("spearman_cos_loss_vs_lm_ppl", "MiniLM cosine loss vs LM perplexity change"),
+                     ("spearman_mrr_loss_vs_lm_ppl", "MiniLM MRR loss vs LM perplexity change")):
+        print("-", findings.rho_sentence(label, cmp[k], cmp["n_formats"]))
+    print(f"formats: {', '.join(cmp['formats'])}")
+    ctab = read_rows(OUT / "control/comparison.csv")
+    display(pd.DataFrame(ctab)[["recipe", "minilm_median_sqnr_db", "minilm_cos_loss", "minilm_mrr_delta",
+                                "lm_ppl_delta_pct", "lm_ci95_low", "lm_ci95_high", "lm_n_windows"]])
+    a, n = findings.rank_of(ctab, "nvfp4-w", "minilm_cos_loss")
+    b, m = findings.rank_of(ctab, "nvfp4-w", "lm_ppl_delta_pct")
+    nb.md(f"`nvfp4-w` ranks **{a} of {n}** by cosine loss on MiniLM's FP32 weights (one rounding) and **{b} of {m}** "
+          "by perplexity change on the 4-bit LM (its baseline is already 4-bit, so this row compounds two roundings).")
 """),
 ("md", r"""
 **Where NVFP4 lands on real weights** is the row the 4-bit LM could not give: on MiniLM the `nvfp4-w` row's SQNR and
-cosine are measured on weights that were never on a 4-bit grid, so they carry one rounding, not two. Compare its
-place in the ordering with its place on SmolLM2: if the order agrees, the LM's *ordering* of formats does not
-depend on its weights being 4-bit.
+cosine are measured on weights that were never on a 4-bit grid, so they carry one rounding, not two. If its place
+in the ordering agrees on both models, the LM's *ordering* of formats does not depend on its weights being 4-bit.
 
 Do weights that already sit on a 4-bit grid take a second rounding worse than trained FP32 weights do? The same SQNR,
 measured on the 4-bit LM's own weights (its first, middle and last layers), answers at the level of the weights: if
@@ -122,13 +111,17 @@ the two columns agree, the error a format adds on top of the Q4_1 weights is as 
 differs between the models' quality deltas is how sensitive each model's output is to that error, not the grid.
 """),
 ("code", r"""
-if recorded("control", "sqnr_lm.csv", "sqnr.csv"):
+if nb.recorded("control", "sqnr_lm.csv", "sqnr.csv"):
     lmq = pd.DataFrame(read_rows(OUT / "control/sqnr_lm.csv")).astype({"sqnr_db": float})
     mq = pd.DataFrame(read_rows(OUT / "control/sqnr.csv")).astype({"sqnr_db": float})
     both = pd.DataFrame({"MiniLM, FP32 weights (dB)": mq.groupby("recipe").sqnr_db.median(),
                          f"{lmq.model.iloc[0]}, 4-bit weights (dB)": lmq.groupby("recipe").sqnr_db.median()})
-    display(both.reindex(control.CONTROL_RECIPES).dropna(how="all").round(1))
+    both = both.reindex(control.CONTROL_RECIPES).dropna(how="any")
+    display(both.round(1))
     print(lmq.model_note.iloc[0])
+    d = (both.iloc[:, 1] - both.iloc[:, 0])
+    print(f"- 4-bit LM minus FP32 MiniLM, median SQNR per format: {d.min():+.1f} to {d.max():+.1f} dB over "
+          f"{len(d)} formats (largest gap: `{d.abs().idxmax()}` {d[d.abs().idxmax()]:+.1f} dB)")
 """),
 ("md", r"""
 A live slice (a handful of questions, a few recipes; the pool is only their own passages, so retrieval is easy here):
@@ -148,20 +141,24 @@ except control.ControlError as e:
 ("md", r"""
 ## 2 · A second LM: does seed 003's table keep its order on Gemma-3-270M?
 
-`python -m fp8lab.sweep --model gemma3-270m --recipes <seed 003's seven> --tasks ppl --tokens … --record --out outputs/gemma3`
-runs the same recipes on the same BoolQ passages (each model cuts them into its own tokens). Both are 4-bit
-checkpoints, from two families with different tokenizers, widths and attention layouts.
+`bash tools/run_beyond_one_model.sh gemma` (`python -m fp8lab.sweep --model gemma3-270m … --record --out
+outputs/gemma3`) runs seed 003's recipes and the weight formats on the same BoolQ passages (each model cuts them into
+its own tokens). Both are 4-bit checkpoints, from two families with different tokenizers, widths and attention
+layouts: every delta is against a baseline that is already quantized. The table's `causal` column says which recipes
+a server could run (the `-wa`/`-wakv` rows with one scale over the window are oracles).
 """),
 ("code", r"""
-if recorded("gemma3", "results.csv"):
-    g = pd.read_csv(OUT / "gemma3/results.csv")
-    display(sweep.delta_table(g, "ppl", "ppl", order=["e4m3-w", "e4m3-wa", "e4m3-wakv", "e5m2-w", "e4m3-w-noscale",
-                                                        "e4m3-wa-noscale"]))
+if nb.recorded("gemma3", "results.csv"):
+    g = nb.results_frame(OUT / "gemma3/results.csv")
+    display(sweep.delta_table(g, "ppl", "ppl", order=["baseline", "e4m3-w", "e4m3-wa", "e4m3-wakv", "e5m2-w",
+                                                        "e4m3-w-noscale", "e4m3-wa-noscale", "int8-w", "nvfp4-w",
+                                                        "mxfp4-w"]))
+    print("-", findings.cheapest_causal(g, list(g.recipe.unique())))
     try:
         r = control.compare_sweeps([OUT / "results.csv", OUT / "sweep_more/results.csv"], [OUT / "gemma3/results.csv"])
-        s = r["spearman"]
-        print(f"{r['model_a']} vs {r['model_b']}: Spearman rho {s['rho']:+.2f} [{s['ci95_low']:+.2f}, "
-              f"{s['ci95_high']:+.2f}] over {len(r['recipes'])} recipes ({', '.join(r['recipes'])})")
+        print("-", findings.rho_sentence(f"{r['model_a']} vs {r['model_b']}, perplexity change per recipe",
+                                         r["spearman"], len(r["recipes"])))
+        print(f"  recipes: {', '.join(r['recipes'])}")
     except control.ControlError as e:
         print(f"no comparison: {e}")
 """),
@@ -169,7 +166,11 @@ if recorded("gemma3", "results.csv"):
 ## 3 · The sensitivity map: which parts pay for the bits?
 
 One part at a time — each decoder layer (all its Linears), each Linear type across all layers (q/k/v/o, gate/up/down),
-`lm_head`, the KV cache — goes to E4M3 (one scale per tensor) or NVFP4, everything else stays as loaded. Hundreds of
+`lm_head`, the KV cache — goes to E4M3 (one scale per tensor) or NVFP4, everything else stays as loaded. The
+weight parts are causal (weights are quantized offline). The **KV part is an oracle**: its E4M3 scale (and NVFP4's
+global scale) is taken over the whole window, future tokens included — a bound on what a cache could do, not a cache
+a server can run (notebook 03 and notebook 13 measure causal caches). Conclusions about what a server can do rest on the
+weight parts. Hundreds of
 independent cells: `fp8lab.distributed` spreads them over a local Dask cluster (or your cluster with
 `--scheduler tcp://host:8786`), every worker writing its own cell file atomically, so a killed run resumes where it
 stopped.
@@ -177,14 +178,19 @@ stopped.
 ("code", r"""
 for m in ("smollm2-135m", "gemma3-270m"):
     print(f"--- {m}")
-    if recorded(f"sensitivity/{m}", "sensitivity.csv"):
-        s = pd.DataFrame(read_rows(OUT / f"sensitivity/{m}/sensitivity.csv"))
+    if nb.recorded(f"sensitivity/{m}", "sensitivity.csv"):
+        srows = read_rows(OUT / f"sensitivity/{m}/sensitivity.csv")
+        s = pd.DataFrame(srows)
         for k in ("delta_pct", "ci95_low", "ci95_high"):
             s[k] = s[k].astype(float)
         s["significant"] = (s.ci95_low > 0) | (s.ci95_high < 0)
-        print(f"n = {s.n.iloc[0]} windows x {s.seq_len.iloc[0]} tokens; the five costliest parts per format:")
+        s["label"] = ["ORACLE (scale over the window)" if k == "kv" else "causal" for k in s.kind]
+        print(f"n = {s.n.iloc[0]} windows x {s.seq_len.iloc[0]} tokens; {s.model_note.iloc[0]}")
+        print("the five costliest parts per format:")
         display(s.sort_values("delta_pct", ascending=False).groupby("format").head(5)[
-            ["format", "part", "delta_pct", "ci95_low", "ci95_high", "significant"]])
+            ["format", "part", "label", "delta_pct", "ci95_low", "ci95_high", "significant"]])
+        for line in findings.sensitivity_findings(srows):
+            print("-", line)
         if (OUT / f"sensitivity/{m}/sensitivity.png").is_file():
             display(Image(str(OUT / f"sensitivity/{m}/sensitivity.png")))
 """),
@@ -196,8 +202,11 @@ A live slice on SmolLM2: two parts (`lm_head`, the KV cache), E4M3 only, a few w
 n_win, L = (2, 128) if SMALL else (4, 512)
 rc = sensitivity.main(["--model", "smollm2-135m", "--parts", "lm_head,kv", "--formats", "e4m3", "--windows", str(n_win),
                        "--seq-len", str(L), "--out", str(SCRATCH / "sens"), "--workers", "0", "--boot", "500"])
-display(pd.DataFrame(read_rows(SCRATCH / "sens/sensitivity.csv"))[["part", "format", "delta_pct", "ci95_low",
-                                                                   "ci95_high", "n", "seq_len"]])
+if rc:
+    print(f"live slice failed (exit {rc})")
+live_s = pd.DataFrame(read_rows(SCRATCH / "sens/sensitivity.csv"))
+live_s["label"] = ["ORACLE (scale over the window)" if k == "kv" else "causal" for k in live_s.kind]
+display(live_s[["part", "label", "format", "delta_pct", "ci95_low", "ci95_high", "n", "seq_len"]])
 """),
 ("md", r"""
 ## 4 · The bytes–quality frontier
@@ -206,20 +215,27 @@ For any assignment of formats to parts, `fp8lab.frontier.decode_bytes` adds up w
 Linear in its format with its scales, `lm_head`, an embedding row, norms, the KV cache at the chosen context). The
 mixed assignments are **greedy**: from everything-as-loaded, repeatedly move the part whose predicted perplexity cost
 per byte saved is smallest (predicted = its one-at-a-time delta from the sensitivity map), until the budget is met.
-Greedy assumes the one-at-a-time deltas add up; evaluating the mixed recipe measures whether they do.
+Greedy assumes the one-at-a-time deltas add up; evaluating the mixed recipe measures whether they do. A point whose
+KV cache is quantized carries the KV part's oracle label (see above).
 """),
 ("code", r"""
 for m in ("smollm2-135m", "gemma3-270m"):
     print(f"--- {m}")
-    if recorded(f"frontier/{m}", "frontier.csv"):
-        f = pd.DataFrame(read_rows(OUT / f"frontier/{m}/frontier.csv"))
+    if nb.recorded(f"frontier/{m}", "frontier.csv"):
+        frows = read_rows(OUT / f"frontier/{m}/frontier.csv")
+        f = pd.DataFrame(frows)
         f["MB/step"] = (f.bytes_per_step.astype(float) / 1e6).round(2)
+        f["label"] = ["causal" if "kv:bf16" in a or "kv:" not in a else "ORACLE (KV scale over the window)"
+                      for a in f.assignment]
         ceil = json.loads(f.ceilings.iloc[0])
         for gpu, tbps in ceil.items():
             f[f"{gpu} tok/s ceiling"] = (tbps * 1e12 / f.bytes_per_step.astype(float)).round(0)
         print(f"batch {f.batch.iloc[0]}, context {f.context.iloc[0]}; n = {f.n.iloc[0]} windows x {f.seq_len.iloc[0]}")
-        display(f[["point", "kind", "MB/step", *[c for c in f.columns if c.endswith("ceiling")], "predicted_delta_pct",
+        display(f[["point", "kind", "label", "MB/step", *[c for c in f.columns if c.endswith("ceiling")], "predicted_delta_pct",
                    "delta_pct", "ci95_low", "ci95_high"]])
+        print(f.model_note.iloc[0])
+        for line in findings.frontier_findings(frows):
+            print("-", line)
         if (OUT / f"frontier/{m}/frontier.png").is_file():
             display(Image(str(OUT / f"frontier/{m}/frontier.png")))
 """),
@@ -250,31 +266,36 @@ else:
 ("md", r"""
 ## 5 · How many windows, and how long
 
-Every committed run records its n and its wall time; on the lab's 2-core CPU the committed sensitivity and frontier
-runs take hours (they are hundreds of cells), which is why they go through `fp8lab.distributed`: on a GPU machine
-each worker takes one GPU (`--workers <n_gpus>`), on several machines point `--scheduler` at a Dask scheduler.
+Every committed run records its n and its wall time; on the lab's 2-core CPU the sensitivity and frontier runs are
+hundreds of cells, which is why they go through `fp8lab.distributed`: on a GPU machine each worker takes one GPU
+(`--workers <n_gpus>`), on several machines point `--scheduler` at a Dask scheduler.
 """),
 ("code", r"""
 for folder in ("control", "gemma3", "sensitivity/smollm2-135m", "sensitivity/gemma3-270m", "frontier/smollm2-135m",
                "frontier/gemma3-270m"):
-    p = OUT / folder / "provenance.json"
-    if p.is_file():
-        pv = read_json(p)
-        st = pv.get("settings", {})
-        n = st.get("n_windows") or st.get("pairs") or st.get("tokens")
-        print(f"{folder:<26} n/size {n!s:<8} wall {pv.get('wall_seconds', '?')} s   {describe(pv)[:90]}")
-    else:
+    p = nb.recorded(folder, "provenance.json", quiet=True)
+    if p is None:
         print(f"{folder:<26} not recorded yet")
+        continue
+    pv = read_json(p / "provenance.json")
+    st = pv.get("settings", {})
+    n = st.get("n_windows") or st.get("pairs") or st.get("tokens") or "all"
+    print(f"{folder:<26} n/size {n!s:<8} wall {pv.get('wall_seconds', '?')} s\n    {nb.provenance_line(pv)}")
 """),
 ("md", r"""
-## Things to try
+## Exercises
 
-* Run the sensitivity map at `--parts grid` (every Linear of every layer): where inside a layer does NVFP4 hurt?
-* Add `mxfp8` or `int8` to `--formats` and let the frontier's greedy choose among more storage formats.
-* Compare the frontier at `--context 8192 --batch 32`: the KV cache becomes most of the bytes, and the greedy
-  starts spending its budget on the cache.
-* Point the control at the MRR of a harder pool (every distinct passage) vs an easy one (`--pairs 200`): how much of
-  "no detectable change" is the task being too easy?
-* On a GPU machine: `python -m fp8lab.sensitivity … --workers <n_gpus>` gives each worker its own GPU.
+Worked answers: `notebooks/solutions/12_beyond_one_model.py` (seconds on a CPU; each names the command that asks the
+same question at full size).
+
+1. Bytes per decode step at batch 1 and a 512-token context, then at batch 32 and 8k: how large a share of the bytes
+   is the KV cache in each case, and what does that mean for where the frontier's greedy spends its budget?
+2. The second rounding: quantize a Gaussian weight matrix to E4M3, NVFP4 and INT8 once, and the same matrix first put
+   on a Q4_1-like grid (16 asymmetric levels per 32-block). Does a format lose more SQNR on weights that are already
+   4-bit?
+3. How many windows would the committed sweep need for E4M3 weights' interval to be half as wide? (Intervals shrink
+   like 1/√n.)
+4. Where inside a layer does NVFP4 hurt? Run the sensitivity map with `--parts grid` (every Linear of every layer) on
+   a small slice, and read its cells with their intervals.
 """),
 ]

@@ -25,19 +25,37 @@ long-context prefill measurement need a GPU run (their sections below read the r
 and the GB10 numbers are about hardware the lab does not have (they are checked against the bandwidth ceiling).
 
 *The lab's model is SmolLM2-135M-Instruct, whose weights are 4-bit GGUF (Q4_1) dequantized to float32: the
-"baseline" is already a quantized model.*
+"baseline" is already a quantized model.* Every claim below is quoted from its seed in a code cell (the seeds' numbers
+beside the lab's), and marked **confirmed / contradicted / untestable here** in section 6 by code that reads the
+results — never by hand.
+
+What this notebook reads (each section prints its provenance, or one "not recorded yet" line and skips):
+`outputs/kv_bits/` (`python -m fp8lab.kv_bits --record`, CPU), `outputs/kernels/attention.json` and
+`outputs/kernels/prefill_attention.json` (GPU runs of `python -m fp8lab.kernels.bench attention` and
+`… prefill_attn`), `outputs/kernels/sass/summary.json` (notebook 09's SASS summary); the GB10 table is arithmetic from
+published configurations (`fp8lab.serving_claims`), computed live.
 """),
 ("code", r"""
-import os, glob, json, logging, warnings
-warnings.filterwarnings("ignore"); logging.disable(logging.WARNING)     # library chatter, not results
-from pathlib import Path
 import torch
-from transformers.utils import logging as hf_logging
-hf_logging.disable_progress_bar()
-from fp8lab import hadamard, kv_bits, kv_quant as kq, provenance
-SMALL = os.environ.get("FP8LAB_SMALL") == "1"
-RUN = Path("../outputs/kv_bits")          # the committed run (read only: this notebook never writes outputs/)
+from fp8lab import notebook as nb
+from fp8lab import findings, hadamard, kv_bits, kv_quant as kq, serving_claims
+from fp8lab.kernels import bench_attention, bench_prefill_attn, gb10_report
+SMALL = nb.small()          # the tests set FP8LAB_SMALL=1: a shorter live window
 torch.manual_seed(0)
+
+# the seeds' claims, quoted (what they say, not what the lab measured)
+SEED_CLAIMS = {
+    "seed 000 (turbo KV)": "turbo4 gives measurably lower per-token error than NVFP4 on models with large RMSNorm weights",
+    "seed 002 (NVFP4 KV)": "--kv-cache-dtype nvfp4; --kv-high-precision-layers N keeps the first and last N layers in "
+                           "BF16 because they are the most sensitive; the attention kernel dequantizes at the MMA boundary",
+    "seed 004 (FP8 KV prefill)": f"{bench_prefill_attn.SEED004['context']}-token document: first token after "
+                                 f"{bench_prefill_attn.SEED004['ttft_fp8_s']:g} s with FP8 KV vs "
+                                 f"{bench_prefill_attn.SEED004['ttft_bf16_s']:g} s with BF16 KV",
+    "seeds 000/002 (GB10 serving)": ", ".join(f"{c['tokens_per_s']:g} tok/s" for c in serving_claims.CLAIMS),
+    "seed 002 (SM121)": "does not expose the relevant MMA or conversion instructions for FP4",
+}
+for k, v in SEED_CLAIMS.items():
+    print(f"{k:30s} {v}")
 """),
 ("md", r"""
 ## 1 · Two 4-bit caches at the same bit budget
@@ -79,13 +97,16 @@ for outlier in (1, 5, 20, 50):
     t = k[:, :, 1024:]
     e = {m: rel(t, kq.KV4Plan(m, p).quantizer(0, "key")(t)) for m in ("nvfp4", "turbo4", "turbo4-gauss")}
     print(f"{outlier:>10d} {e['nvfp4']:8.4f} {e['turbo4']:8.4f} {e['turbo4-gauss']:13.4f}")
+nb.md(f"With the largest outlier (×{outlier}) turbo4's error is **{e['turbo4'] / e['nvfp4']:.2f}×** NVFP4's and the "
+      f"Gaussian codebook's **{e['turbo4-gauss'] / e['nvfp4']:.2f}×** (same bits; seeded synthetic keys).")
 """),
 ("md", r"""
-On Gaussian vectors the three are close: NVFP4's grid with a scale per 16 values is already a good 4-bit quantizer.
-With one channel much larger than the rest, NVFP4's block that holds it takes its scale from the outlier and rounds
-its 15 neighbours coarsely, while the rotation spreads the outlier over all 64 coordinates and the *fitted* codebook
-learns the two-humped shape this leaves. The Gaussian codebook does not: its levels assume a shape the data no longer
-has. So the seed's claim has a mechanism — it needs outlier channels. Does the lab's model have them?
+The mechanism to look for: on Gaussian vectors NVFP4's grid with a scale per 16 values is already a good 4-bit
+quantizer, so the three should be close. With one channel much larger than the rest, NVFP4's block that holds it
+takes its scale from the outlier and rounds the other values of its block coarsely, while the rotation spreads the
+outlier over all 64 coordinates and a *fitted* codebook can learn the two-humped shape this leaves; a Gaussian
+codebook assumes a shape the data no longer has. So the seed's claim has a mechanism — it needs outlier channels.
+Does the lab's model have them?
 
 ### On the model, live: one short window
 """),
@@ -115,24 +136,21 @@ for l in range(0, lm.model.config.num_hidden_layers, 5):
 ("md", r"""
 ## 2 · The committed run: error by layer, sensitivity by layer, perplexity by position
 
-`python -m fp8lab.kv_bits` does it all with one model load, every token in one role only: calibration windows fit
-the frozen constants; separate *sensitivity* windows store one layer's K/V in NVFP4 at a time (30 configurations)
-to rank the layers; the *test* windows, at the model's full 8,192-token context, give the per-token K/V error of
+`python -m fp8lab.kv_bits --record` does it all with one model load, every token in one role only: calibration
+windows fit the frozen constants; separate *sensitivity* windows store one layer's K/V in NVFP4 at a time (one
+configuration per layer) to rank the layers; the *test* windows, at the model's full 8k context, give the per-token K/V error of
 every method in every layer (during the baseline forward) and the perplexity of every configuration by position,
 with 95 % paired bootstrap intervals over windows (`fp8lab.kv_drift`'s buckets). `nvfp4-sens4` keeps the four layers
-the sensitivity windows ranked highest; `nvfp4-hp2` keeps the first and last two — the same count.
+the sensitivity windows ranked highest; `nvfp4-hp2` keeps the first and last two — the same count. Every configuration
+is causal (constants frozen before the test windows, each token stored from itself). The run's own n (windows and
+tokens) is printed from its summary: it may have been recorded with fewer windows than the defaults.
 """),
 ("code", r"""
-try:
-    res = kv_bits.load(RUN)
-except FileNotFoundError:
-    res = None
-    print(f"{RUN} is not in this checkout yet. Make it with:\n"
-          "  python -m fp8lab.kv_bits --windows 6 --seq-len 8192 --cal-windows 4 --cal-len 2048 "
-          "--sens-windows 8 --sens-len 2048 --record")
+run = nb.recorded("kv_bits", "summary.json", "ppl_by_position.csv", "kv_error_by_layer.csv", "layers.csv",
+                  "sensitivity.csv", "ppl_compare.csv", "nll_by_bucket.csv")
+res = kv_bits.load(run) if run else None      # not recorded: python -m fp8lab.kv_bits --record
 if res:
     s = res["summary"]
-    print(provenance.describe(res["provenance"]))
     print(f"{s['test_windows']} test windows x {s['seq_len']} tokens; calibration {s['cal_windows']} x {s['cal_len']}; "
           f"sensitivity {s['sens_windows']} x {s['sens_len']}; {s['wall_s']:.0f} s; {s['model_note']}")
 """),
@@ -152,7 +170,7 @@ if res:
     print(f"attention-norm |gamma|: largest {max(g):.3f} (layer {g.index(max(g))}), smallest layer max {min(g):.3f}; "
           f"final norm max {s['final_norm_abs']['max']:.3f}; K outlier ratio up to "
           f"{max(float(r['key_outlier_ratio']) for r in res['layers']):.1f}")
-    fig = kv_bits.plot_errors(res["errors"], res["layers"], s["model_note"])
+    nb.show(kv_bits.plot_errors(res["errors"], res["layers"], s["model_note"]))
 """),
 ("md", r"""
 ### Which layers are sensitive?
@@ -165,7 +183,7 @@ if res and res["sensitivity"]:
         print(f"  layer {r['layer']:2d}: KL {r['kl_mean']:.5f} [{r['kl_ci95_low']:.5f}, {r['kl_ci95_high']:.5f}]   "
               f"ppl {r['delta_pct']:+.3f} % [{r['ci95_low']:+.3f}, {r['ci95_high']:+.3f}]")
     print("picked for nvfp4-sens*:", s["sens_picked"])
-    fig = kv_bits.plot_sensitivity(res["sensitivity"], s["model_note"])
+    nb.show(kv_bits.plot_sensitivity(res["sensitivity"], s["model_note"]))
 """),
 ("md", r"""
 ### Perplexity by position up to 8k
@@ -178,6 +196,7 @@ if res:
     print(kv_bits.kv_drift.format_table(res["ppl"]))
     fig = kv_bits.kv_drift.plot(res["ppl"], note=s["model_note"])
     fig.suptitle("4-bit and FP8 KV caches: perplexity change by position in the context", fontsize=14)
+    nb.show(fig)
 """),
 ("md", r"""
 Head-to-head comparisons, paired on the same windows (the reference is the second configuration, not the baseline):
@@ -188,57 +207,72 @@ if res:
                  ("nvfp4-sens4", "nvfp4-hp2"), ("nvfp4", "e4m3-dyn")):
         t = kv_bits.pooled(res, a, b)
         if t:
-            print(f"{a:12s} vs {b:10s} all positions: {t[0]:+6.2f} % [{t[1]:+.2f}, {t[2]:+.2f}]")
+            print(f"{a:12s} vs {b:10s} all positions: {findings.ci(*t)}  "
+                  f"{'resolved' if findings.excludes_zero(t[1], t[2]) else 'not resolved: the interval includes zero'}")
 """),
 ("md", r"""
 ## 3 · Seed 002: an NVFP4-KV decode attention kernel (GPU)
 
 The seed's NVFP4 cache is read by an attention kernel that dequantizes at the MMA boundary. The lab's FP8-KV kernel
 (notebook 08) is the template; an NVFP4-KV version reads 4.5 instead of 16 bits per element, so a memory-bound decode
-could approach 16 / 4.5 = 3.56× the same kernel on BF16. The numbers below are read from a recorded GPU run.
+could approach the byte ratio (16 / 4.5) times the same kernel on BF16. The numbers below are read from a recorded
+GPU run of `python -m fp8lab.kernels.bench attention` (`outputs/kernels/attention.json`).
 """),
 ("code", r"""
-def recorded(*words, show=True):
-    files = [f for f in sorted(glob.glob("../outputs/kernels/*.json")) if all(w in Path(f).name for w in words)]
-    for f in files if show else []:
-        d = json.load(open(f))
-        print(Path(f).name, "|", provenance.describe(d.get("provenance", {})))
-        print("   goal:", d.get("goal", "(none recorded)"))
-    return files
-if not recorded("nvfp4", "attention") and not recorded("nvfp4kv"):
-    print("NVFP4-KV attention kernel: recorded on a GPU run: not yet")
+att_dir = nb.recorded("kernels", "attention.json")
+att = bench_attention.load(att_dir / "attention.json") if att_dir else None
+goals = bench_attention.goals_table(att) if att else []
+print(f"byte-ratio bound for NVFP4 vs BF16 K/V: {16 / kq.bits_per_element('nvfp4', 128):.2f}x "
+      f"({kq.bits_per_element('nvfp4', 128):.2f} bits per element at D = 128)")
+if att:
+    print(bench_attention.format_goals(att))
 """),
 ("md", r"""
 ## 4 · Seed 004: FP8 KV made long-context prefill slower (GPU)
 
-Seed 004 reports a 250K-token document taking 45 s to first token with an FP8 KV cache against 34 s with BF16.
-Prefill attention is compute-bound, not bandwidth-bound: a chunk of many queries reuses each cached K/V many times,
-so halving the bytes buys little, while converting FP8 to BF16 on CUDA cores (Hopper has no FP8 attention path
-here) costs work per element. The lab's chunked-prefill measurement (chunks of 512–8192 queries against 32k–256k
-cached tokens, BF16 vs FP8 KV, beside torch SDPA) is recorded on a GPU:
+Seed 004's numbers are quoted in the first code cell. Prefill attention is compute-bound, not bandwidth-bound: a chunk
+of many queries reuses each cached K/V many times, so halving the bytes buys little, while converting FP8 to BF16 on
+CUDA cores (Hopper has no FP8 attention path here) costs work per element. The lab's chunked-prefill measurement (BF16
+vs FP8 KV for chunks of query tokens against a long cached prefix, beside torch SDPA) is recorded on a GPU by
+`python -m fp8lab.kernels.bench prefill_attn` (`outputs/kernels/prefill_attention.json`); the contexts and chunks it
+covers are printed with it.
 """),
 ("code", r"""
-if not recorded("prefill"):
-    print("long-context prefill with FP8 KV: recorded on a GPU run: not yet")
+pf_dir = nb.recorded("kernels", "prefill_attention.json")
+pf = bench_prefill_attn.load(pf_dir / "prefill_attention.json") if pf_dir else None
+if pf:
+    print(bench_prefill_attn.format_summary(pf))
+    print()
+    print(bench_prefill_attn.format_napkin(pf))
+    for c in bench_prefill_attn.crossover(pf):
+        print(f"context {c['context']}: FP8 faster at chunks {c['below'] or 'none'}, slower at {c['above'] or 'none'}")
+    print()
+    print(bench_prefill_attn.seed004_reading(pf))
+"""),
+("code", r"""
+if pf:
+    nb.show(bench_prefill_attn.plot_ratio(pf))
 """),
 ("md", r"""
 ## 5 · Seeds 000 and 002: the GB10 serving numbers against the bandwidth ceiling
 
-A decode step reads every active weight once; at 273 GB/s that sets a tokens-per-second ceiling for one token per
-weight read. A claim above it can only come from speculative decoding (MTP), which needs an acceptance rate the
-table states. The table comes from `fp8lab.serving_claims` (the published configurations, bytes per token):
+A decode step reads every active weight once; at the GB10's specified bandwidth (`fp8lab.gpus`, a spec, not a
+measurement) that sets a tokens-per-second ceiling for one token per weight read. A claim above it can only come
+from speculative decoding (MTP), which needs an acceptance rate the table states. The table is arithmetic from the
+published configurations committed under `fp8lab/model_configs/` (`fp8lab.serving_claims`), computed here:
 """),
 ("code", r"""
-try:
-    from fp8lab import serving_claims
-except ImportError:
-    serving_claims = None
-    print("fp8lab.serving_claims is not in this checkout: the GB10 table is not available here")
-if serving_claims is not None:
-    try:
-        print(serving_claims.format_claims(serving_claims.claims_table()))
-    except Exception as e:          # an interface that moved: say so in one line rather than fail the notebook
-        print(f"fp8lab.serving_claims could not build its table here: {type(e).__name__}: {e}")
+claims = serving_claims.claims_table()
+print(serving_claims.format_claims(claims))
+"""),
+("md", r"""
+And seed 002's statement about SM121's instructions, against the machine code notebook 09 reads (compiled, not run):
+"""),
+("code", r"""
+sass_dir = nb.recorded("kernels/sass", "summary.json")
+sass = gb10_report.load(sass_dir / "summary.json", live_if_missing=False) if sass_dir else None
+if sass:
+    print(gb10_report.format_jobs([r for r in gb10_report.jobs(sass) if "E2M1" in r["job"] or "FP4" in r["job"]], sass))
 """),
 ("md", r"""
 ## 6 · The claims, marked
@@ -256,23 +290,33 @@ if res:
                  f"norm's {s['final_norm_abs']['max']:.3f} (RMSNorm weights start at 1.0). Whether turbo4's margin "
                  "grows with large weights needs a model that has them"))
 else:
-    rows.append(("4-bit KV claims (seeds 000, 002)", "untestable until outputs/kv_bits exists", "run the command in section 2"))
-rows.append(("seed 002: NVFP4-KV attention kernel", "recorded" if recorded("nvfp4", "attention", show=False) else "untestable here (GPU): not yet recorded", "section 3"))
-rows.append(("seed 004: FP8 KV slows long-context prefill", "recorded" if recorded("prefill", show=False) else "untestable here (GPU): not yet recorded", "section 4"))
-rows.append(("seeds 000/002: GB10 serving numbers", "see section 5" if serving_claims else "not yet in this checkout", "section 5"))
+    rows.append(("4-bit KV claims (seeds 000, 002)", "untestable here until outputs/kv_bits is recorded",
+                 "python -m fp8lab.kv_bits --record"))
+rows.append(findings.nvfp4_kv_kernel_verdict(goals) if att else
+            ("seed 002: NVFP4-KV attention kernel", "untestable here: not recorded yet", "section 3"))
+rows.append(findings.prefill_fp8_verdict(bench_prefill_attn.summary_rows(pf)) if pf else
+            ("seed 004: FP8 KV slows long-context prefill", "untestable here: not recorded yet", "section 4"))
+rows += findings.serving_claim_verdicts(claims)
+rows.append(findings.fp4_sass_verdict(gb10_report.jobs(sass)) if sass else
+            ("seed 002: SM121 has no FP4 MMA / E2M1 conversion", "untestable here: SASS summary not recorded yet", "notebook 09"))
 for claim, verdict, evidence in rows:
     print(f"- {claim}\n    -> {verdict.upper()}\n       {evidence}")
 """),
 ("md", r"""
-## Things to try
+## Exercises
 
-- `python -m fp8lab.kv_bits --configs baseline,nvfp4,nvfp4-rot,turbo4,turbo4-gauss,turbo4-g64 --sens-windows 0`:
-  the ablations — is it the rotation or the fitted codebook that helps, and what does 0.25 bit of scale buy?
-- `--configs baseline,nvfp4,nvfp4-sens2,nvfp4-sens8,nvfp4-hp1,nvfp4-hp4`: how many layers must stay in high
-  precision, and does the data's pick keep beating the first/last rule?
-- Point `--model` at a model with large RMSNorm weights (or a `k_norm`, as Qwen3 has) where a hub is reachable:
-  does turbo4's margin over NVFP4 grow with the outlier ratio, as the synthetic example in section 1 suggests?
-- The sweep has the same caches as recipes (`nvfp4-kv`, `nvfp4-kv-hp2`, `turbo4-kv`, `turbo4-kv-gauss`); there the
-  constants freeze after the first 256 tokens the model sees.
+Worked answers: `notebooks/solutions/13_seed_claims_kv.py` (they run on the CPU in the tests).
+
+1. The ablation: on synthetic keys with one outlier channel, is it the rotation or the fitted codebook that makes
+   `turbo4` beat NVFP4? Compare `nvfp4`, `nvfp4-rot` (rotation, NVFP4 grid), `turbo4-gauss` (rotation, data-free
+   codebook) and `turbo4`.
+2. What do the group sizes cost? Compute the bits per element of `turbo4` and `turbo4-g64` at head_dim 64 and 128,
+   and of `nvfp4`; which spends less on scales, and what would it have to win back?
+3. From the committed run: is "first and last" the right rule for this model? Compare the layers the sensitivity
+   windows picked with the first/last ones, and read the paired interval of `nvfp4-sens4` against `nvfp4-hp2`.
+4. For the GB10 claim closest to its ceiling, how much does the ceiling drop at an 8k context (the KV cache joins the
+   bytes per token), and does the verdict change?
+5. The sweep has the same caches as recipes (`nvfp4-kv`, `nvfp4-kv-hp2`, `turbo4-kv`, `turbo4-kv-gauss`): are they
+   causal, and when do their constants freeze?
 """),
 ]
