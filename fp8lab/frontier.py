@@ -343,7 +343,8 @@ def main(argv=None) -> int:
         if not sp.is_file():
             raise UsageError(f"{sp}: no sensitivity.csv (run python -m fp8lab.sensitivity --out ... first)")
         sens = read_sensitivity(sp)
-        t0 = time.time()
+        from fp8lab.provenance import git_state
+        t0, git0 = time.time(), git_state()       # the tree as the run starts (its cell files dirty it later)
         model, name, sha, note = load_for_parts(args.model)
         pl = plan(model, sens, [1.0], args.batch, args.context, fmts)
         budgets = parse_budget(args.budget, pl["bf16"])
@@ -412,7 +413,7 @@ def main(argv=None) -> int:
         with FolderLock(out, command):
             write_rows(rows, out / "frontier.csv", CSV_FIELDS)
             atomic_write_json(out / "provenance.json", provenance(
-                command, wall_seconds=round(time.time() - t0, 1), model={"name": name, "sha256": sha},
+                command, git=git0, wall_seconds=round(time.time() - t0, 1), model={"name": name, "sha256": sha},
                 model_note=note, sensitivity_csv=str(sp), settings={**data, "batch": args.batch,
                 "context": args.context, "formats": fmts, "budgets_bytes": budgets, "ceilings_TBps": gpus,
                 "workers": workers, "scheduler": args.scheduler, "n_boot": args.boot},

@@ -557,7 +557,7 @@ def run(lm, args, out: Path, say=print) -> dict:
     }
     summary["wall_s"] = round(time.time() - t_start, 1)
     store.atomic_write_json(out / "summary.json", summary)
-    prov = provenance.provenance(args.command, model=lm.name, model_source=lm.source, model_sha256=lm.file_sha256,
+    prov = provenance.provenance(args.command, git=getattr(args, "git0", None), model=lm.name, model_source=lm.source, model_sha256=lm.file_sha256,
                                  model_note=lm.model_note, corpus=corpus.name, corpus_files=corpus.files,
                                  settings=settings, wall_s=summary["wall_s"], stage_s=times,
                                  resumed_pieces=part.reused,
@@ -881,6 +881,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")            # offline like the sweep: no hub lookups
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     try:
+        from .provenance import git_state
+        a.git0 = git_state()                      # the tree as the run starts (its .partial files dirty it later)
         with store.FolderLock(out, a.command):
             torch.set_num_threads(a.threads)
             lm = models.load_model(a.model)

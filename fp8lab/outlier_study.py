@@ -509,7 +509,7 @@ def main(argv=None) -> int:
     if a.windows < 2 or a.cal_windows < 1 or a.seq_len < 16 or a.calib not in ("boolq", "sciq"):
         print("error: need --windows >= 2, --cal-windows >= 1, --seq-len >= 16, --calib boolq|sciq", file=sys.stderr)
         return 2
-    from .provenance import provenance
+    from .provenance import git_state, provenance
     from .store import FolderBusy, FolderLock, atomic_write_json, read_json, save_figure, write_rows
 
     out = Path(a.out)
@@ -520,7 +520,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        t0 = time.time()
+        t0, git0 = time.time(), git_state()       # the tree as the run starts (its per-window files dirty it later)
         su = setup(a.model, a.windows, a.seq_len, a.cal_windows, a.calib)
         provs = read_json(out / "provenance.json") if (out / "provenance.json").is_file() else {}
         note = su.settings["model_note"]
@@ -549,7 +549,7 @@ def main(argv=None) -> int:
                 _plt().close(fig)
                 print(format_rows(rows))
             key = part if part != "taming" or formats == list(TAMING_FORMATS) else f"taming:{','.join(formats)}"
-            provs[key] = provenance(cmd, wall_s=round(time.time() - tp, 1), **su.settings)
+            provs[key] = provenance(cmd, git=git0, wall_s=round(time.time() - tp, 1), **su.settings)
             atomic_write_json(out / "provenance.json", provs)
         print(f"wrote {', '.join(parts)} to {out} in {time.time() - t0:.0f} s")
     finally:

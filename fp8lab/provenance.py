@@ -125,16 +125,20 @@ def versions(extra: tuple[str, ...] = ()) -> dict:
     return out
 
 
-def provenance(command: str | list[str] | None = None, *, cuda: bool | None = None, extra_packages=(), **fields) -> dict:
+def provenance(command: str | list[str] | None = None, *, cuda: bool | None = None, extra_packages=(),
+               git: dict | None = None, **fields) -> dict:
     """The record every file under `outputs/` carries. `command` defaults to this process's argv.
 
-    Extra keyword `fields` (settings, wall time, model hash …) are added as they are."""
+    git: the tree's state taken with `git_state()` when the run STARTED. A run that writes its provenance last must
+    pass it: by then its own output files are untracked changes and the tree reads DIRTY (the sweep and kv_drift
+    build their whole record before they write anything). Extra keyword `fields` (settings, wall time, model hash
+    …) are added as they are."""
     if command is None:
         command = " ".join([Path(sys.executable).name, *sys.argv])
     elif not isinstance(command, str):
         command = " ".join(command)
     dev = device_info(cuda)
-    rec = {**git_state(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    rec = {**(git if git is not None else git_state()), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "command": command, "device": dev.pop("device"), "machine": dev, "host": platform.node(),
            "packages": versions(tuple(extra_packages))}
     rec.update(fields)

@@ -288,9 +288,9 @@ def main(argv=None) -> int:
             raise UsageError("need --windows >= 1, --seq-len >= 8, --boot >= 100")
         out = resolve_out(args.out, args.record, f"sensitivity/{args.model}")
         from fp8lab.distributed import default_workers, run_cells
-        from fp8lab.provenance import provenance
+        from fp8lab.provenance import git_state, provenance
         from fp8lab.store import FolderLock, atomic_write_json, write_rows
-        t0 = time.time()
+        t0, git0 = time.time(), git_state()       # the tree as the run starts (its cell files dirty it later)
         model, name, sha, note = load_for_parts(args.model)
         try:
             parts = model_parts(model, _split(args.parts))
@@ -310,7 +310,7 @@ def main(argv=None) -> int:
         with FolderLock(out, command):
             write_rows(rows, out / "sensitivity.csv", CSV_FIELDS)
             atomic_write_json(out / "provenance.json", provenance(
-                command, wall_seconds=round(time.time() - t0, 1), model={"name": name, "sha256": sha},
+                command, git=git0, wall_seconds=round(time.time() - t0, 1), model={"name": name, "sha256": sha},
                 model_note=note, settings={**data, "formats": fmts, "parts": _split(args.parts), "n_boot": args.boot,
                                            "workers": workers, "scheduler": args.scheduler, "threads": args.threads},
                 cells=len(cells), cell_seconds=round(sum(float(r.get("seconds", 0)) for r in results.values()), 1)))

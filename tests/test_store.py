@@ -159,3 +159,14 @@ def test_git_state_of_a_scratch_repo(tmp_path):
 ])
 def test_describe_never_hides_a_dirty_tree(prov, want):
     assert want in P.describe(prov)
+
+
+def test_provenance_takes_the_state_captured_when_the_run_started(tmp_path):
+    """A run that writes provenance last passes the git state it saw at its start: its own output files must not
+    turn a clean commit into a DIRTY record."""
+    from fp8lab.provenance import describe, provenance
+
+    start = {"git_commit": "a" * 40, "dirty": False, "diff_sha256": None, "commit_source": "git"}
+    rec = provenance("python -m fp8lab.x", git=start, wall_seconds=1.0)
+    assert rec["git_commit"] == "a" * 40 and rec["dirty"] is False and rec["wall_seconds"] == 1.0
+    assert "clean" in describe(rec)
