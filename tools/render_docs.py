@@ -256,8 +256,24 @@ def readme_block() -> str:
     parts += kv_block()
     if (OUT / "kv_drift" / "kv_drift.png").is_file():
         parts.append("![kv drift](outputs/kv_drift/kv_drift.png)")
+    parts += control_block()
     parts += kernel_block()
     return "\n\n".join(parts)
+
+
+def control_block() -> list[str]:
+    """The FP32 control (notebook 12): the formats on weights that were never quantized."""
+    import csv
+
+    c, sq = OUT / "control" / "control.csv", OUT / "control" / "sqnr.csv"
+    if not (c.is_file() and sq.is_file()):
+        return [f"**FP32 control** (`outputs/control/`): {NOT_RECORDED}."]
+    with open(c) as f, open(sq) as g:
+        sentences = findings.control_findings(list(csv.DictReader(f)), list(csv.DictReader(g)))
+    text = (f"**FP32 control** (`outputs/control/`: {_prov(OUT / 'control' / 'provenance.json')}; all-MiniLM-L6-v2, "
+            "an FP32 sentence encoder whose weights were never quantized, on BoolQ question→passage retrieval): "
+            + " ".join(sentences) + " The second LM, the sensitivity map and the frontier: notebook 12.")
+    return ["\n".join(_wrap(text))]
 
 
 # ---- notebooks/README.md: the workshop table -------------------------------------------------------------------
