@@ -165,29 +165,22 @@ __device__ __forceinline__ void issue_tile(u32 dst, const u8* kb, const u8* vb, 
 
 // ---- read a tile back (shared -> registers): the lane's own slots; NVFP4 scales from any lane's ----------------
 // K and V separately, so that a tile's K registers are dead before its V registers come alive (registers).
-// Piece i (PER per row of w, N = 16, 8 or 4 bytes each; a piece narrower than 16 bytes is a row's only one) is the
-// lane's slot at src + (32 i + lane) N and lands in words w[i / PER][4 (i % PER) ..].
-template <int N>
-__device__ __forceinline__ void read_piece(u32* w, const u8* p) {
-    if constexpr (N == 16) {
-        const uint4 x = *reinterpret_cast<const uint4*>(p);
-        w[0] = x.x; w[1] = x.y; w[2] = x.z; w[3] = x.w;
-    } else if constexpr (N == 8) {
-        const uint2 x = *reinterpret_cast<const uint2*>(p);
-        w[0] = x.x; w[1] = x.y;
-    } else {
-        w[0] = *reinterpret_cast<const u32*>(p);
-    }
-}
-template <int N, int PER, int ROWS, int W>
-__device__ __forceinline__ void read_pieces(u32 (&w)[ROWS][W], const u8* src, int lane) {
-#pragma unroll
-    for (int i = 0; i < ROWS * PER; ++i) read_piece<N>(&w[i / PER][(i % PER) * 4], src + (i * 32 + lane) * N);
-}
 template <int D, int FMT>
 __device__ __forceinline__ void read_k(Tile<D, FMT>& t, const u8* src, int r, int c, int lane) {
     using G_ = Geo<D, FMT>;
-    read_pieces<G_::KPB, G_::KP>(t.k, src + G_::K_OFF, lane);
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+        for (int pp = 0; pp < G_::KP; ++pp) {
+            const u8* p = src + G_::K_OFF + ((nb * G_::KP + pp) * 32 + lane) * G_::KPB;
+            if constexpr (G_::KPB == 16) {
+                const uint4 x = *reinterpret_cast<const uint4*>(p);
+                t.k[nb][pp * 4 + 0] = x.x; t.k[nb][pp * 4 + 1] = x.y; t.k[nb][pp * 4 + 2] = x.z; t.k[nb][pp * 4 + 3] = x.w;
+            } else {
+                const uint2 x = *reinterpret_cast<const uint2*>(p);
+                t.k[nb][0] = x.x; t.k[nb][1] = x.y;
+            }
+        }
     if constexpr (G_::NV) {
         const u8* ks = src + G_::KS_OFF;
 #pragma unroll
@@ -200,11 +193,25 @@ __device__ __forceinline__ void read_k(Tile<D, FMT>& t, const u8* src, int r, in
 template <int D, int FMT>
 __device__ __forceinline__ void read_v(Tile<D, FMT>& t, const u8* src, int r, int c, int lane) {
     using G_ = Geo<D, FMT>;
-    read_pieces<G_::VPB, G_::NVP>(t.v, src + G_::V_OFF, lane);
+#pragma unroll
+    for (int sl = 0; sl < 4; ++sl)
+#pragma unroll
+        for (int k = 0; k < G_::NVP; ++k) {
+            const u8* p = src + G_::V_OFF + ((sl * G_::NVP + k) * 32 + lane) * G_::VPB;
+            if constexpr (G_::VPB == 16) {
+                const uint4 x = *reinterpret_cast<const uint4*>(p);
+                t.v[sl][k * 4 + 0] = x.x; t.v[sl][k * 4 + 1] = x.y; t.v[sl][k * 4 + 2] = x.z; t.v[sl][k * 4 + 3] = x.w;
+            } else if constexpr (G_::VPB == 8) {
+                const uint2 x = *reinterpret_cast<const uint2*>(p);
+                t.v[sl][0] = x.x; t.v[sl][1] = x.y;
+            } else {
+                t.v[sl][0] = *reinterpret_cast<const u32*>(p);
+            }
+        }
     if constexpr (G_::NV) {
+        const u8* vs = src + G_::VS_OFF;
         const int blk = (r * (D / 8)) / 16;  // the block of the lane's V dims VD*r .. VD*r + VD-1
         const int r0 = 2 * c;
-        const u8* vs = src + G_::VS_OFF;
         t.vs01 = (u32)vs[r0 * G_::SROW + blk] | ((u32)vs[(r0 + 1) * G_::SROW + blk] << 8);
         t.vs89 = (u32)vs[(r0 + 8) * G_::SROW + blk] | ((u32)vs[(r0 + 9) * G_::SROW + blk] << 8);
     }
@@ -212,16 +219,17 @@ __device__ __forceinline__ void read_v(Tile<D, FMT>& t, const u8* src, int r, in
 
 // ---- Q: the A fragments of Q.K^T (rows r, r+8 = query heads h*G + row) and the fp32 score multiplier ------------
 // FP8 (f16 MMAs): version 1's per-head power-of-two prescale into f16. bf16 / NVFP4: bf16 as it is.
-// k_mult() returns what turns (raw MMA sum / q prescale) into the logit in log2 units: sm_scale * k_scale * LOG2E *
-// unit (a callable, so that version 1 reads k_scale where it always did: after the prescale, the order its SASS has).
-template <int D, int FMT, bool TWO, class KMult>
-__device__ __forceinline__ void q_fragments(const u16* __restrict__ q, size_t qbase, int G, int r, int c, KMult k_mult,
+// k_mult: what turns (raw MMA sum / q prescale) into the logit in log2 units: sm_scale * k_scale * LOG2E * unit.
+// (Version 1 keeps its own copy of the FP8 / bf16 part: it reads k_scale after the prescale, and as this function
+// the load moves and ptxas schedules its kernels differently.)
+template <int D, int FMT, bool TWO>
+__device__ __forceinline__ void q_fragments(const u16* __restrict__ q, size_t qbase, int G, int r, int c, float k_mult,
                                             u32 (&qa)[D / 16][4], float (&sc)[2]) {
     using G_ = Geo<D, FMT>;
     constexpr int NR = TWO ? 2 : 1;
 #pragma unroll
     for (int j = 0; j < G_::NCH; ++j) qa[j][1] = qa[j][3] = 0u;  // rows 8..15 stay zero when G <= 8
-    if constexpr (G_::NV) sc[0] = sc[1] = k_mult();  // (FP8 / bf16: below, after the prescale)
+    sc[0] = sc[1] = k_mult;
 #pragma unroll
     for (int ri = 0; ri < NR; ++ri) {
         const int row = r + 8 * ri;
@@ -255,7 +263,7 @@ __device__ __forceinline__ void q_fragments(const u16* __restrict__ q, size_t qb
                 s = s > 126 ? 126 : (s < -126 ? -126 : s);
                 if (amax > 0.f && amax == amax) qs = __uint_as_float((u32)(127 + s) << 23);
             }
-            sc[ri] = k_mult() / qs;
+            sc[ri] = k_mult / qs;
 #pragma unroll
             for (int j = 0; j < G_::NCH; ++j) {
                 u32 e01, e23;  // the two A registers of this row: k-slots (2c, 2c+1) and (2c+8, 2c+9)
@@ -275,8 +283,9 @@ __device__ __forceinline__ void q_fragments(const u16* __restrict__ q, size_t qb
 }
 
 // ---- S = Q . K^T of one tile: s[nb][0..3] = rows (r, r, r+8, r+8) x tokens (2c, 2c+1) of n-block nb ----------
-template <int D, int FMT>
-__device__ __forceinline__ void qk_tile(const Tile<D, FMT>& t, const u32 (&qa)[D / 16][4], float (&s)[2][4]) {
+// (TileT: Tile<D, FMT>, or version 1's register tile, which has the same k / v and no scales.)
+template <int D, int FMT, class TileT>
+__device__ __forceinline__ void qk_tile(const TileT& t, const u32 (&qa)[D / 16][4], float (&s)[2][4]) {
     using G_ = Geo<D, FMT>;
 #pragma unroll
     for (int nb = 0; nb < 2; ++nb) {
@@ -310,8 +319,8 @@ __device__ __forceinline__ void qk_tile(const Tile<D, FMT>& t, const u32 (&qa)[D
 
 // ---- O^T += V^T . P^T of one tile (V is the A operand; P^T's B fragment is S's accumulator rows as they are) ----
 // o[nt][mt]: n-tile nt = heads 8 nt .. 8 nt + 7, m-tile mt = 16 output dims (Geo::RL / NRUN say which).
-template <int D, int FMT, int NT>
-__device__ __forceinline__ void pv_tile(const Tile<D, FMT>& t, const u32 (&pa)[4], float (&o)[NT][D / 16][4]) {
+template <int D, int FMT, int NT, class TileT>
+__device__ __forceinline__ void pv_tile(const TileT& t, const u32 (&pa)[4], float (&o)[NT][D / 16][4]) {
     using G_ = Geo<D, FMT>;
     constexpr bool F16 = G_::F16;
     if constexpr (G_::NV) {
@@ -381,63 +390,48 @@ __device__ __forceinline__ void rescale_o(float (&o)[NT][OT][4], const float (&a
     }
 }
 
-// ---- the end of a split ("va" accumulators, versions 1 and 2): row sums over the quad, then O (scaled by vs, and
-// divided by l when there is one split) as bf16 into out, or as fp32 partials with (m, l) for decode_reduce.
-// NT n-tiles of heads, which is also the number of MMA rows (r, r + 8) that hold query heads.
-template <int D, int FMT, int NT>
-__device__ __forceinline__ void write_out(const float (&o)[NT][D / 16][4], const float (&m)[2], float (&l)[2], float vs,
-                                          int b, int h, int G, int Hq, int S, int split, int r, int c,
-                                          u16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml) {
-    using G_ = Geo<D, FMT>;
-    constexpr int NR = NT;
-#pragma unroll
-    for (int ri = 0; ri < NR; ++ri) {
-        l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 1);
-        l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 2);
+// ---- the end of a split ("va" accumulators, versions 1 and 2), after the row sums over the quad: O (times vs, and
+// divided by l when there is one split) as bf16 into out, or as fp32 partials with (m, l) for decode_reduce. Uses the
+// body's names (o, m, l, vs, NT, NR, G_, b, h, G, Hq, S, split, r, c, out, part_o, part_ml). A macro, not a
+// function: as a function it makes ptxas schedule version 2's G = 16 kernels differently (sass.py shows it), and
+// the kernels stay instruction for instruction as they were measured.
+#define ATTN_VA_FINISH()                                                                                                 \
+    /* lane (r, c) holds heads 2c + eh (+ 8 nt); its element e = k*RL + i is o[nt][e / 2][2 (e % 2) + eh], at dim        \
+       k*8*RL + r*RL + i (runs of RL contiguous dims) */                                                                 \
+    _Pragma("unroll") for (int nt = 0; nt < NT; ++nt)                                                                    \
+    _Pragma("unroll") for (int eh = 0; eh < 2; ++eh) {                                                                   \
+        const float lh = __shfl_sync(0xFFFFFFFFu, l[nt], 8 * c + 4 * eh);                                                \
+        const int row = 2 * c + eh + 8 * nt;                                                                             \
+        if (row >= G) continue;                                                                                          \
+        const size_t hq = (size_t)b * Hq + (size_t)h * G + row;                                                          \
+        const float f = (S == 1) ? vs / lh : vs;                                                                         \
+        _Pragma("unroll") for (int k = 0; k < G_::NRUN; ++k) {                                                           \
+            const int d0 = k * 8 * G_::RL + r * G_::RL;                                                                  \
+            float val[G_::RL];                                                                                           \
+            _Pragma("unroll") for (int i = 0; i < G_::RL; ++i) {                                                         \
+                const int e = k * G_::RL + i;                                                                            \
+                val[i] = o[nt][e >> 1][((e & 1) << 1) + eh] * f;                                                         \
+            }                                                                                                            \
+            if (S == 1) {                                                                                                \
+                uint4* dst = reinterpret_cast<uint4*>(out + hq * D + d0);                                                \
+                _Pragma("unroll") for (int i = 0; i < G_::RL / 8; ++i)                                                   \
+                    dst[i] = make_uint4(bf16x2_rn(val[8 * i], val[8 * i + 1]), bf16x2_rn(val[8 * i + 2], val[8 * i + 3]), \
+                                        bf16x2_rn(val[8 * i + 4], val[8 * i + 5]), bf16x2_rn(val[8 * i + 6], val[8 * i + 7])); \
+            } else {                                                                                                     \
+                float4* dst = reinterpret_cast<float4*>(part_o + (hq * S + split) * D + d0);                             \
+                _Pragma("unroll") for (int i = 0; i < G_::RL / 4; ++i)                                                   \
+                    dst[i] = make_float4(val[4 * i], val[4 * i + 1], val[4 * i + 2], val[4 * i + 3]);                    \
+            }                                                                                                            \
+        }                                                                                                                \
+    }                                                                                                                    \
+    _Pragma("unroll") for (int ri = 0; ri < NR; ++ri) { /* the row's owner records its (max, sum) for the merge */       \
+        const int row = r + 8 * ri;                                                                                      \
+        if (S > 1 && c == 0 && row < G) {                                                                                \
+            const size_t hq = (size_t)b * Hq + (size_t)h * G + row;                                                      \
+            part_ml[(hq * S + split) * 2 + 0] = m[ri];                                                                   \
+            part_ml[(hq * S + split) * 2 + 1] = l[ri];                                                                   \
+        }                                                                                                                \
     }
-    // Lane (r, c) holds heads 2c + eh (+ 8 nt); its element e = k*RL + i is o[nt][e / 2][2 (e % 2) + eh], at dim
-    // k*8*RL + r*RL + i (runs of RL contiguous dims).
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int eh = 0; eh < 2; ++eh) {
-            const float lh = __shfl_sync(0xFFFFFFFFu, l[nt], 8 * c + 4 * eh);
-            const int row = 2 * c + eh + 8 * nt;
-            if (row >= G) continue;
-            const size_t hq = (size_t)b * Hq + (size_t)h * G + row;
-            const float f = (S == 1) ? vs / lh : vs;
-#pragma unroll
-            for (int k = 0; k < G_::NRUN; ++k) {
-                const int d0 = k * 8 * G_::RL + r * G_::RL;
-                float val[G_::RL];
-#pragma unroll
-                for (int i = 0; i < G_::RL; ++i) {
-                    const int e = k * G_::RL + i;
-                    val[i] = o[nt][e >> 1][((e & 1) << 1) + eh] * f;
-                }
-                if (S == 1) {
-                    uint4* dst = reinterpret_cast<uint4*>(out + hq * D + d0);
-#pragma unroll
-                    for (int i = 0; i < G_::RL / 8; ++i)
-                        dst[i] = make_uint4(bf16x2_rn(val[8 * i], val[8 * i + 1]), bf16x2_rn(val[8 * i + 2], val[8 * i + 3]),
-                                            bf16x2_rn(val[8 * i + 4], val[8 * i + 5]), bf16x2_rn(val[8 * i + 6], val[8 * i + 7]));
-                } else {
-                    float4* dst = reinterpret_cast<float4*>(part_o + (hq * S + split) * D + d0);
-#pragma unroll
-                    for (int i = 0; i < G_::RL / 4; ++i) dst[i] = make_float4(val[4 * i], val[4 * i + 1], val[4 * i + 2], val[4 * i + 3]);
-                }
-            }
-        }
-#pragma unroll
-    for (int ri = 0; ri < NR; ++ri) {  // the row's owner records its (max, sum) for the merge
-        const int row = r + 8 * ri;
-        if (S > 1 && c == 0 && row < G) {
-            const size_t hq = (size_t)b * Hq + (size_t)h * G + row;
-            part_ml[(hq * S + split) * 2 + 0] = m[ri];
-            part_ml[(hq * S + split) * 2 + 1] = l[ri];
-        }
-    }
-}
 
 // ---- the tokens [t0, t1) of split `split` (split_len each) of sequence b; false: an empty split, which the reduce
 // never reads (versions 1 and 2)
@@ -485,11 +479,12 @@ __device__ __forceinline__ void decode_v2_body(
 
     u32 qa[G_::NCH][4];
     float sc[2];
-    const float k_mult = sm_scale * k_scale[h * scale_stride] * LOG2E * UNIT;
-    q_fragments<D, FMT, TWO>(q, (size_t)b * Hq + (size_t)h * G, G, r, c, [&] { return k_mult; }, qa, sc);
+    q_fragments<D, FMT, TWO>(q, (size_t)b * Hq + (size_t)h * G, G, r, c, sm_scale * k_scale[h * scale_stride] * LOG2E * UNIT,
+                             qa, sc);
 
-    float o[NT][OT][4], m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
+    float o[NT][OT][4];
     zero_o(o);
+    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
 
     const int* bt = block_table + (size_t)b * max_blocks;
     const int rot = ROT ? (int)(((unsigned)split * 2654435761u + (unsigned)h * 40503u + (unsigned)b * 2246822519u) % (unsigned)nsteps) : 0;
@@ -608,7 +603,12 @@ __device__ __forceinline__ void decode_v2_body(
 
     // ---- finish: row sums over the quad, then write --------------------------------------------------------
     const float vs = v_scale[h * scale_stride] * UNIT;
-    write_out<D, FMT, NT>(o, m, l, vs, b, h, G, Hq, S, split, r, c, out, part_o, part_ml);
+#pragma unroll
+    for (int ri = 0; ri < NR; ++ri) {
+        l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 1);
+        l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 2);
+    }
+    ATTN_VA_FINISH();
 }
 
 }  // namespace attn

@@ -86,7 +86,10 @@ struct Geo : attn::Geo<D, CONV> {
     static constexpr int ND = D / 8;  // n-blocks of P.V (8 output dims each), "vb"
 };
 template <int D, int CONV>
-using Tile = attn::Tile<D, CONV>;  // K rows ts + nb*8 + r (nb = 0, 1); V rows ts + 2c, 2c+1, 2c+8, 2c+9
+struct Tile {  // attn::Tile without the NVFP4 scales (as that type, ptxas allocates the "vb" d128 kernels differently)
+    u32 k[2][Geo<D, CONV>::KW];  // K rows ts + nb*8 + r, nb = 0, 1
+    u32 v[4][Geo<D, CONV>::VW];  // V rows ts + 2c, 2c+1, 2c+8, 2c+9
+};
 
 template <int D, int CONV>
 __device__ __forceinline__ void load_tile(Tile<D, CONV>& t, const u8* kb, const u8* vb, int nvalid, int r, int c) {
@@ -152,12 +155,59 @@ __device__ __forceinline__ void decode_body(
     int t0, t1;
     if (!attn::split_range(seq_lens, b, split, S, split_len, t0, t1)) return;
 
-    // ---- Q fragments (A operand of Q.K^T), rows r and r + 8 = query heads h*G + row; sc: log2-domain multiplier
+    // ---- Q fragments (A operand of Q.K^T), rows r and r + 8 = query heads h*G + row -----------------------
     u32 qa[G_::NCH][4];
-    float sc[2], o[NT][OT][4], m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-    attn::q_fragments<D, CONV, TWO>(q, (size_t)b * Hq + (size_t)h * G, G, r, c,
-                                    [&] { return sm_scale * k_scale[h * scale_stride] * LOG2E * UNIT; }, qa, sc);
-    attn::zero_o(o);
+    float sc[2];  // log2-domain multiplier of the raw MMA score, per row
+#pragma unroll
+    for (int j = 0; j < G_::NCH; ++j) qa[j][1] = qa[j][3] = 0u;  // rows 8..15 stay zero when G <= 8
+#pragma unroll
+    for (int ri = 0; ri < NR; ++ri) {
+        const int row = r + 8 * ri;
+        const bool ok = row < G;
+        const u16* qrow = q + ((size_t)b * Hq + (size_t)h * G + (ok ? row : 0)) * D;
+        u32 raw[G_::NCH][2];
+        float amax = 0.f;
+#pragma unroll
+        for (int j = 0; j < G_::NCH; ++j) {
+            uint2 x = ok ? *reinterpret_cast<const uint2*>(qrow + attn::kdim<D, CONV>(c, j)) : make_uint2(0u, 0u);
+            raw[j][0] = x.x; raw[j][1] = x.y;
+            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(bf16_lo(x.x)), fabsf(bf16_hi(x.x))),
+                                     fmaxf(fabsf(bf16_lo(x.y)), fabsf(bf16_hi(x.y)))));
+        }
+        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
+        float qs = 1.0f;
+        if constexpr (F16) {
+            // qs = 2**(15 - e) with amax = m * 2**e, m in [0.5, 1): amax * qs in [2**14, 2**15).
+            int e = (int)((__float_as_uint(amax) >> 23) & 0xFF) - 126;
+            int s = 15 - e;
+            s = s > 126 ? 126 : (s < -126 ? -126 : s);
+            if (amax > 0.f && amax == amax) qs = __uint_as_float((u32)(127 + s) << 23);
+        }
+        const float ks = k_scale[h * scale_stride];
+        sc[ri] = sm_scale * ks * LOG2E * UNIT / qs;
+#pragma unroll
+        for (int j = 0; j < G_::NCH; ++j) {
+            u32 e01, e23;  // the two A registers of this row: k-slots (2c, 2c+1) and (2c+8, 2c+9)
+            if constexpr (CONV == CONV_NONE) {
+                e01 = raw[j][0]; e23 = raw[j][1];
+            } else {
+                const float f0 = bf16_lo(raw[j][0]) * qs, f1 = bf16_hi(raw[j][0]) * qs;
+                const float f2 = bf16_lo(raw[j][1]) * qs, f3 = bf16_hi(raw[j][1]) * qs;
+                if constexpr (CONV == CONV_CVT) { e01 = f16x2_rn(f0, f1); e23 = f16x2_rn(f2, f3); }
+                else { e01 = f16x2_rn(f0, f2); e23 = f16x2_rn(f1, f3); }  // the bit move's (b0,b2),(b1,b3)
+            }
+            qa[j][ri] = e01;      // a0 (row r) / a1 (row r+8)
+            qa[j][2 + ri] = e23;  // a2 / a3
+        }
+    }
+
+    float o[NT][OT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < OT; ++i) o[nt][i][0] = o[nt][i][1] = o[nt][i][2] = o[nt][i][3] = 0.f;
+    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
 
     const int* bt = block_table + (size_t)b * max_blocks;
     auto page_of = [&](int ts) -> int { return ts < t1 ? bt[ts / page] : 0; };
@@ -259,14 +309,14 @@ __device__ __forceinline__ void decode_body(
 
     // ---- finish: row sums over the quad, then write ---------------------------------------------------------
     const float vs = v_scale[h * scale_stride] * UNIT;
-    if constexpr (VA) {
-        attn::write_out<D, CONV, NT>(o, m, l, vs, b, h, G, Hq, S, split, r, c, out, part_o, part_ml);
-    } else {
 #pragma unroll
-        for (int ri = 0; ri < NR; ++ri) {
-            l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 1);
-            l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 2);
-        }
+    for (int ri = 0; ri < NR; ++ri) {
+        l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 1);
+        l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 2);
+    }
+    if constexpr (VA) {
+        ATTN_VA_FINISH();
+    } else {
         // Lane (r, c) holds dims n * VEPP + (nd / VEPP) * 8 VEPP + nd % VEPP, n = 2c + e, of rows r (and r + 8).
 #pragma unroll
         for (int ri = 0; ri < NR; ++ri) {

@@ -89,9 +89,19 @@ __device__ __forceinline__ void gemv_nvfp4_hw_body(const u8* __restrict__ W, con
     constexpr int KW = 64 * C;  // weight bytes per row per iteration
     const GemvLane<R> L;
     const int KB = K / (128 * C);
+    const int KH = K >> 1, KS = K >> 4;
     const u8* wp[R][2];
     const u8* sp[R][2];
-    row_pointers<R, KW, 8 * C>(L, N, W, K >> 1, SC, K >> 4, 2 * L.t, wp, sp);
+    // (gemv_common.cuh's row_pointers computes the same; written out here because ptxas allocates other registers
+    // for it in this kernel, and the measured SASS stays as it was)
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = L.row(r, h, N);
+            wp[r][h] = W + (size_t)row * KH + L.t * 16 + (size_t)L.warp * KW;
+            sp[r][h] = SC + (size_t)row * KS + 2 * L.t + (size_t)L.warp * (8 * C);
+        }
     const u16* xp[NT];
     bool xok[NT];
     activation_rows(X, M, K, L.g, L.t * 32 + (size_t)L.warp * (128 * C), xp, xok);
