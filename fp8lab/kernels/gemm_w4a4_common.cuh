@@ -53,8 +53,7 @@ template <class MMA>
 __device__ __forceinline__ void w4a4_body(const u8* __restrict__ A, const u8* __restrict__ SA, const float* __restrict__ gsa,
                                           const u8* __restrict__ B, const u8* __restrict__ SB, const float* __restrict__ gsb,
                                           u16* __restrict__ C, int M, int N, int K) {
-    extern __shared__ __align__(1024) u8 smem_raw[];
-    const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    const u32 base = dyn_smem_1024();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int wm = warp >> 2, wn = warp & 3;  // 2 x 4 warps, 64 x 32 each
