@@ -68,22 +68,6 @@ __device__ __forceinline__ void advance_rows(const u8* (&p)[R][2], size_t step) 
     for (int r = 0; r < R; ++r) { p[r][0] += step; p[r][1] += step; }
 }
 
-// Versions 2 and the hardware-E2M1 NVFP4 GEMV: this lane's weight rows (row stride `wrow` bytes, KW bytes per row
-// per iteration, lane t's 16 bytes at 16 t) and scale-code rows (stride `srow`, SW bytes per iteration, the lane's
-// codes at `soff`), both at the warp's first k-block.
-template <int R, int KW, int SW>
-__device__ __forceinline__ void row_pointers(const GemvLane<R>& L, int N, const u8* W, int wrow, const u8* SC, int srow, int soff,
-                                             const u8* (&wp)[R][2], const u8* (&sp)[R][2]) {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = L.row(r, h, N);
-            wp[r][h] = W + (size_t)row * wrow + L.t * 16 + (size_t)L.warp * KW;
-            sp[r][h] = SC + (size_t)row * srow + soff + (size_t)L.warp * SW;
-        }
-}
-
 // NVFP4 direct loads (no ring) of one iteration: the lane's C weight chunks (16 bytes, 64 apart) of each row into
 // wv[(r*2 + h)*C + c], their scale-code pairs (2 bytes, 8 apart) into sv[r][h][c]; then every pointer advances.
 template <int R, int C>

@@ -182,12 +182,19 @@ __device__ __forceinline__ void gemv_nvfp4_v2_body(const u8* __restrict__ W, con
     constexpr int NS = R * C;      // 16-byte scale lines per lane per iteration (ring only): 8 C bytes per row
     const GemvLane<R> L;
     const int KB = K / (128 * C);
+    const int KH = K >> 1, KS = K >> 4;
 
-    // Running pointers, advanced once per iteration (loads then use immediate offsets only): weights of this lane's
-    // rows at the current k-block (D = 0) or the next to issue, and their scale codes (the ring copies whole lines).
-    const u8* wp[R][2];
-    const u8* sp[R][2];
-    row_pointers<R, KW, 8 * C>(L, N, W, K >> 1, SC, K >> 4, D > 0 ? 0 : 2 * L.t, wp, sp);
+    // Running pointers, advanced once per iteration (loads then use immediate offsets only).
+    const u8* wp[R][2];  // weights of this lane's rows at the current k-block (D = 0) or the next to issue
+    const u8* sp[R][2];  // their scale codes
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = L.row(r, h, N);
+            wp[r][h] = W + (size_t)row * KH + L.t * 16 + (size_t)L.warp * KW;
+            sp[r][h] = SC + (size_t)row * KS + (D > 0 ? 0 : 2 * L.t) + (size_t)L.warp * (8 * C);
+        }
     // Tokens past M read token 0's activations, unmasked (activation_rows says why that is safe).
     const u16* xp[NT];
     bool xok[NT];

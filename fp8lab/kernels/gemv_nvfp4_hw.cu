@@ -92,8 +92,6 @@ __device__ __forceinline__ void gemv_nvfp4_hw_body(const u8* __restrict__ W, con
     const int KH = K >> 1, KS = K >> 4;
     const u8* wp[R][2];
     const u8* sp[R][2];
-    // (gemv_common.cuh's row_pointers computes the same; written out here because ptxas allocates other registers
-    // for it in this kernel, and the measured SASS stays as it was)
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
