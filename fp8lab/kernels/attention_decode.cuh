@@ -1,5 +1,6 @@
 // attention_decode.cuh -- decode attention, version 2: the parts every cache format shares (bf16, FP8 E4M3 by
 // the cvt instruction or the bit move, NVFP4), used by attention_fp8kv.cu (bf16 / FP8) and attention_nvfp4kv.cu.
+// Version 1 (attention_fp8kv.cu's decode_attn_*) takes its tile geometry, Q.K^T, P.V and output from here too.
 //
 //   out[b, h*G+g, :] = softmax(q[b, h*G+g] . K[b, h]^T * sm_scale) . V[b, h]     (bf16 out, fp32 softmax)
 //

@@ -39,7 +39,8 @@
 // in O / l. The row sum l is kept in fp32 from the unrounded P (as FlashAttention does).
 //
 // No host code; NVRTC-compatible (no CUDA headers: bf16/f16 are raw bits). Built without fast math.
-// Shared helpers: ptx.cuh (packing, mma.sync), fp8_decode.cuh (the two E4M3 -> f16 conversions).
+// Shared helpers: ptx.cuh (packing, mma.sync), fp8_decode.cuh (the two E4M3 -> f16 conversions), attention_decode.cuh
+// (version 2's tile geometry, Q.K^T, P.V and output, which are version 1's, written once).
 // This file is VERSION 1, kept as it was measured (the llm.c habit: earlier versions stay beside the new one,
 // each timed). Version 2 -- shared-memory ring, more warps per SM, one softmax update per NSUB tiles -- lives in
 // attention_decode.cuh (whose header says what version 1 taught) and is instantiated in attention_decode_v2.cu.
@@ -69,9 +70,11 @@ __device__ __forceinline__ uint2 ld8(const u8* p, bool ok) {
 }
 
 // ---- what version 1 shares with version 2 (attention_decode.cuh) ---------------------------------------------
-// CONV is version 2's FMT (bf16, FP8 by the cvt, FP8 by the bit move): the same tile geometry and fragments, the
-// same ex2 / mma, the same Q.K^T and (for "va") P.V and output code; what is version 1's own is the register
-// tile rotation (load_tile: ld.global into registers), the per-tile softmax update and the "vb" variant.
+// CONV is version 2's FMT (bf16, FP8 by the cvt, FP8 by the bit move): the same tile geometry, ex2 / mma, split
+// range, Q.K^T and (for "va") rescale, P.V and output code. Version 1's own: the register tile rotation (load_tile:
+// ld.global into registers), its Q prescale (as attn::q_fragments the k_scale load moves and ptxas schedules the FP8
+// kernels differently), the per-tile softmax update and the "vb" variant. The SASS of every kernel is the same as
+// before the sharing (compared instruction by instruction with sass.py on sm_90 and sm_121).
 static_assert(CONV_NONE == attn::FMT_BF16 && CONV_CVT == attn::FMT_FP8CVT && CONV_BIT == attn::FMT_FP8BIT, "CONV is FMT");
 using attn::LOG2E;
 using attn::neg_inf;
