@@ -13,7 +13,44 @@
 //     out[i] = x[i] cos - x[i + D/2] sin,    out[i + D/2] = x[i + D/2] cos + x[i] sin
 // Each kernel calls pdl_wait() before its first read (ptx.cuh): launched with programmatic dependent launch it
 // may start while the previous kernel finishes.
-#include "bf16x8.cuh"  // warp_sum, the RMSNorm arithmetic (shared with gemv_v3.cu's fused norm), zip_words
+#include "ptx.cuh"
+
+// ---- arithmetic on 8 bf16 (one 16-byte load) -----------------------------------------------------------------
+// sumsq_bf16x8: ss + sum of x^2, fp32 FMAs in element order; rms_inv: 1 / sqrt(tot / n + eps), IEEE (not MUFU.RSQ);
+// rmsnorm_bf16x8: bf16(x * inv * w); zip_words(a, b, f): the 4 words f(a_j, b_j). (gemv_v3.cu's fused RMSNorm does
+// the same arithmetic written out: as these helpers, ptxas allocates its sm_121 registers differently.)
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float sumsq_bf16x8(const uint4& v, float ss) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const u32 p = word_of(v, j);
+        ss = fmaf(bf16_lo(p), bf16_lo(p), ss);
+        ss = fmaf(bf16_hi(p), bf16_hi(p), ss);
+    }
+    return ss;
+}
+
+__device__ __forceinline__ float rms_inv(float tot, float n, float eps) { return f_div(1.f, sqrtf(f_add(f_div(tot, n), eps))); }
+
+template <class F>
+__device__ __forceinline__ uint4 zip_words(const uint4& a, const uint4& b, F f) {
+    uint4 o;
+    u32* op = reinterpret_cast<u32*>(&o);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) op[j] = f(word_of(a, j), word_of(b, j));
+    return o;
+}
+
+__device__ __forceinline__ uint4 rmsnorm_bf16x8(const uint4& x, const uint4& w, float inv) {
+    return zip_words(x, w, [&](u32 p, u32 q) {
+        return bf16x2_rn(f_mul(f_mul(bf16_lo(p), inv), bf16_lo(q)), f_mul(f_mul(bf16_hi(p), inv), bf16_hi(q)));
+    });
+}
 
 // grid = B, block = 256; H % 8 == 0. The rsqrt is IEEE (1 / sqrt), not MUFU.RSQ, to match the reference closely.
 extern "C" __global__ void __launch_bounds__(256) rmsnorm_bf16(const u16* __restrict__ x, const u16* __restrict__ w,

@@ -45,8 +45,7 @@
 // NORM = 1 (the RMS-normalized activations, M (Kp + 8) bf16).
 // Kernel names: gemv3_{fp8c|fp8b|nvfp4}_r{R}_nt{NT}_c{C}_p{P}_e{EPI}_n{NORM}; the instantiation list comes from
 // gemv_v3.py KERNELS as a -D define, like versions 1 and 2.
-#include "gemv_common.cuh"  // each_tile / zero_tiles (and fp8_decode.cuh)
-#include "bf16x8.cuh"       // the RMSNorm arithmetic of decode_layer.cu
+#include "fp8_decode.cuh"
 
 #define V3_FP8C 0   // FP8, per-channel scales (applied at the end)
 #define V3_FP8B 1   // FP8, 128x128 block scales (fp32 promotion every 128 k)
@@ -170,7 +169,12 @@ __device__ __forceinline__ void v3_finish(const V3Out& o, const float (&acc)[R][
     }
     const int first = v3_owner(gs, U, Wt), n = v3_owner(ge - 1, U, Wt) - first + 1;
     float* mine = ws + ((size_t)grp * smax + (wg - first)) * NV * 32 + lane;
-    each_tile<R, NT>([&](int r, int nt, int i) { __stcg(mine + ((r * NT + nt) * 4 + i) * 32, acc[r][nt][i]); });
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) __stcg(mine + ((r * NT + nt) * 4 + i) * 32, acc[r][nt][i]);
     __threadfence();
     __syncwarp();
     int prev = 0;
@@ -179,10 +183,20 @@ __device__ __forceinline__ void v3_finish(const V3Out& o, const float (&acc)[R][
     if (prev != n - 1) return;  // not the last contributor
     __threadfence();
     float v[R][NT][4];
-    zero_tiles(v);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) v[r][nt][i] = 0.f;
     const float* base = ws + (size_t)grp * smax * NV * 32 + lane;
     for (int s = 0; s < n; ++s)  // slot order: the same sum whichever warp finishes last
-        each_tile<R, NT>([&](int r, int nt, int i) { v[r][nt][i] += __ldcg(base + ((size_t)s * NV + (r * NT + nt) * 4 + i) * 32); });
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) v[r][nt][i] += __ldcg(base + ((size_t)s * NV + (r * NT + nt) * 4 + i) * 32);
     if (lane == 0) cnt[grp] = 0;  // ready for the next call (every contributor has counted)
     v3_store<FMT, R, NT, EPI>(o, v, grp, lane);
 }
@@ -201,20 +215,33 @@ __device__ __forceinline__ void v3_stage_normed(const u16* __restrict__ X, const
         float ss = 0.f;
         for (int i = threadIdx.x * 8; i < Kp; i += blockDim.x * 8) {
             const uint4 v = *reinterpret_cast<const uint4*>(X + (size_t)m * Kp + i);
-            ss = sumsq_bf16x8(v, ss);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const u32 p = word_of(v, j);
+                ss = fmaf(bf16_lo(p), bf16_lo(p), ss);
+                ss = fmaf(bf16_hi(p), bf16_hi(p), ss);
+            }
         }
-        ss = warp_sum(ss);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
         if (lane == 0) part[m][warp] = ss;
     }
     __syncthreads();
     for (int m = 0; m < M; ++m) {
         float tot = 0.f;
         for (int w = 0; w < nw; ++w) tot += part[m][w];
-        const float inv = rms_inv(tot, (float)Kn, eps);
+        const float inv = f_div(1.f, sqrtf(f_add(f_div(tot, (float)Kn), eps)));
         for (int i = threadIdx.x * 8; i < Kp; i += blockDim.x * 8) {
             const uint4 v = *reinterpret_cast<const uint4*>(X + (size_t)m * Kp + i);
             const uint4 gg = i < Kn ? *reinterpret_cast<const uint4*>(G + i) : make_uint4(0u, 0u, 0u, 0u);
-            *reinterpret_cast<uint4*>(xs + (size_t)m * (Kp + 8) + i) = rmsnorm_bf16x8(v, gg, inv);
+            uint4 o;
+            u32* op = reinterpret_cast<u32*>(&o);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const u32 p = word_of(v, j), q = word_of(gg, j);
+                op[j] = bf16x2_rn(f_mul(f_mul(bf16_lo(p), inv), bf16_lo(q)), f_mul(f_mul(bf16_hi(p), inv), bf16_hi(q)));
+            }
+            *reinterpret_cast<uint4*>(xs + (size_t)m * (Kp + 8) + i) = o;
         }
     }
     __syncthreads();
@@ -280,7 +307,12 @@ __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void*
     const int KB = Kp >> 7;  // FP8 block scales: float2 [group][Kp / 128][R] (rows 0-7, rows 8-15 of the tile)
 
     float acc[R][NT][4];
-    zero_tiles(acc);
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[r][nt][i] = 0.f;
     int grp = (int)(u0 / KU), kk = (int)(u0 - (long long)grp * KU);
     if (u0 >= u1) return;
 
@@ -302,7 +334,12 @@ __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void*
 #pragma unroll
                     for (int cb = 0; cb < C / 2; ++cb) {
                         float part[R][NT][4];
-                        zero_tiles(part);
+#pragma unroll
+                        for (int r = 0; r < R; ++r)
+#pragma unroll
+                            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                                for (int i = 0; i < 4; ++i) part[r][nt][i] = 0.f;
 #pragma unroll
                         for (int c2 = 0; c2 < 2; ++c2) {
                             const int c = cb * 2 + c2;
@@ -350,7 +387,12 @@ __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void*
                 }
                 if (++kk == KU || u + 1 == u1) {  // the group ends here (or our range does)
                     v3_finish<FMT, R, NT, EPI>(o, acc, grp, u0, u1, KU, U, Wt, wg, lane, WS, CNT, smax);
-                    zero_tiles(acc);
+#pragma unroll
+                    for (int r = 0; r < R; ++r)
+#pragma unroll
+                        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                            for (int i = 0; i < 4; ++i) acc[r][nt][i] = 0.f;
                     kk = 0;
                     ++grp;
                 }
