@@ -1,7 +1,7 @@
 // gemv_common.cuh -- the skeleton every decode GEMV shares: W8A16 FP8 (gemv_fp8.cu) and W4A16 NVFP4
 // (gemv_nvfp4.cu), versions 1 and 2, and the hardware-E2M1 NVFP4 GEMV (gemv_nvfp4_hw.cu). A GEMV file holds only
-// its weight format's loads and widening. (Version 3, gemv_v3.cu, writes its loops out: built on these helpers,
-// ptxas allocates its sm_121 registers differently, and its SASS stays as it was measured.)
+// its weight format's loads and widening. Version 3 (gemv_v3.cu) takes only zero_tiles: built on the other helpers
+// (each_tile for its stream-K fixup) ptxas allocates its sm_121 registers differently, and its SASS stays as measured.
 //
 //   y[M, N] (bf16) = x[M, K] (bf16) . W[N, K]^T,  M = 1..16 tokens,  mma.sync.m16n8k16 bf16, fp32 accumulation
 //
