@@ -1,5 +1,6 @@
 // attention_decode.cuh -- decode attention, version 2: the parts every cache format shares (bf16, FP8 E4M3 by
 // the cvt instruction or the bit move, NVFP4), used by attention_fp8kv.cu (bf16 / FP8) and attention_nvfp4kv.cu.
+// Version 1 (attention_fp8kv.cu's decode_attn_*) takes its tile geometry, Q.K^T, P.V and output from here too.
 //
 //   out[b, h*G+g, :] = softmax(q[b, h*G+g] . K[b, h]^T * sm_scale) . V[b, h]     (bf16 out, fp32 softmax)
 //
@@ -220,6 +221,8 @@ __device__ __forceinline__ void read_v(Tile<D, FMT>& t, const u8* src, int r, in
 // ---- Q: the A fragments of Q.K^T (rows r, r+8 = query heads h*G + row) and the fp32 score multiplier ------------
 // FP8 (f16 MMAs): version 1's per-head power-of-two prescale into f16. bf16 / NVFP4: bf16 as it is.
 // k_mult: what turns (raw MMA sum / q prescale) into the logit in log2 units: sm_scale * k_scale * LOG2E * unit.
+// (Version 1 keeps its own copy of the FP8 / bf16 part: it reads k_scale after the prescale, and as this function
+// the load moves and ptxas schedules its kernels differently.)
 template <int D, int FMT, bool TWO>
 __device__ __forceinline__ void q_fragments(const u16* __restrict__ q, size_t qbase, int G, int r, int c, float k_mult,
                                             u32 (&qa)[D / 16][4], float (&sc)[2]) {
@@ -281,8 +284,9 @@ __device__ __forceinline__ void q_fragments(const u16* __restrict__ q, size_t qb
 }
 
 // ---- S = Q . K^T of one tile: s[nb][0..3] = rows (r, r, r+8, r+8) x tokens (2c, 2c+1) of n-block nb ----------
-template <int D, int FMT>
-__device__ __forceinline__ void qk_tile(const Tile<D, FMT>& t, const u32 (&qa)[D / 16][4], float (&s)[2][4]) {
+// (TileT: Tile<D, FMT>, or version 1's register tile, which has the same k / v and no scales.)
+template <int D, int FMT, class TileT>
+__device__ __forceinline__ void qk_tile(const TileT& t, const u32 (&qa)[D / 16][4], float (&s)[2][4]) {
     using G_ = Geo<D, FMT>;
 #pragma unroll
     for (int nb = 0; nb < 2; ++nb) {
@@ -316,8 +320,8 @@ __device__ __forceinline__ void qk_tile(const Tile<D, FMT>& t, const u32 (&qa)[D
 
 // ---- O^T += V^T . P^T of one tile (V is the A operand; P^T's B fragment is S's accumulator rows as they are) ----
 // o[nt][mt]: n-tile nt = heads 8 nt .. 8 nt + 7, m-tile mt = 16 output dims (Geo::RL / NRUN say which).
-template <int D, int FMT, int NT>
-__device__ __forceinline__ void pv_tile(const Tile<D, FMT>& t, const u32 (&pa)[4], float (&o)[NT][D / 16][4]) {
+template <int D, int FMT, int NT, class TileT>
+__device__ __forceinline__ void pv_tile(const TileT& t, const u32 (&pa)[4], float (&o)[NT][D / 16][4]) {
     using G_ = Geo<D, FMT>;
     constexpr bool F16 = G_::F16;
     if constexpr (G_::NV) {
@@ -368,6 +372,79 @@ __device__ __forceinline__ void pv_tile(const Tile<D, FMT>& t, const u32 (&pa)[4
     }
 }
 
+// ---- O^T *= alpha per head: column 2c / 2c+1 of the accumulators is head 2c / 2c+1 (+8 nt), whose alpha lives in
+// lane 8c / 8c+4 (the row owner's). Versions 1 and 2 ("va": V is the A operand of P.V).
+template <int NT, int OT>
+__device__ __forceinline__ void zero_o(float (&o)[NT][OT][4]) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < OT; ++i) o[nt][i][0] = o[nt][i][1] = o[nt][i][2] = o[nt][i][3] = 0.f;
+}
+template <int NT, int OT>
+__device__ __forceinline__ void rescale_o(float (&o)[NT][OT][4], const float (&al)[2], int c) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        const float a0 = __shfl_sync(0xFFFFFFFFu, al[nt], 8 * c), a1 = __shfl_sync(0xFFFFFFFFu, al[nt], 8 * c + 4);
+#pragma unroll
+        for (int mt = 0; mt < OT; ++mt) { o[nt][mt][0] *= a0; o[nt][mt][2] *= a0; o[nt][mt][1] *= a1; o[nt][mt][3] *= a1; }
+    }
+}
+
+// ---- the end of a split ("va" accumulators, versions 1 and 2), after the row sums over the quad: O (times vs, and
+// divided by l when there is one split) as bf16 into out, or as fp32 partials with (m, l) for decode_reduce. Uses the
+// body's names (o, m, l, vs, NT, NR, G_, b, h, G, Hq, S, split, r, c, out, part_o, part_ml). A macro, not a
+// function: as a function it makes ptxas schedule version 2's G = 16 kernels differently (sass.py shows it), and
+// the kernels stay instruction for instruction as they were measured.
+#define ATTN_VA_FINISH()                                                                                                 \
+    /* lane (r, c) holds heads 2c + eh (+ 8 nt); its element e = k*RL + i is o[nt][e / 2][2 (e % 2) + eh], at dim        \
+       k*8*RL + r*RL + i (runs of RL contiguous dims) */                                                                 \
+    _Pragma("unroll") for (int nt = 0; nt < NT; ++nt)                                                                    \
+    _Pragma("unroll") for (int eh = 0; eh < 2; ++eh) {                                                                   \
+        const float lh = __shfl_sync(0xFFFFFFFFu, l[nt], 8 * c + 4 * eh);                                                \
+        const int row = 2 * c + eh + 8 * nt;                                                                             \
+        if (row >= G) continue;                                                                                          \
+        const size_t hq = (size_t)b * Hq + (size_t)h * G + row;                                                          \
+        const float f = (S == 1) ? vs / lh : vs;                                                                         \
+        _Pragma("unroll") for (int k = 0; k < G_::NRUN; ++k) {                                                           \
+            const int d0 = k * 8 * G_::RL + r * G_::RL;                                                                  \
+            float val[G_::RL];                                                                                           \
+            _Pragma("unroll") for (int i = 0; i < G_::RL; ++i) {                                                         \
+                const int e = k * G_::RL + i;                                                                            \
+                val[i] = o[nt][e >> 1][((e & 1) << 1) + eh] * f;                                                         \
+            }                                                                                                            \
+            if (S == 1) {                                                                                                \
+                uint4* dst = reinterpret_cast<uint4*>(out + hq * D + d0);                                                \
+                _Pragma("unroll") for (int i = 0; i < G_::RL / 8; ++i)                                                   \
+                    dst[i] = make_uint4(bf16x2_rn(val[8 * i], val[8 * i + 1]), bf16x2_rn(val[8 * i + 2], val[8 * i + 3]), \
+                                        bf16x2_rn(val[8 * i + 4], val[8 * i + 5]), bf16x2_rn(val[8 * i + 6], val[8 * i + 7])); \
+            } else {                                                                                                     \
+                float4* dst = reinterpret_cast<float4*>(part_o + (hq * S + split) * D + d0);                             \
+                _Pragma("unroll") for (int i = 0; i < G_::RL / 4; ++i)                                                   \
+                    dst[i] = make_float4(val[4 * i], val[4 * i + 1], val[4 * i + 2], val[4 * i + 3]);                    \
+            }                                                                                                            \
+        }                                                                                                                \
+    }                                                                                                                    \
+    _Pragma("unroll") for (int ri = 0; ri < NR; ++ri) { /* the row's owner records its (max, sum) for the merge */       \
+        const int row = r + 8 * ri;                                                                                      \
+        if (S > 1 && c == 0 && row < G) {                                                                                \
+            const size_t hq = (size_t)b * Hq + (size_t)h * G + row;                                                      \
+            part_ml[(hq * S + split) * 2 + 0] = m[ri];                                                                   \
+            part_ml[(hq * S + split) * 2 + 1] = l[ri];                                                                   \
+        }                                                                                                                \
+    }
+
+// ---- the tokens [t0, t1) of split `split` (split_len each) of sequence b; false: an empty split, which the reduce
+// never reads (versions 1 and 2)
+__device__ __forceinline__ bool split_range(const int* __restrict__ seq_lens, int b, int split, int S, int split_len,
+                                            int& t0, int& t1) {
+    const int len = seq_lens[b];
+    t0 = split * split_len;
+    if (split >= S || t0 >= len) return false;
+    t1 = min(len, t0 + split_len);
+    return true;
+}
+
 // ---- the decode kernel, version 2 ---------------------------------------------------------------------------------
 // grid = (ceil(S / warps per block), Hk, B); warp w of block x takes split x * WPB + w. Dynamic shared memory:
 // NS * NSUB * Geo::TILE_BYTES per warp. k_scale / v_scale: FP8 dequant multipliers, NVFP4 global scales (the bf16
@@ -394,10 +471,8 @@ __device__ __forceinline__ void decode_v2_body(
     const int split = blockIdx.x * (blockDim.x >> 5) + warp;
     const int h = blockIdx.y, b = blockIdx.z;
     const int Hq = Hk * G;
-    const int len = seq_lens[b];
-    const int t0 = split * split_len;
-    if (split >= S || t0 >= len) return;  // an empty split: the reduce never reads it
-    const int t1 = min(len, t0 + split_len);
+    int t0, t1;
+    if (!split_range(seq_lens, b, split, S, split_len, t0, t1)) return;
     const int nsteps = (t1 - t0 + TT - 1) / TT;
 
     u8* ring = reinterpret_cast<u8*>(dyn_smem) + (size_t)warp * NS * STAGE;
@@ -409,10 +484,7 @@ __device__ __forceinline__ void decode_v2_body(
                              qa, sc);
 
     float o[NT][OT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int i = 0; i < OT; ++i) o[nt][i][0] = o[nt][i][1] = o[nt][i][2] = o[nt][i][3] = 0.f;
+    zero_o(o);
     float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
 
     const int* bt = block_table + (size_t)b * max_blocks;
@@ -521,14 +593,7 @@ __device__ __forceinline__ void decode_v2_body(
         // ---- rescale O when some row's max moved (alpha == 1 exactly otherwise: skipping is bit-identical) ----
         // Column 2c / 2c+1 of the accumulators is head 2c / 2c+1 (+8 nt), whose alpha lives in lane 8c / 8c+4.
         const bool moved = (al[0] != 1.f) || (NR > 1 && al[1] != 1.f);
-        if (__any_sync(0xFFFFFFFFu, moved)) {
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const float a0 = __shfl_sync(0xFFFFFFFFu, al[nt], 8 * c), a1 = __shfl_sync(0xFFFFFFFFu, al[nt], 8 * c + 4);
-#pragma unroll
-                for (int mt = 0; mt < OT; ++mt) { o[nt][mt][0] *= a0; o[nt][mt][2] *= a0; o[nt][mt][1] *= a1; o[nt][mt][3] *= a1; }
-            }
-        }
+        if (__any_sync(0xFFFFFFFFu, moved)) rescale_o(o, al, c);
 #pragma unroll
         for (int u = 0; u < NSUB; ++u) {
             read_v<D, FMT>(t[u], cur + u * G_::TILE_BYTES, r, c, lane);
@@ -544,48 +609,7 @@ __device__ __forceinline__ void decode_v2_body(
         l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 1);
         l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 2);
     }
-    // Lane (r, c) holds heads 2c + eh (+ 8 nt); its element e = k*RL + i is o[nt][e / 2][2 (e % 2) + eh], at dim
-    // k*8*RL + r*RL + i (runs of RL contiguous dims).
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int eh = 0; eh < 2; ++eh) {
-            const float lh = __shfl_sync(0xFFFFFFFFu, l[nt], 8 * c + 4 * eh);
-            const int row = 2 * c + eh + 8 * nt;
-            if (row >= G) continue;
-            const size_t hq = (size_t)b * Hq + (size_t)h * G + row;
-            const float f = (S == 1) ? vs / lh : vs;
-#pragma unroll
-            for (int k = 0; k < G_::NRUN; ++k) {
-                const int d0 = k * 8 * G_::RL + r * G_::RL;
-                float val[G_::RL];
-#pragma unroll
-                for (int i = 0; i < G_::RL; ++i) {
-                    const int e = k * G_::RL + i;
-                    val[i] = o[nt][e >> 1][((e & 1) << 1) + eh] * f;
-                }
-                if (S == 1) {
-                    uint4* dst = reinterpret_cast<uint4*>(out + hq * D + d0);
-#pragma unroll
-                    for (int i = 0; i < G_::RL / 8; ++i)
-                        dst[i] = make_uint4(bf16x2_rn(val[8 * i], val[8 * i + 1]), bf16x2_rn(val[8 * i + 2], val[8 * i + 3]),
-                                            bf16x2_rn(val[8 * i + 4], val[8 * i + 5]), bf16x2_rn(val[8 * i + 6], val[8 * i + 7]));
-                } else {
-                    float4* dst = reinterpret_cast<float4*>(part_o + (hq * S + split) * D + d0);
-#pragma unroll
-                    for (int i = 0; i < G_::RL / 4; ++i) dst[i] = make_float4(val[4 * i], val[4 * i + 1], val[4 * i + 2], val[4 * i + 3]);
-                }
-            }
-        }
-#pragma unroll
-    for (int ri = 0; ri < NR; ++ri) {  // the row's owner records its (max, sum) for the merge
-        const int row = r + 8 * ri;
-        if (S > 1 && c == 0 && row < G) {
-            const size_t hq = (size_t)b * Hq + (size_t)h * G + row;
-            part_ml[(hq * S + split) * 2 + 0] = m[ri];
-            part_ml[(hq * S + split) * 2 + 1] = l[ri];
-        }
-    }
+    ATTN_VA_FINISH();
 }
 
 }  // namespace attn

@@ -39,7 +39,8 @@
 // in O / l. The row sum l is kept in fp32 from the unrounded P (as FlashAttention does).
 //
 // No host code; NVRTC-compatible (no CUDA headers: bf16/f16 are raw bits). Built without fast math.
-// Shared helpers: ptx.cuh (packing, mma.sync), fp8_decode.cuh (the two E4M3 -> f16 conversions).
+// Shared helpers: ptx.cuh (packing, mma.sync), fp8_decode.cuh (the two E4M3 -> f16 conversions), attention_decode.cuh
+// (version 2's tile geometry, Q.K^T, P.V and output, which are version 1's, written once).
 // This file is VERSION 1, kept as it was measured (the llm.c habit: earlier versions stay beside the new one,
 // each timed). Version 2 -- shared-memory ring, more warps per SM, one softmax update per NSUB tiles -- lives in
 // attention_decode.cuh (whose header says what version 1 taught) and is instantiated in attention_decode_v2.cu.
@@ -51,10 +52,6 @@
 #define CONV_BIT 2
 
 namespace {
-
-constexpr float LOG2E = 1.4426950408889634f;
-
-__device__ __forceinline__ float neg_inf() { return __int_as_float(0xFF800000); }
 
 // ---- loads --------------------------------------------------------------------------------------------
 // The cache is streamed once: bypass L1. Predicated: a token past the sequence end reads as zeros (a V of
@@ -72,50 +69,27 @@ __device__ __forceinline__ uint2 ld8(const u8* p, bool ok) {
     return r;
 }
 
-// ---- conversions: fp8_decode.cuh (e4m3x2_to_f16x2, the bit move), ptx.cuh (f16x2_rn, bf16x2_rn) -------------
-__device__ __forceinline__ float ex2(float x) {  // 2**x, ~2 ulp; ex2(-inf) = +0
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
+// ---- what version 1 shares with version 2 (attention_decode.cuh) ---------------------------------------------
+// CONV is version 2's FMT (bf16, FP8 by the cvt, FP8 by the bit move): the same tile geometry, ex2 / mma, split
+// range, Q.K^T and (for "va") rescale, P.V and output code. Version 1's own: the register tile rotation (load_tile:
+// ld.global into registers), its Q prescale (as attn::q_fragments the k_scale load moves and ptxas schedules the FP8
+// kernels differently), the per-tile softmax update and the "vb" variant. The SASS of every kernel is the same as
+// before the sharing (compared instruction by instruction with sass.py on sm_90 and sm_121).
+static_assert(CONV_NONE == attn::FMT_BF16 && CONV_CVT == attn::FMT_FP8CVT && CONV_BIT == attn::FMT_FP8BIT, "CONV is FMT");
+using attn::LOG2E;
+using attn::neg_inf;
+using attn::ex2;
+using attn::mma;
 
-template <bool F16>
-__device__ __forceinline__ void mma(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-    if constexpr (F16) mma_f16_16816(d, a[0], a[1], a[2], a[3], b0, b1);
-    else mma_bf16_16816(d, a[0], a[1], a[2], a[3], b0, b1);
-}
-
-// ---- the compile-time geometry --------------------------------------------------------------------------
-// Lane = 4 r + c (r = lane / 4 in 0..7, c = lane % 4), as in the MMA fragment layouts.
+// Lane = 4 r + c (r = lane / 4 in 0..7, c = lane % 4), as in the MMA fragment layouts. K: the 4 lanes of a row read
+// 16-byte pieces; piece p of lane c sits at byte (4p + c) * 16, so one load instruction covers 64 contiguous bytes
+// of 8 rows (full 32-byte sectors). V: the 8 lanes r = 0..7 share a token; lane r holds dims {k * 8 VEPP + r * VEPP + i}.
 template <int D, int CONV>
-struct Geo {
-    static constexpr int BYTES = CONV == CONV_NONE ? 2 : 1;
-    static constexpr int ROWB = D * BYTES;           // bytes of one token's K (or V) row
-    static constexpr int NCH = D / 16;               // k-chunks of Q.K^T
-    static constexpr int EPP = 16 / BYTES;           // elements per 16-byte piece
-    static constexpr int CPP = EPP / 4;              // chunks per piece (each lane gives 4 elements a chunk)
-    // K: the 4 lanes of a row read 16-byte pieces; piece p of lane c sits at byte (4p + c) * 16, so one load
-    // instruction covers 64 contiguous bytes of 8 rows (full 32-byte sectors).
-    static constexpr int KP = ROWB / 64;             // pieces per lane per K row
-    static constexpr int KW = KP * 4;                // u32 words per lane per K row
-    // V: the 8 lanes r = 0..7 share a token; lane r holds dims {k * 8 VEPP + r * VEPP + i}.
-    static constexpr int VTB = ROWB / 8;             // V bytes per lane per token
-    static constexpr int VPB = VTB < 16 ? VTB : 16;  // bytes per V load (8 for FP8 at D = 64)
-    static constexpr int NVP = VTB / VPB;            // V loads per token per lane
-    static constexpr int VEPP = VPB / BYTES;         // elements per V load
-    static constexpr int VW = VTB / 4;               // u32 words per lane per V token
-    static constexpr int ND = D / 8;                 // n-blocks of P.V (8 output dims each)
+struct Geo : attn::Geo<D, CONV> {
+    static constexpr int ND = D / 8;  // n-blocks of P.V (8 output dims each), "vb"
 };
-
-// First of the 4 consecutive dims that lane c contributes to k-chunk j of Q.K^T.
 template <int D, int CONV>
-__device__ __forceinline__ int kdim(int c, int j) {
-    using G_ = Geo<D, CONV>;
-    return ((j / G_::CPP) * 4 + c) * G_::EPP + (j % G_::CPP) * 4;
-}
-
-template <int D, int CONV>
-struct Tile {
+struct Tile {  // attn::Tile without the NVFP4 scales (as that type, ptxas allocates the "vb" d128 kernels differently)
     u32 k[2][Geo<D, CONV>::KW];  // K rows ts + nb*8 + r, nb = 0, 1
     u32 v[4][Geo<D, CONV>::VW];  // V rows ts + 2c, 2c+1, 2c+8, 2c+9
 };
@@ -181,10 +155,8 @@ __device__ __forceinline__ void decode_body(
     const int split = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int h = blockIdx.y, b = blockIdx.z;
     const int Hq = Hk * G;
-    const int len = seq_lens[b];
-    const int t0 = split * split_len;
-    if (split >= S || t0 >= len) return;  // an empty split: the reduce never reads it
-    const int t1 = min(len, t0 + split_len);
+    int t0, t1;
+    if (!attn::split_range(seq_lens, b, split, S, split_len, t0, t1)) return;
 
     // ---- Q fragments (A operand of Q.K^T), rows r and r + 8 = query heads h*G + row -----------------------
     u32 qa[G_::NCH][4];
@@ -200,7 +172,7 @@ __device__ __forceinline__ void decode_body(
         float amax = 0.f;
 #pragma unroll
         for (int j = 0; j < G_::NCH; ++j) {
-            uint2 x = ok ? *reinterpret_cast<const uint2*>(qrow + kdim<D, CONV>(c, j)) : make_uint2(0u, 0u);
+            uint2 x = ok ? *reinterpret_cast<const uint2*>(qrow + attn::kdim<D, CONV>(c, j)) : make_uint2(0u, 0u);
             raw[j][0] = x.x; raw[j][1] = x.y;
             amax = fmaxf(amax, fmaxf(fmaxf(fabsf(bf16_lo(x.x)), fabsf(bf16_hi(x.x))),
                                      fmaxf(fabsf(bf16_lo(x.y)), fabsf(bf16_hi(x.y)))));
@@ -249,20 +221,7 @@ __device__ __forceinline__ void decode_body(
     auto compute = [&](const Tile<D, CONV>& t, int ts) {
         // ---- S = Q . K^T: two n-blocks of 8 tokens, two accumulator chains each --------------------------
         float s[2][4];
-#pragma unroll
-        for (int nb = 0; nb < 2; ++nb) {
-            float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-            for (int j = 0; j < G_::NCH; ++j) {
-                u32 b0, b1;
-                if constexpr (CONV == CONV_NONE) { b0 = t.k[nb][2 * j]; b1 = t.k[nb][2 * j + 1]; }
-                else if constexpr (CONV == CONV_CVT) { const u32 w = t.k[nb][j]; b0 = e4m3x2_to_f16x2(w); b1 = e4m3x2_to_f16x2(w >> 16); }
-                else { const u32 w = t.k[nb][j]; b0 = e4m3x2_even_to_f16x2_2m8(w); b1 = e4m3x2_odd_to_f16x2_2m8(w); }
-                mma<F16>(acc[j & 1], qa[j], b0, b1);
-            }
-#pragma unroll
-            for (int i = 0; i < 4; ++i) s[nb][i] = acc[0][i] + acc[1][i];
-        }
+        attn::qk_tile<D, CONV>(t, qa, s);
         // ---- online softmax, per row (this lane: tokens ts+2c, ts+2c+1, ts+8+2c, ts+9+2c) ------------------
         u32 pa[4] = {0u, 0u, 0u, 0u};
         float al[2] = {1.f, 1.f};
@@ -297,38 +256,9 @@ __device__ __forceinline__ void decode_body(
         if constexpr (VA) {
             // ---- O^T += V^T . P^T. P^T's B fragment is S's accumulator rows as they are: lane (r, c) holds
             // P[head r][tokens 2c, 2c+1] (b0) and [tokens 2c+8, 2c+9] (b1). V^T is the A operand: m-tile mt's
-            // rows r / r+8 are this lane's V elements 2mt / 2mt+1 (dims dimV(r, e) below), k = the 16 tokens.
-            // Rescale first: column 2c / 2c+1 of the accumulators is head 2c / 2c+1, whose alpha lives in lane 8c / 8c+4.
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const float a0 = __shfl_sync(0xFFFFFFFFu, al[nt], 8 * c), a1 = __shfl_sync(0xFFFFFFFFu, al[nt], 8 * c + 4);
-#pragma unroll
-                for (int mt = 0; mt < OT; ++mt) { o[nt][mt][0] *= a0; o[nt][mt][2] *= a0; o[nt][mt][1] *= a1; o[nt][mt][3] *= a1; }
-            }
-#pragma unroll
-            for (int w = 0; w < G_::VW; ++w) {
-                // B0(e) = (V[2c][e], V[2c+1][e]), B1(e) = (V[2c+8][e], V[2c+9][e]); A(mt) = {B0(2mt), B0(2mt+1), B1(2mt), B1(2mt+1)}
-                u32 A[G_::BYTES == 1 ? 2 : 1][4];
-                if constexpr (CONV == CONV_NONE) {
-                    A[0][0] = prmt(t.v[0][w], t.v[1][w], 0x5410u); A[0][1] = prmt(t.v[0][w], t.v[1][w], 0x7632u);
-                    A[0][2] = prmt(t.v[2][w], t.v[3][w], 0x5410u); A[0][3] = prmt(t.v[2][w], t.v[3][w], 0x7632u);
-                } else if constexpr (CONV == CONV_CVT) {
-                    const u32 x01 = prmt(t.v[0][w], t.v[1][w], 0x5140u), x23 = prmt(t.v[0][w], t.v[1][w], 0x7362u);
-                    const u32 y01 = prmt(t.v[2][w], t.v[3][w], 0x5140u), y23 = prmt(t.v[2][w], t.v[3][w], 0x7362u);
-                    A[0][0] = e4m3x2_to_f16x2(x01); A[0][1] = e4m3x2_to_f16x2(x01 >> 16); A[0][2] = e4m3x2_to_f16x2(y01); A[0][3] = e4m3x2_to_f16x2(y01 >> 16);
-                    A[1][0] = e4m3x2_to_f16x2(x23); A[1][1] = e4m3x2_to_f16x2(x23 >> 16); A[1][2] = e4m3x2_to_f16x2(y23); A[1][3] = e4m3x2_to_f16x2(y23 >> 16);
-                } else {
-                    const u32 x = prmt(t.v[0][w], t.v[1][w], 0x4501u), x2 = prmt(t.v[0][w], t.v[1][w], 0x6723u);
-                    const u32 y = prmt(t.v[2][w], t.v[3][w], 0x4501u), y2 = prmt(t.v[2][w], t.v[3][w], 0x6723u);
-                    A[0][0] = e4m3x2_odd_to_f16x2_2m8(x); A[0][1] = e4m3x2_even_to_f16x2_2m8(x); A[0][2] = e4m3x2_odd_to_f16x2_2m8(y); A[0][3] = e4m3x2_even_to_f16x2_2m8(y);
-                    A[1][0] = e4m3x2_odd_to_f16x2_2m8(x2); A[1][1] = e4m3x2_even_to_f16x2_2m8(x2); A[1][2] = e4m3x2_odd_to_f16x2_2m8(y2); A[1][3] = e4m3x2_even_to_f16x2_2m8(y2);
-                }
-                constexpr int PER = G_::BYTES == 1 ? 2 : 1;  // m-tiles per word: 4 FP8 elements, 2 bf16 elements
-#pragma unroll
-                for (int i = 0; i < PER; ++i)
-#pragma unroll
-                    for (int nt = 0; nt < NT; ++nt) mma<F16>(o[nt][PER * w + i], A[i], pa[nt], pa[2 + nt]);
-            }
+            // rows r / r+8 are this lane's V elements 2mt / 2mt+1, k = the 16 tokens. Rescale O^T first.
+            attn::rescale_o(o, al, c);
+            attn::pv_tile<D, CONV, NT>(t, pa, o);
         } else {
             // ---- O += P . V: n-block nd holds dims {n * VEPP + (nd / VEPP) * 8 VEPP + nd % VEPP}, n = 0..7 ------
     #pragma unroll
@@ -388,39 +318,7 @@ __device__ __forceinline__ void decode_body(
         l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 2);
     }
     if constexpr (VA) {
-        // Lane (r, c) holds heads 2c + eh (+ 8 nt) at its V dims: element e of the lane is o[nt][e / 2][2 (e % 2) + eh],
-        // at dim (e / VEPP) * 8 VEPP + r * VEPP + e % VEPP (contiguous runs of VEPP).
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int eh = 0; eh < 2; ++eh) {
-                const float lh = __shfl_sync(0xFFFFFFFFu, l[nt], 8 * c + 4 * eh);
-                const int row = 2 * c + eh + 8 * nt;
-                if (row >= G) continue;
-                const size_t hq = (size_t)b * Hq + (size_t)h * G + row;
-                const float f = (S == 1) ? vs / lh : vs;
-#pragma unroll
-                for (int k = 0; k < G_::NVP; ++k) {
-                    const int d0 = k * 8 * G_::VEPP + r * G_::VEPP;
-                    float val[G_::VEPP];
-#pragma unroll
-                    for (int i = 0; i < G_::VEPP; ++i) {
-                        const int e = k * G_::VEPP + i;
-                        val[i] = o[nt][e >> 1][((e & 1) << 1) + eh] * f;
-                    }
-                    if (S == 1) {
-                        uint4* dst = reinterpret_cast<uint4*>(out + hq * D + d0);
-#pragma unroll
-                        for (int i = 0; i < G_::VEPP / 8; ++i)
-                            dst[i] = make_uint4(bf16x2_rn(val[8 * i], val[8 * i + 1]), bf16x2_rn(val[8 * i + 2], val[8 * i + 3]),
-                                                bf16x2_rn(val[8 * i + 4], val[8 * i + 5]), bf16x2_rn(val[8 * i + 6], val[8 * i + 7]));
-                    } else {
-                        float4* dst = reinterpret_cast<float4*>(part_o + (hq * S + split) * D + d0);
-#pragma unroll
-                        for (int i = 0; i < G_::VEPP / 4; ++i) dst[i] = make_float4(val[4 * i], val[4 * i + 1], val[4 * i + 2], val[4 * i + 3]);
-                    }
-                }
-            }
+        ATTN_VA_FINISH();
     } else {
         // Lane (r, c) holds dims n * VEPP + (nd / VEPP) * 8 VEPP + nd % VEPP, n = 2c + e, of rows r (and r + 8).
 #pragma unroll
@@ -453,17 +351,6 @@ __device__ __forceinline__ void decode_body(
                 }
             }
             if (S > 1 && c == 0) {  // the row's owner records its (max, sum) for the merge
-                part_ml[(hq * S + split) * 2 + 0] = m[ri];
-                part_ml[(hq * S + split) * 2 + 1] = l[ri];
-            }
-        }
-    }
-    if constexpr (VA) {
-#pragma unroll
-        for (int ri = 0; ri < NR; ++ri) {  // the row's owner records its (max, sum) for the merge
-            const int row = r + 8 * ri;
-            if (S > 1 && c == 0 && row < G) {
-                const size_t hq = (size_t)b * Hq + (size_t)h * G + row;
                 part_ml[(hq * S + split) * 2 + 0] = m[ri];
                 part_ml[(hq * S + split) * 2 + 1] = l[ri];
             }

@@ -109,6 +109,63 @@ def _scale_values(s, Hk: int, name: str, check_values: bool) -> None:
             raise AttentionArgError(f"{name} must be finite and > 0 (a dequant multiplier), got {v}")
 
 
+def _splits(plan, max_len: int, num_splits, p, dev):
+    """(S, split_len, part_o, part_ml): the split count (plan(SM count) when num_splits is None, both versions'
+    planners) and the fp32 partials the splits write, [B, Hq, S, D] and [B, Hq, S, 2] (a dummy when S == 1)."""
+    if num_splits is None:
+        S, split_len = plan(torch.cuda.get_device_properties(dev).multi_processor_count)
+    else:
+        S, split_len = _split_len_for(max_len, num_splits)
+    if S > 1:
+        part_o = torch.empty((p.B, p.Hq, S, p.D), dtype=torch.float32, device=dev)
+        part_ml = torch.empty((p.B, p.Hq, S, 2), dtype=torch.float32, device=dev)
+    else:
+        part_o = part_ml = torch.empty(4, dtype=torch.float32, device=dev)  # unused
+    return S, split_len, part_o, part_ml
+
+
+def cache_kind(name: str, t) -> str:
+    """'fp8' (E4M3 codes as uint8 or float8_e4m3fn) or 'bf16'; AttentionArgError for any other element type."""
+    if t.dtype in (torch.uint8, torch.float8_e4m3fn):
+        return "fp8"
+    if t.dtype == torch.bfloat16:
+        return "bf16"
+    raise AttentionArgError(f"{name} must hold E4M3 codes (uint8 / float8_e4m3fn) or bf16, got {t.dtype}")
+
+
+def check_lens(seq_lens, block_table, B: int, cap: int, P: int, n_pages: int) -> None:
+    """B sequence lengths in [1, cap] (cap: the tokens a sequence's cache holds); with a block table (paged, values
+    checked), every page a sequence uses inside the pool of n_pages pages. Every decode cache format."""
+    lens = _as_int_list(seq_lens, "seq_lens")
+    if len(lens) != B:
+        raise AttentionArgError(f"seq_lens must have B={B} entries, got {len(lens)}")
+    bad = [(b, n) for b, n in enumerate(lens) if not 1 <= n <= cap]
+    if bad:
+        b, n = bad[0]
+        raise AttentionArgError(f"seq_lens[{b}] = {n} is outside [1, {cap}] (the cache holds {cap} tokens per sequence)")
+    if block_table is not None:
+        bt = block_table.detach().cpu()
+        for b, n in enumerate(lens):
+            used = bt[b, : -(-n // P)]
+            if used.numel() and (int(used.min()) < 0 or int(used.max()) >= n_pages):
+                raise AttentionArgError(
+                    f"block_table[{b}] points outside the pool of {n_pages} pages: "
+                    f"entries {used.tolist()[:8]}{'...' if used.numel() > 8 else ''}")
+
+
+def check_paged(block_table, seq_lens, B: int, P: int) -> None:
+    """The paged layout's own rules (every decode cache format): an int block table [B, max_blocks], pages of a
+    multiple of TILE tokens, and seq_lens given. Raises AttentionArgError (one line) otherwise."""
+    if not isinstance(block_table, torch.Tensor) or block_table.dtype not in (torch.int32, torch.int64):
+        raise AttentionArgError("block_table must be an int32 tensor [B, max_blocks]")
+    if block_table.dim() != 2 or block_table.shape[0] != B:
+        raise AttentionArgError(f"block_table must be [B={B}, max_blocks], got shape {tuple(block_table.shape)}")
+    if P % TILE:
+        raise AttentionArgError(f"page size must be a multiple of {TILE} tokens (a tile never straddles pages), got {P}")
+    if seq_lens is None:
+        raise AttentionArgError("a paged cache needs seq_lens")
+
+
 def check_args(q, k_cache, v_cache, seq_lens=None, block_table=None, k_scale=None, v_scale=None,
                *, check_values: bool = True) -> Problem:
     """Validate shapes, dtypes and (with check_values) the lengths, page indices and scales.
@@ -128,12 +185,7 @@ def check_args(q, k_cache, v_cache, seq_lens=None, block_table=None, k_scale=Non
         raise AttentionArgError(f"head_dim must be one of {HEAD_DIMS}, got {D}")
     kinds = []
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if t.dtype in (torch.uint8, torch.float8_e4m3fn):
-            kinds.append("fp8")
-        elif t.dtype == torch.bfloat16:
-            kinds.append("bf16")
-        else:
-            raise AttentionArgError(f"{name} must hold E4M3 codes (uint8 / float8_e4m3fn) or bf16, got {t.dtype}")
+        kinds.append(cache_kind(name, t))
         if t.dim() != 4:
             raise AttentionArgError(f"{name} must be 4-D ([B, Hk, L, D] or [n_pages, Hk, P, D]), got shape {tuple(t.shape)}")
         if not t.is_contiguous():
@@ -156,36 +208,15 @@ def check_args(q, k_cache, v_cache, seq_lens=None, block_table=None, k_scale=Non
 
     paged = block_table is not None
     if paged:
-        if not isinstance(block_table, torch.Tensor) or block_table.dtype not in (torch.int32, torch.int64):
-            raise AttentionArgError("block_table must be an int32 tensor [B, max_blocks]")
-        if block_table.dim() != 2 or block_table.shape[0] != B:
-            raise AttentionArgError(f"block_table must be [B={B}, max_blocks], got shape {tuple(block_table.shape)}")
-        if P % TILE:
-            raise AttentionArgError(f"page size must be a multiple of {TILE} tokens (a tile never straddles pages), got {P}")
+        check_paged(block_table, seq_lens, B, P)
         max_blocks, n_pages, cap = block_table.shape[1], N0, block_table.shape[1] * P
-        if seq_lens is None:
-            raise AttentionArgError("a paged cache needs seq_lens")
     else:
         if N0 != B:
             raise AttentionArgError(f"contiguous cache must be [B={B}, Hk, L, D], got batch {N0}")
         max_blocks, n_pages, cap = 1, B, P
 
     if seq_lens is not None and (check_values or not isinstance(seq_lens, torch.Tensor)):
-        lens = _as_int_list(seq_lens, "seq_lens")
-        if len(lens) != B:
-            raise AttentionArgError(f"seq_lens must have B={B} entries, got {len(lens)}")
-        bad = [(b, n) for b, n in enumerate(lens) if not 1 <= n <= cap]
-        if bad:
-            b, n = bad[0]
-            raise AttentionArgError(f"seq_lens[{b}] = {n} is outside [1, {cap}] (the cache holds {cap} tokens per sequence)")
-        if paged and check_values:
-            bt = block_table.detach().cpu()
-            for b, n in enumerate(lens):
-                used = bt[b, : -(-n // P)]
-                if used.numel() and (int(used.min()) < 0 or int(used.max()) >= n_pages):
-                    raise AttentionArgError(
-                        f"block_table[{b}] points outside the pool of {n_pages} pages: "
-                        f"entries {used.tolist()[:8]}{'...' if used.numel() > 8 else ''}")
+        check_lens(seq_lens, block_table if paged and check_values else None, B, cap, P, n_pages)
     elif seq_lens is not None:
         if seq_lens.numel() != B:
             raise AttentionArgError(f"seq_lens must have B={B} entries, got {seq_lens.numel()}")
@@ -408,16 +439,9 @@ def launch_v2(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, bt,
     smem = v2_smem(fmt, p.D, cfg[0], cfg[1])
     if smem > SMEM_STATIC_LIMIT:
         main.max_dynamic_shared_size_bytes = smem
-    if num_splits is None:
-        sms = torch.cuda.get_device_properties(dev).multi_processor_count
-        S, split_len = plan_splits_v2(max_len, p.B, p.Hk, sms, blocks_per_sm(main, smem, WARPS_PER_BLOCK_V2, dev))
-    else:
-        S, split_len = _split_len_for(max_len, num_splits)
-    if S > 1:
-        part_o = torch.empty((p.B, p.Hq, S, p.D), dtype=torch.float32, device=dev)
-        part_ml = torch.empty((p.B, p.Hq, S, 2), dtype=torch.float32, device=dev)
-    else:
-        part_o = part_ml = torch.empty(4, dtype=torch.float32, device=dev)  # unused
+    S, split_len, part_o, part_ml = _splits(
+        lambda sms: plan_splits_v2(max_len, p.B, p.Hk, sms, blocks_per_sm(main, smem, WARPS_PER_BLOCK_V2, dev)),
+        max_len, num_splits, p, dev)
     dummy = tensors["k"]  # scale pools of a format without them: never read
     keep = (tensors["q"].contiguous(), tensors["k"], tensors["v"], tensors.get("ksc", dummy), tensors.get("vsc", dummy),
             bt, lens_t, ks, vs, out, part_o, part_ml)
@@ -494,16 +518,8 @@ def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=Non
     cp = _cuda._cupy()
     mod = _cuda.load_module("attention_fp8kv.cu")
     main = mod.get_function(kernel_name(p, conv, pv))
-    if num_splits is None:
-        sms = torch.cuda.get_device_properties(dev).multi_processor_count
-        S, split_len = plan_splits(max_len, p.B, p.Hk, sms=sms, warps_per_sm=_warps_per_sm(main))
-    else:
-        S, split_len = _split_len_for(max_len, num_splits)
-    if S > 1:
-        part_o = torch.empty((p.B, p.Hq, S, p.D), dtype=torch.float32, device=dev)
-        part_ml = torch.empty((p.B, p.Hq, S, 2), dtype=torch.float32, device=dev)
-    else:
-        part_o = part_ml = torch.empty(4, dtype=torch.float32, device=dev)  # unused
+    S, split_len, part_o, part_ml = _splits(
+        lambda sms: plan_splits(max_len, p.B, p.Hk, sms=sms, warps_per_sm=_warps_per_sm(main)), max_len, num_splits, p, dev)
     keep = (q.contiguous(), kc, vc, bt, lens_t, ks, vs, out, part_o, part_ml)
     a = [_cuda.as_cupy(t) for t in keep]
     main_args = (a[0], a[1], a[2], a[3], a[4], a[5], a[6], cp.int32(stride), cp.float32(sm), cp.int32(p.max_blocks),

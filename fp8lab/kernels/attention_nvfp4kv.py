@@ -179,32 +179,14 @@ def check_args(q, k_cache, v_cache, seq_lens=None, block_table=None, *, check_va
         raise AttentionArgError(f"q and the caches must be on one device, got {sorted(map(str, devs))}")
     paged = block_table is not None
     if paged:
-        if not isinstance(block_table, torch.Tensor) or block_table.dtype not in (torch.int32, torch.int64):
-            raise AttentionArgError("block_table must be an int32 tensor [B, max_blocks]")
-        if block_table.dim() != 2 or block_table.shape[0] != B:
-            raise AttentionArgError(f"block_table must be [B={B}, max_blocks], got shape {tuple(block_table.shape)}")
-        if P % att.TILE:
-            raise AttentionArgError(f"page size must be a multiple of {att.TILE} tokens, got {P}")
-        if seq_lens is None:
-            raise AttentionArgError("a paged cache needs seq_lens")
+        att.check_paged(block_table, seq_lens, B, P)
         max_blocks, cap = block_table.shape[1], block_table.shape[1] * P
     else:
         if N0 != B:
             raise AttentionArgError(f"contiguous cache must be [B={B}, Hk, L, D/2], got batch {N0}")
         max_blocks, cap = 1, P
     if seq_lens is not None and (check_values or not isinstance(seq_lens, torch.Tensor)):
-        lens = att._as_int_list(seq_lens, "seq_lens")
-        if len(lens) != B:
-            raise AttentionArgError(f"seq_lens must have B={B} entries, got {len(lens)}")
-        bad = [(b, n) for b, n in enumerate(lens) if not 1 <= n <= cap]
-        if bad:
-            raise AttentionArgError(f"seq_lens[{bad[0][0]}] = {bad[0][1]} is outside [1, {cap}]")
-        if paged and check_values:
-            bt = block_table.detach().cpu()
-            for b, n in enumerate(lens):
-                used = bt[b, : -(-n // P)]
-                if used.numel() and (int(used.min()) < 0 or int(used.max()) >= N0):
-                    raise AttentionArgError(f"block_table[{b}] points outside the pool of {N0} pages")
+        att.check_lens(seq_lens, block_table if paged and check_values else None, B, cap, P, N0)
     return Problem(B, Hq, Hk, D, False, paged, P, max_blocks, N0)
 
 

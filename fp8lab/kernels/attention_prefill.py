@@ -72,12 +72,7 @@ def check_args(q, k_cache, v_cache, prefix_len, k_scale=None, v_scale=None, *, n
         raise AttentionArgError("the chunk must hold at least one query token")
     kinds = set()
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
-        if t.dtype in (torch.uint8, torch.float8_e4m3fn):
-            kinds.add("fp8")
-        elif t.dtype == torch.bfloat16:
-            kinds.add("bf16")
-        else:
-            raise AttentionArgError(f"{name} must hold E4M3 codes (uint8 / float8_e4m3fn) or bf16, got {t.dtype}")
+        kinds.add(att.cache_kind(name, t))
         if t.dim() != 4 or not t.is_contiguous():
             raise AttentionArgError(f"{name} must be a contiguous [B, Hk, Lkv, D] tensor, got {tuple(t.shape)}")
     if len(kinds) != 1:

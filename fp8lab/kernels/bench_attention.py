@@ -361,16 +361,18 @@ def _legacy(data: dict) -> bool:
     return not any("version" in r for r in data.get("results", []))
 
 
+def _by_shape(res: list) -> list:
+    """[((layout, head_dim, context), the records of that shape)], shapes in the order they first appear."""
+    groups = {}
+    for r in res:
+        groups.setdefault((r.get("layout"), r.get("head_dim"), r.get("context")), []).append(r)
+    return list(groups.items())
+
+
 def _summary_rows_legacy(res: list) -> list[dict]:
     """The schema of the first recordings (one kernel version, names ours_fp8kv[conv,pv] / ours_bf16kv[pv])."""
-    keys = []
-    for r in res:
-        k = (r.get("layout"), r.get("head_dim"), r.get("context"))
-        if k not in keys:
-            keys.append(k)
     out = []
-    for layout, D, L in keys:
-        grp = [r for r in res if (r.get("layout"), r.get("head_dim"), r.get("context")) == (layout, D, L)]
+    for (layout, D, L), grp in _by_shape(res):
         f8 = next((r for r in grp if r["kernel"].startswith("ours_fp8kv") and r.get("default")), None)
         b16 = next((r for r in grp if r["kernel"].startswith("ours_bf16kv") and r.get("default")), None)
         tch = next((r for r in grp if r["kernel"].startswith("torch_sdpa[default")), None)
@@ -393,14 +395,8 @@ def summary_rows(data: dict) -> list[dict]:
     res = [r for r in data.get("results", []) if not r.get("sweep")]
     if _legacy(data):
         return _summary_rows_legacy(res)
-    keys = []
-    for r in res:
-        k = (r.get("layout"), r.get("head_dim"), r.get("context"))
-        if k not in keys:
-            keys.append(k)
     out = []
-    for layout, D, L in keys:
-        grp = [r for r in res if (r.get("layout"), r.get("head_dim"), r.get("context")) == (layout, D, L)]
+    for (layout, D, L), grp in _by_shape(res):
 
         def pick(fmt, version=None, default=True):
             return next((r for r in grp if r.get("fmt") == fmt and (version is None or r.get("version") == version)
@@ -568,12 +564,7 @@ def plot_speedup(data: dict, path=None, ax=None):
     ax.set_title(f"decode attention, B={B}, {HQ}q/{HK}kv heads, D=128 — {p.get('device', '?')}, "
                  f"{str(p.get('date', '?'))[:10]}", fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    if path:
-        from fp8lab import store
-
-        store.save_figure(fig, path)
-    return fig
+    return harness.finish_figure(fig, path)
 
 
 def plot_bandwidth(data: dict, path=None, ax=None, head_dim: int = 128):
@@ -598,12 +589,7 @@ def plot_bandwidth(data: dict, path=None, ax=None, head_dim: int = 128):
     ax.set_ylabel("fraction of copy bandwidth")
     ax.set_title(f"decode attention, D={head_dim}: bytes read / time / copy bandwidth", fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    if path:
-        from fp8lab import store
-
-        store.save_figure(fig, path)
-    return fig
+    return harness.finish_figure(fig, path)
 
 
 def goal_met(data: dict) -> tuple[float | None, bool | None]:

@@ -48,18 +48,6 @@ def _dims(text: str, n: int) -> list[tuple]:
     return out
 
 
-def _ints(text: str, lo: int, hi: int, what: str) -> list[int]:
-    """'1,8,16' -> [1, 8, 16], each in lo..hi; a clear argparse error otherwise."""
-    try:
-        vals = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers ({what})") from None
-    bad = [v for v in vals if not lo <= v <= hi]
-    if bad or not vals:
-        raise argparse.ArgumentTypeError(f"{what} must be in {lo}..{hi}, got {bad or text!r}")
-    return vals
-
-
 def sass_counts(cc: int, path: Path) -> dict:
     """Opcode counts of the gemm kernels as this device runs them (sass.kernels: the loader's exact compile)."""
     from fp8lab import store
@@ -98,12 +86,12 @@ def main(argv=None) -> int:
     p.add_argument("--only", default="decode,prefill,gate,sass")
     p.add_argument("--budget-s", type=float, default=float("inf"), help="skip remaining shapes after this many seconds")
     p.add_argument("--shapes", type=lambda t: _dims(t, 2), default=None, help="decode (N, K) shapes: NxK,NxK")
-    p.add_argument("--m", type=lambda t: _ints(t, 1, 16, "decode token counts"), default=None,
+    p.add_argument("--m", type=lambda t: harness.int_list(t, 1, 16, "decode token counts"), default=None,
                    help="decode token counts: 1,8,16")
     p.add_argument("--prefill-shapes", type=lambda t: _dims(t, 3), default=None, help="prefill MxNxK,...")
-    p.add_argument("--versions", type=lambda t: _ints(t, 1, 3, "GEMV versions"), default=[1, 2, 3],
+    p.add_argument("--versions", type=lambda t: harness.int_list(t, 1, 3, "GEMV versions"), default=[1, 2, 3],
                    help="GEMV versions to time (default all three: 1,2,3)")
-    p.add_argument("--tune", type=lambda t: _ints(t, 1, 3, "versions to tune"), default=[],
+    p.add_argument("--tune", type=lambda t: harness.int_list(t, 1, 3, "versions to tune"), default=[],
                    help="versions whose every compiled config is validated and timed, e.g. 3 or 1,2,3 "
                         "(default none: each version at its default config, the recording run)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (median and quartiles over them)")

@@ -24,17 +24,6 @@ from . import harness
 DEFAULT_OUT = harness.REPO / "outputs" / "kernels" / "layer.json"
 
 
-def _ints(text: str, lo: int, hi: int, what: str) -> list[int]:
-    try:
-        vals = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers ({what})") from None
-    bad = [v for v in vals if not lo <= v <= hi]
-    if bad or not vals:
-        raise argparse.ArgumentTypeError(f"{what} must be in {lo}..{hi}, got {bad or text!r}")
-    return vals
-
-
 def _variants(text: str) -> list[str]:
     from .decode_layer import VARIANTS
 
@@ -147,8 +136,8 @@ def run(bench: harness.Bench, batches, contexts, variants, config=None, budget_s
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fp8lab.kernels.bench layer", description=__doc__.split("\n")[0])
-    p.add_argument("--batch", type=lambda t: _ints(t, 1, 32, "batch"), default=[1, 8, 32])
-    p.add_argument("--context", type=lambda t: _ints(t, 1, 131072, "context"), default=[1024, 8192, 32768])
+    p.add_argument("--batch", type=lambda t: harness.int_list(t, 1, 32, "batch"), default=[1, 8, 32])
+    p.add_argument("--context", type=lambda t: harness.int_list(t, 1, 131072, "context"), default=[1024, 8192, 32768])
     p.add_argument("--variants", type=_variants, default=None, help="comma-separated (default: all)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     p.add_argument("--out", default=str(DEFAULT_OUT))

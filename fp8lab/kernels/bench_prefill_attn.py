@@ -334,12 +334,7 @@ def plot_ratio(data: dict, path=None, ax=None, variant: str = "w4"):
     p = data.get("provenance", {})
     ax.set_title(f"chunked prefill, {HQ}q/{HK}kv heads, D={D} — {p.get('device', '?')}, {str(p.get('date', '?'))[:10]}", fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    if path:
-        from fp8lab import store
-
-        store.save_figure(fig, path)
-    return fig
+    return harness.finish_figure(fig, path)
 
 
 # ---- main -----------------------------------------------------------------------------------------------------

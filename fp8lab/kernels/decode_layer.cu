@@ -15,10 +15,41 @@
 // may start while the previous kernel finishes.
 #include "ptx.cuh"
 
+// ---- arithmetic on 8 bf16 (one 16-byte load) -----------------------------------------------------------------
+// sumsq_bf16x8: ss + sum of x^2, fp32 FMAs in element order; rms_inv: 1 / sqrt(tot / n + eps), IEEE (not MUFU.RSQ);
+// rmsnorm_bf16x8: bf16(x * inv * w); zip_words(a, b, f): the 4 words f(a_j, b_j). (gemv_v3.cu's fused RMSNorm does
+// the same arithmetic written out: as these helpers, ptxas allocates its sm_121 registers differently.)
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
     return v;
+}
+
+__device__ __forceinline__ float sumsq_bf16x8(const uint4& v, float ss) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const u32 p = word_of(v, j);
+        ss = fmaf(bf16_lo(p), bf16_lo(p), ss);
+        ss = fmaf(bf16_hi(p), bf16_hi(p), ss);
+    }
+    return ss;
+}
+
+__device__ __forceinline__ float rms_inv(float tot, float n, float eps) { return f_div(1.f, sqrtf(f_add(f_div(tot, n), eps))); }
+
+template <class F>
+__device__ __forceinline__ uint4 zip_words(const uint4& a, const uint4& b, F f) {
+    uint4 o;
+    u32* op = reinterpret_cast<u32*>(&o);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) op[j] = f(word_of(a, j), word_of(b, j));
+    return o;
+}
+
+__device__ __forceinline__ uint4 rmsnorm_bf16x8(const uint4& x, const uint4& w, float inv) {
+    return zip_words(x, w, [&](u32 p, u32 q) {
+        return bf16x2_rn(f_mul(f_mul(bf16_lo(p), inv), bf16_lo(q)), f_mul(f_mul(bf16_hi(p), inv), bf16_hi(q)));
+    });
 }
 
 // grid = B, block = 256; H % 8 == 0. The rsqrt is IEEE (1 / sqrt), not MUFU.RSQ, to match the reference closely.
@@ -30,31 +61,19 @@ extern "C" __global__ void __launch_bounds__(256) rmsnorm_bf16(const u16* __rest
     const u16* xr = x + (size_t)blockIdx.x * H;
     float ss = 0.f;
     for (int i = threadIdx.x * 8; i < H; i += blockDim.x * 8) {
-        const uint4 v = *reinterpret_cast<const uint4*>(xr + i);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const u32 p = word_of(v, j);
-            ss = fmaf(bf16_lo(p), bf16_lo(p), ss);
-            ss = fmaf(bf16_hi(p), bf16_hi(p), ss);
-        }
+        const uint4 v = *reinterpret_cast<const uint4*>(xr + i);  // one 16-byte load (a reference would split it)
+        ss = sumsq_bf16x8(v, ss);
     }
     ss = warp_sum(ss);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
     __syncthreads();
     float tot = 0.f;
     for (int i = 0; i < (int)(blockDim.x >> 5); ++i) tot += part[i];
-    const float inv = f_div(1.f, sqrtf(f_add(f_div(tot, (float)H), eps)));
+    const float inv = rms_inv(tot, (float)H, eps);
     for (int i = threadIdx.x * 8; i < H; i += blockDim.x * 8) {
         const uint4 v = *reinterpret_cast<const uint4*>(xr + i);
         const uint4 g = *reinterpret_cast<const uint4*>(w + i);
-        uint4 o;
-        u32* op = reinterpret_cast<u32*>(&o);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const u32 p = word_of(v, j), q = word_of(g, j);
-            op[j] = bf16x2_rn(f_mul(f_mul(bf16_lo(p), inv), bf16_lo(q)), f_mul(f_mul(bf16_hi(p), inv), bf16_hi(q)));
-        }
-        *reinterpret_cast<uint4*>(y + (size_t)blockIdx.x * H + i) = o;
+        *reinterpret_cast<uint4*>(y + (size_t)blockIdx.x * H + i) = rmsnorm_bf16x8(v, g, inv);
     }
 }
 
@@ -116,38 +135,29 @@ extern "C" __global__ void __launch_bounds__(256) rope_append_bf16(const u16* qk
     rope_append_body<false>(qkv, pos, cs, q_out, kc, vc, ks, vs, Hq, Hk, D, L);
 }
 
-// Elementwise, 8 bf16 per thread (n % 8 == 0), grid-stride.
-extern "C" __global__ void __launch_bounds__(256) silu_mul_bf16(const u16* __restrict__ g, const u16* __restrict__ u,
-                                                                u16* __restrict__ a, int n) {
-    pdl_launch_dependents();
-    pdl_wait();
-    for (int i = (blockIdx.x * blockDim.x + threadIdx.x) * 8; i < n; i += gridDim.x * blockDim.x * 8) {
-        const uint4 gv = *reinterpret_cast<const uint4*>(g + i), uv = *reinterpret_cast<const uint4*>(u + i);
-        uint4 o;
-        u32* op = reinterpret_cast<u32*>(&o);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const u32 gp = word_of(gv, j), up = word_of(uv, j);
-            const float g0 = bf16_lo(gp), g1 = bf16_hi(gp);
-            op[j] = bf16x2_rn(g0 / (1.f + expf(-g0)) * bf16_lo(up), g1 / (1.f + expf(-g1)) * bf16_hi(up));
-        }
-        *reinterpret_cast<uint4*>(a + i) = o;
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(256) add_bf16(const u16* __restrict__ a, const u16* __restrict__ b,
-                                                           u16* __restrict__ y, int n) {
+// Elementwise, 8 bf16 per thread (n % 8 == 0), grid-stride: y = f(a, b) word by word (bf16x2 pairs).
+template <class F>
+__device__ __forceinline__ void elementwise_body(const u16* __restrict__ a, const u16* __restrict__ b, u16* __restrict__ y,
+                                                 int n, F f) {
     pdl_launch_dependents();
     pdl_wait();
     for (int i = (blockIdx.x * blockDim.x + threadIdx.x) * 8; i < n; i += gridDim.x * blockDim.x * 8) {
         const uint4 av = *reinterpret_cast<const uint4*>(a + i), bv = *reinterpret_cast<const uint4*>(b + i);
-        uint4 o;
-        u32* op = reinterpret_cast<u32*>(&o);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const u32 ap = word_of(av, j), bp = word_of(bv, j);
-            op[j] = bf16x2_rn(f_add(bf16_lo(ap), bf16_lo(bp)), f_add(bf16_hi(ap), bf16_hi(bp)));
-        }
-        *reinterpret_cast<uint4*>(y + i) = o;
+        *reinterpret_cast<uint4*>(y + i) = zip_words(av, bv, f);
     }
+}
+
+extern "C" __global__ void __launch_bounds__(256) silu_mul_bf16(const u16* __restrict__ g, const u16* __restrict__ u,
+                                                                u16* __restrict__ a, int n) {
+    elementwise_body(g, u, a, n, [](u32 gp, u32 up) {
+        const float g0 = bf16_lo(gp), g1 = bf16_hi(gp);
+        return bf16x2_rn(g0 / (1.f + expf(-g0)) * bf16_lo(up), g1 / (1.f + expf(-g1)) * bf16_hi(up));
+    });
+}
+
+extern "C" __global__ void __launch_bounds__(256) add_bf16(const u16* __restrict__ a, const u16* __restrict__ b,
+                                                           u16* __restrict__ y, int n) {
+    elementwise_body(a, b, y, n, [](u32 ap, u32 bp) {
+        return bf16x2_rn(f_add(bf16_lo(ap), bf16_lo(bp)), f_add(bf16_hi(ap), bf16_hi(bp)));
+    });
 }

@@ -24,6 +24,7 @@ import math
 import torch
 
 from . import _cuda, mma_reference
+from .gemm_w8a8 import check_mnk
 from .gemv_fp8 import Launch
 
 BM = BN = 128
@@ -57,12 +58,7 @@ def check_args(qa, qw, kernel: str = "auto") -> tuple[int, int, int]:
     N = w.shape[0]
     if 2 * w.shape[1] != K:
         raise ValueError(f"activations have K = {K} but weights have K = {2 * w.shape[1]}")
-    if K % KSTEP:
-        raise ValueError(f"K = {K} is not a multiple of {KSTEP}: the kernels read 256-element k-steps")
-    if N % BN:
-        raise ValueError(f"N = {N} is not a multiple of {BN} (the kernels' N tile)")
-    if M < 1:
-        raise ValueError("M must be >= 1")
+    check_mnk(M, N, K, KSTEP, ": the kernels read 256-element k-steps", BN, " (the kernels' N tile)")
     for name, s, want in (("activation scale codes", sa, (M, K // 16)), ("weight scale codes", sw, (N, K // 16))):
         if tuple(s.shape) != want:
             raise ValueError(f"{name} must have shape {want}, got {tuple(s.shape)}")

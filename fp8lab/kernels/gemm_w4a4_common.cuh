@@ -53,8 +53,7 @@ template <class MMA>
 __device__ __forceinline__ void w4a4_body(const u8* __restrict__ A, const u8* __restrict__ SA, const float* __restrict__ gsa,
                                           const u8* __restrict__ B, const u8* __restrict__ SB, const float* __restrict__ gsb,
                                           u16* __restrict__ C, int M, int N, int K) {
-    extern __shared__ __align__(1024) u8 smem_raw[];
-    const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    const u32 base = dyn_smem_1024();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int wm = warp >> 2, wn = warp & 3;  // 2 x 4 warps, 64 x 32 each
@@ -91,19 +90,7 @@ __device__ __forceinline__ void w4a4_body(const u8* __restrict__ A, const u8* __
 #pragma unroll
         for (int ks = 0; ks < BK / 32; ++ks) {  // 32 bytes = 64 elements per MMA k-step
             u32 a[4][4], b[4][2];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int r = wm * 64 + 16 * i + (lane & 7) + ((lane >> 3) & 1) * 8;
-                ldmatrix_x4(a[i], sA + swz(r, 2 * ks + (lane >> 4)));
-            }
-#pragma unroll
-            for (int jj = 0; jj < 2; ++jj) {
-                const int r = wn * 32 + 16 * jj + (lane & 7) + (lane >> 4) * 8;
-                u32 q[4];
-                ldmatrix_x4(q, sB + swz(r, 2 * ks + ((lane >> 3) & 1)));
-                b[2 * jj][0] = q[0]; b[2 * jj][1] = q[1];
-                b[2 * jj + 1][0] = q[2]; b[2 * jj + 1][1] = q[3];
-            }
+            ldmatrix_frags_64x32(a, b, sA, sB, wm, wn, lane, ks);
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll

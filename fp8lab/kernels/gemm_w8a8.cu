@@ -35,8 +35,7 @@ template <bool FP8, int STAGES = STAGES_A>
 __device__ __forceinline__ void w8a8_mma_body(const u8* __restrict__ A, const float* __restrict__ sa,
                                               long long sa_sm, long long sa_sk, const u8* __restrict__ B,
                                               const float* __restrict__ sb, u16* __restrict__ C, int M, int N, int K) {
-    extern __shared__ __align__(1024) u8 smem_raw[];
-    const u32 base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    const u32 base = dyn_smem_1024();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int wm = warp >> 2, wn = warp & 3;  // 2 x 4 warps, 64 x 32 each
@@ -79,19 +78,7 @@ __device__ __forceinline__ void w8a8_mma_body(const u8* __restrict__ A, const fl
 #pragma unroll
         for (int ks = 0; ks < BK / 32; ++ks) {
             u32 a[4][4], b[4][2];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int r = wm * 64 + 16 * i + (lane & 7) + ((lane >> 3) & 1) * 8;
-                ldmatrix_x4(a[i], sA + swz(r, 2 * ks + (lane >> 4)));
-            }
-#pragma unroll
-            for (int jj = 0; jj < 2; ++jj) {
-                const int r = wn * 32 + 16 * jj + (lane & 7) + (lane >> 4) * 8;
-                u32 q[4];
-                ldmatrix_x4(q, sB + swz(r, 2 * ks + ((lane >> 3) & 1)));
-                b[2 * jj][0] = q[0]; b[2 * jj][1] = q[1];
-                b[2 * jj + 1][0] = q[2]; b[2 * jj + 1][1] = q[3];
-            }
+            ldmatrix_frags_64x32(a, b, sA, sB, wm, wn, lane, ks);
             if (FP8) {
 #pragma unroll
                 for (int i = 0; i < 4; ++i)

@@ -52,6 +52,19 @@ KERNELS = {
 }
 
 
+def check_mnk(M: int, N: int, K: int, k_mult: int, k_why: str, n_mult: int, n_why: str) -> None:
+    """The GEMM kernels' shape rules: K a multiple of k_mult, N of n_mult, M >= 1; ValueError (one line, saying why).
+
+        check_mnk(1, 256, 100, 128, ": whole k-blocks", 128, "")  -> ValueError: K = 100 is not a multiple of 128: whole k-blocks
+    """
+    if K % k_mult:
+        raise ValueError(f"K = {K} is not a multiple of {k_mult}{k_why}")
+    if N % n_mult:
+        raise ValueError(f"N = {N} is not a multiple of {n_mult}{n_why}")
+    if M < 1:
+        raise ValueError("M must be >= 1")
+
+
 def check_args(a, sa, b, sb, kernel: str = "wgmma_ws") -> tuple[int, int, int]:
     """Validate shapes/dtypes before any CUDA call; returns (M, N, K).
 
@@ -67,17 +80,10 @@ def check_args(a, sa, b, sb, kernel: str = "wgmma_ws") -> tuple[int, int, int]:
     if K != Kb:
         raise ValueError(f"a has K = {K} but b has K = {Kb}")
     if kernel in TMA_KERNELS:
-        if K % 16:
-            raise ValueError(f"K = {K} is not a multiple of 16: the TMA kernels read 16-byte-aligned rows")
-        if N % 8:
-            raise ValueError(f"N = {N} is not a multiple of 8: the TMA kernels write 16-byte-aligned bf16 rows")
+        check_mnk(M, N, K, 16, ": the TMA kernels read 16-byte-aligned rows", 8, ": the TMA kernels write 16-byte-aligned bf16 rows")
     else:
-        if K % BK:
-            raise ValueError(f"K = {K} is not a multiple of 128: 1x128 and 128x128 scales need whole k-blocks")
-        if N % BN:
-            raise ValueError(f"N = {N} is not a multiple of 128 (the 128x128 weight-scale blocks and the kernel's N tile)")
-    if M < 1:
-        raise ValueError("M must be >= 1")
+        check_mnk(M, N, K, BK, ": 1x128 and 128x128 scales need whole k-blocks", BN,
+                  " (the 128x128 weight-scale blocks and the kernel's N tile)")
     for name, s, want in (("sa", sa, (M, -(-K // BK))), ("sb", sb, (-(-N // BN), -(-K // BK)))):
         if not isinstance(s, torch.Tensor) or s.dtype != torch.float32:
             raise TypeError(f"{name} must be a float32 tensor, got {getattr(s, 'dtype', type(s).__name__)}")

@@ -17,6 +17,31 @@
 
 __device__ __forceinline__ u32 swz(int r, int c) { return (u32)(r * 128 + ((c ^ (r & 7)) << 4)); }
 
+// The shared address of the dynamic shared memory, rounded up to 1024 bytes (the swizzle atoms' alignment).
+__device__ __forceinline__ u32 dyn_smem_1024() {
+    extern __shared__ __align__(1024) u8 smem_raw[];
+    return (smem_addr(smem_raw) + 1023u) & ~1023u;
+}
+
+// The mma.sync fragments of k-step ks (32 bytes of k) of warp (wm, wn)'s 64 x 32 tile, by ldmatrix from the
+// swizzled stage tiles sA / sB: a[i] = A rows wm*64 + 16i .. +15 (m-tile i), b[j] = B rows wn*32 + 8j .. +7 (n-tile j).
+__device__ __forceinline__ void ldmatrix_frags_64x32(u32 (&a)[4][4], u32 (&b)[4][2], u32 sA, u32 sB, int wm, int wn, int lane,
+                                                     int ks) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int r = wm * 64 + 16 * i + (lane & 7) + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4(a[i], sA + swz(r, 2 * ks + (lane >> 4)));
+    }
+#pragma unroll
+    for (int jj = 0; jj < 2; ++jj) {
+        const int r = wn * 32 + 16 * jj + (lane & 7) + (lane >> 4) * 8;
+        u32 q[4];
+        ldmatrix_x4(q, sB + swz(r, 2 * ks + ((lane >> 3) & 1)));
+        b[2 * jj][0] = q[0]; b[2 * jj][1] = q[1];
+        b[2 * jj + 1][0] = q[2]; b[2 * jj + 1][1] = q[3];
+    }
+}
+
 // One ROWS_A x 128-byte tile of A (rows m0..) and a 128 x 128-byte tile of B (rows n0..) at k0,
 // by NTHR threads starting at tid.
 template <int NTHR, int ROWS_A = BM>

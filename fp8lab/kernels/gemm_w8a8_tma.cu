@@ -52,6 +52,14 @@ struct TileMap {
         mu_i = first + in % gsize;
         n_i = in / gsize;
     }
+    // The first row and column of tile t on the CTA of cluster rank `rank` (CL m-blocks of 128 rows per unit).
+    template <int CL, int TBN>
+    __device__ __forceinline__ void origin(int t, int rank, int& m0, int& n0) const {
+        int mu_i, n_i;
+        at(t, mu_i, n_i);
+        m0 = (mu_i * CL + rank) * 128;
+        n0 = n_i * TBN;
+    }
 };
 
 template <int TBN, int NWG, int ST, int CL, int EPI>
@@ -97,12 +105,11 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
             int s = 0;
             u32 ph = 0;
             for (int t = cid; t < T; t += P) {
-                int mu_i, n_i;
-                tiles.at(t, mu_i, n_i);
+                int m0, n0;
+                tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
                 // A box past the last row (a cluster's second m-block when the m-blocks are odd; the second half of
                 // B when N % 256 == 128) reads rows 0.. instead: those rows get zero scales or are never stored, and
                 // no box is ever wholly outside the tensor. Partial boxes are zero-filled by the copy engine.
-                const int m0 = (mu_i * CL + (int)rank) * 128, n0 = n_i * TBN;
                 const int ma = m0 < M ? m0 : 0, nbr = n0 + (int)rank * (TBN / CL) < N ? n0 + (int)rank * (TBN / CL) : 0;
                 for (int kb = 0; kb < KB; ++kb) {
                     mbar_wait(empty0 + 8 * s, ph ^ 1);  // consumers (of both CTAs) released this stage
@@ -125,9 +132,8 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
         int s = 0;
         u32 ph = 0;
         for (int t = cid; t < T; t += P) {
-            int mu_i, n_i;
-            tiles.at(t, mu_i, n_i);
-            const int m0 = (mu_i * CL + (int)rank) * 128, n0 = n_i * TBN;
+            int m0, n0;
+            tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
             zero<64 * MH * NH>(&acc[0][0]);
             // Scales of k-block kb + 1 are loaded while k-block kb multiplies (one iteration, 500+ cycles, hides an L2
             // round trip); those of the tile's first k-block before its first wait.

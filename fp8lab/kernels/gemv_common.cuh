@@ -1,5 +1,7 @@
 // gemv_common.cuh -- the skeleton every decode GEMV shares: W8A16 FP8 (gemv_fp8.cu) and W4A16 NVFP4
-// (gemv_nvfp4.cu), versions 1 and 2. A GEMV file holds only its weight format's loads and widening.
+// (gemv_nvfp4.cu), versions 1 and 2, and the hardware-E2M1 NVFP4 GEMV (gemv_nvfp4_hw.cu). A GEMV file holds only
+// its weight format's loads and widening. Version 3 (gemv_v3.cu) takes only zero_tiles: built on the other helpers
+// (each_tile for its stream-K fixup) ptxas allocates its sm_121 registers differently, and its SASS stays as measured.
 //
 //   y[M, N] (bf16) = x[M, K] (bf16) . W[N, K]^T,  M = 1..16 tokens,  mma.sync.m16n8k16 bf16, fp32 accumulation
 //
@@ -41,21 +43,65 @@ __device__ __forceinline__ void activation_rows(const u16* X, int M, int K, int 
     }
 }
 
+// f(a, b, c) for a < A, b < B, c < C, unrolled: the loop nest of the weight chunks and of the accumulator tiles.
+template <int A, int B, int C, class F>
+__device__ __forceinline__ void unroll3(F f) {
+#pragma unroll
+    for (int a = 0; a < A; ++a)
+#pragma unroll
+        for (int b = 0; b < B; ++b)
+#pragma unroll
+            for (int c = 0; c < C; ++c) f(a, b, c);
+}
+
 // f(r, h, c) for every 16-byte weight chunk c < C of the rows g (h = 0) and g + 8 (h = 1) of each row tile r.
 template <int R, int C, class F>
-__device__ __forceinline__ void each_weight_chunk(F f) {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int c = 0; c < C; ++c) f(r, h, c);
-}
+__device__ __forceinline__ void each_weight_chunk(F f) { unroll3<R, 2, C>(f); }
+
+// f(r, nt, i) for every accumulator of R row tiles x NT token tiles (C fragment element i: row g + 8 (i >> 1),
+// token 2t + (i & 1)).
+template <int R, int NT, class F>
+__device__ __forceinline__ void each_tile(F f) { unroll3<R, NT, 4>(f); }
 
 template <int R>
 __device__ __forceinline__ void advance_rows(const u8* (&p)[R][2], size_t step) {
 #pragma unroll
     for (int r = 0; r < R; ++r) { p[r][0] += step; p[r][1] += step; }
+}
+
+// NVFP4 direct loads (no ring) of one iteration: the lane's C weight chunks (16 bytes, 64 apart) of each row into
+// wv[(r*2 + h)*C + c], their scale-code pairs (2 bytes, 8 apart) into sv[r][h][c]; then every pointer advances.
+template <int R, int C>
+__device__ __forceinline__ void nvfp4_load_direct(uint4 (&wv)[R * 2 * C], u32 (&sv)[R][2][C], const u8* (&wp)[R][2],
+                                                  const u8* (&sp)[R][2], size_t wstep, size_t sstep) {
+    each_weight_chunk<R, C>([&](int r, int h, int c) {
+        wv[(r * 2 + h) * C + c] = ld_stream16(wp[r][h] + c * 64);
+        sv[r][h][c] = ld_stream_u16(sp[r][h] + c * 8);
+    });
+    advance_rows(wp, wstep);
+    advance_rows(sp, sstep);
+}
+
+// The activations of 128-k chunk c (NVFP4): 4 x 16 bytes (32 bf16) per token tile, through L1.
+template <int NT>
+__device__ __forceinline__ void load_act_chunk(uint4 (&xv)[NT][4], const u16* const (&xp)[NT], int c) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int w = 0; w < 4; ++w) xv[nt][w] = ld_cached16(xp[nt] + c * 128 + 8 * w);
+}
+
+// The bf16x2 scales of chunk c's two 16-blocks, both halves broadcast: sc[r][h][b] from scale2(two codes).
+template <int R, int C, class Scale2>
+__device__ __forceinline__ void chunk_scales(u32 (&sc)[R][2][2], const u32 (&sv)[R][2][C], int c, Scale2 scale2) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const u32 s2 = scale2(sv[r][h][c]);
+            sc[r][h][0] = bcast_lo(s2);
+            sc[r][h][1] = bcast_hi(s2);
+        }
 }
 
 // Version 2: copy this lane's C weight chunks of each row (r, h) at wp into ring stage dst (16-byte line
@@ -68,12 +114,7 @@ __device__ __forceinline__ void issue_weights(uint4* dst, const u8* (&wp)[R][2],
 
 template <int R, int NT>
 __device__ __forceinline__ void zero_tiles(float (&a)[R][NT][4]) {
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) a[r][nt][i] = 0.f;
+    each_tile<R, NT>([&](int r, int nt, int i) { a[r][nt][i] = 0.f; });
 }
 
 // FP32 promotion of a k-block's partial sums with row tile r's scale (DeepGEMM): acc += part * scale(r).
@@ -139,6 +180,19 @@ struct GemvRing {
     static __device__ float* end(uint4* smem, int S) { return reinterpret_cast<float*>(smem + (size_t)S * (D > 0 ? D : 0) * NSLOT * 32); }
 };
 
+// The NVFP4 GEMVs' output (versions 1, 2 and the hardware-E2M1 one): y = acc * global scale * 2**SHIFT, undoing the
+// 2**-SHIFT that their bf16 block scales carry. Their kernels all take these parameters:
+struct Nvfp4Out {
+    float gs;
+    __device__ explicit Nvfp4Out(const float* gscale)
+        : gs(__ldg(gscale) * __uint_as_float(FP8LAB_POW2_BITS(FP8LAB_E2M1_GEMV_SHIFT))) {}
+    __device__ float operator()(int, float v) const { return v * gs; }
+};
+#define GEMV_NVFP4_PARAMS                                                                                      \
+    const u8* __restrict__ W, const u8* __restrict__ SC, const float* __restrict__ gscale,                     \
+        const u16* __restrict__ X, u16* __restrict__ Y, int M, int N, int K
+#define GEMV_NVFP4_ARGS W, SC, gscale, X, Y, M, N, K
+
 // The split-K epilogue, the one every GEMV ends with: warp w stores its accumulators to red[w][idx][lane]
 // (conflict-free), warp 0 sums the S partials in warp order and writes y[m, n] = bf16(out(n, sum)) for rows
 // n < N and tokens m < M. C fragment: c0, c1 -> (row g, tokens 2t, 2t+1); c2, c3 -> (row g + 8, same tokens).
@@ -147,26 +201,16 @@ template <int R, int NT, class Out>
 __device__ __forceinline__ void splitk_store(const float (&acc)[R][NT][4], float* red, const GemvLane<R>& L, int M, int N,
                                              u16* __restrict__ Y, Out out) {
     constexpr int NV = R * NT * 4;
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) red[(L.warp * NV + (r * NT + nt) * 4 + i) * 32 + L.lane] = acc[r][nt][i];
+    each_tile<R, NT>([&](int r, int nt, int i) { red[(L.warp * NV + (r * NT + nt) * 4 + i) * 32 + L.lane] = acc[r][nt][i]; });
     __syncthreads();
     if (L.warp != 0) return;
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int idx = (r * NT + nt) * 4 + i;
-                float v = 0.f;
-                for (int w = 0; w < L.S; ++w) v += red[(w * NV + idx) * 32 + L.lane];
-                const int n = L.n0 + 16 * r + L.g + 8 * (i >> 1);
-                const int m = nt * 8 + 2 * L.t + (i & 1);
-                if (n < N && m < M) Y[(size_t)m * N + n] = f32_to_bf16(out(n, v));
-            }
+    each_tile<R, NT>([&](int r, int nt, int i) {
+        const int idx = (r * NT + nt) * 4 + i;
+        float v = 0.f;
+        for (int w = 0; w < L.S; ++w) v += red[(w * NV + idx) * 32 + L.lane];
+        const int n = L.n0 + 16 * r + L.g + 8 * (i >> 1);
+        const int m = nt * 8 + 2 * L.t + (i & 1);
+        if (n < N && m < M) Y[(size_t)m * N + n] = f32_to_bf16(out(n, v));
+    });
 }
 

@@ -66,12 +66,6 @@ __device__ __forceinline__ void nvfp4_chunk_mma(float (&acc)[R][NT][4], const ui
     }
 }
 
-// y = acc * global scale * 2**8 (undoing the 2**-8 the bf16 scales carry).
-struct Nvfp4Out {
-    float gs;
-    __device__ float operator()(int, float v) const { return v * gs; }
-};
-
 // =====================================================================================================
 // Version 1. Each iteration covers 256 k per row: lane t of a 4-lane group reads 16 bytes (32 elements) at byte
 // offsets c*64 + t*16 (c = 0, 1), so a group reads a full 128-byte line of one row.
@@ -139,14 +133,12 @@ __device__ __forceinline__ void gemv_nvfp4_body(const u8* __restrict__ W, const 
         }
     };
     kloop_registers<PF, Nvfp4V1Frag<R>>(L.warp, L.S, KB, load, body);
-    splitk_store(acc, red, L, M, N, Y, Nvfp4Out{__ldg(gscale) * __uint_as_float(FP8LAB_POW2_BITS(FP8LAB_E2M1_GEMV_SHIFT))});
+    splitk_store(acc, red, L, M, N, Y, Nvfp4Out(gscale));
 }
 
 #define GEMV_NVFP4(R, NT, PF)                                                                                  \
-    extern "C" __global__ void __launch_bounds__(512) gemv_nvfp4_r##R##_nt##NT##_pf##PF(                      \
-        const u8* __restrict__ W, const u8* __restrict__ SC, const float* __restrict__ gscale,                 \
-        const u16* __restrict__ X, u16* __restrict__ Y, int M, int N, int K) {                                 \
-        gemv_nvfp4_body<R, NT, PF>(W, SC, gscale, X, Y, M, N, K);                                              \
+    extern "C" __global__ void __launch_bounds__(512) gemv_nvfp4_r##R##_nt##NT##_pf##PF(GEMV_NVFP4_PARAMS) { \
+        gemv_nvfp4_body<R, NT, PF>(GEMV_NVFP4_ARGS);                                                           \
     }
 
 // =====================================================================================================
@@ -235,12 +227,7 @@ __device__ __forceinline__ void gemv_nvfp4_v2_body(const u8* __restrict__ W, con
                 sv[r][h][c] = reinterpret_cast<const u16*>(cur + (NW + (r * 2 + h) * (C / 2) + (c >> 1)) * 32)[(c & 1) * 4 + L.t];
             });
         } else {
-            each_weight_chunk<R, C>([&](int r, int h, int c) {
-                wv[(r * 2 + h) * C + c] = ld_stream16(wp[r][h] + c * 64);
-                sv[r][h][c] = ld_stream_u16(sp[r][h] + c * 8);
-            });
-            advance_rows(wp, wstep);
-            advance_rows(sp, sstep);
+            nvfp4_load_direct<R, C>(wv, sv, wp, sp, wstep, sstep);
         }
 #pragma unroll
         for (int c = 0; c < C; ++c) {
@@ -253,33 +240,21 @@ __device__ __forceinline__ void gemv_nvfp4_v2_body(const u8* __restrict__ W, con
                     wr[r][h] = wv[(r * 2 + h) * C + c];
                 }
             uint4 xv[NT][4];
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int w = 0; w < 4; ++w) xv[nt][w] = ld_cached16(xp[nt] + c * 128 + 8 * w);
+            load_act_chunk(xv, xp, c);
             u32 sc[R][2][2];
-#pragma unroll
-            for (int r = 0; r < R; ++r)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const u32 s2 = scale2_bf16x2(sv[r][h][c]);
-                    sc[r][h][0] = bcast_lo(s2);
-                    sc[r][h][1] = bcast_hi(s2);
-                }
+            chunk_scales(sc, sv, c, [](u32 codes) { return scale2_bf16x2(codes); });
             nvfp4_chunk_mma<2>(acc, wr, xv, sc);
         }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) xp[nt] += xstep;
     }
     if (D > 0) cp_async_wait<0>();
-    splitk_store(acc, GemvRing<D, NW + NS>::end(smem_v2, L.S), L, M, N, Y, Nvfp4Out{__ldg(gscale) * __uint_as_float(FP8LAB_POW2_BITS(FP8LAB_E2M1_GEMV_SHIFT))});
+    splitk_store(acc, GemvRing<D, NW + NS>::end(smem_v2, L.S), L, M, N, Y, Nvfp4Out(gscale));
 }
 
 #define GEMV_NVFP4_V2(R, NT, C, D)                                                                             \
-    extern "C" __global__ void __launch_bounds__(256) gemv_nvfp4_v2_r##R##_nt##NT##_c##C##_d##D(              \
-        const u8* __restrict__ W, const u8* __restrict__ SC, const float* __restrict__ gscale,                 \
-        const u16* __restrict__ X, u16* __restrict__ Y, int M, int N, int K) {                                 \
-        gemv_nvfp4_v2_body<R, NT, C, D>(W, SC, gscale, X, Y, M, N, K);                                         \
+    extern "C" __global__ void __launch_bounds__(256) gemv_nvfp4_v2_r##R##_nt##NT##_c##C##_d##D(GEMV_NVFP4_PARAMS) { \
+        gemv_nvfp4_v2_body<R, NT, C, D>(GEMV_NVFP4_ARGS);                                                      \
     }
 
 // The compiled configurations, from gemv_nvfp4.py (KERNELS_RNP: (R, NT, PF); KERNELS_V2: (R, NT, C, D)).

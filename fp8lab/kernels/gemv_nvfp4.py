@@ -113,6 +113,19 @@ def default_config_v2(M: int, N: int, K: int, sms: int = 132) -> tuple[int, int,
     return 2, S, 2, 0
 
 
+def scale_and_out(x, global_scale, M: int, N: int, out):
+    """The global scale as a 1-element fp32 tensor on x's device, and the bf16 [M, N] output (checked when given):
+    what every NVFP4 GEMV kernel (versions 1, 2 and the hardware-E2M1 one) takes besides the weights."""
+    if not isinstance(global_scale, torch.Tensor):
+        global_scale = torch.tensor([float(global_scale)], dtype=torch.float32, device=x.device)
+    gs = global_scale.reshape(1).to(device=x.device, dtype=torch.float32).contiguous()
+    if out is None:
+        out = torch.empty((M, N), dtype=torch.bfloat16, device=x.device)
+    elif out.shape != (M, N) or out.dtype != torch.bfloat16 or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous bf16 tensor of shape {(M, N)}")
+    return gs, out
+
+
 def prepare(x, w_packed, scale_codes, global_scale, *, config=None, out=None, version=None) -> Launch:
     """Validate, pick the config, convert arguments; returns a Launch computing y (see `gemv_nvfp4`).
 
@@ -137,13 +150,7 @@ def prepare(x, w_packed, scale_codes, global_scale, *, config=None, out=None, ve
         if not valid_config(R, S, NT, PF):
             raise ValueError(f"invalid config R={R}, S={S}, PF={PF} for M={M}")
         name, smem = f"gemv_nvfp4_r{R}_nt{NT}_pf{PF}", S * R * NT * 4 * 32 * 4
-    if not isinstance(global_scale, torch.Tensor):
-        global_scale = torch.tensor([float(global_scale)], dtype=torch.float32, device=x.device)
-    gs = global_scale.reshape(1).to(device=x.device, dtype=torch.float32).contiguous()
-    if out is None:
-        out = torch.empty((M, N), dtype=torch.bfloat16, device=x.device)
-    elif out.shape != (M, N) or out.dtype != torch.bfloat16 or not out.is_contiguous():
-        raise ValueError(f"out must be a contiguous bf16 tensor of shape {(M, N)}")
+    gs, out = scale_and_out(x, global_scale, M, N, out)
     cp = _cuda._cupy()
     fn = _cuda.load_module("gemv_nvfp4.cu").get_function(name)
     if smem > _SMEM_LIMIT:

@@ -80,11 +80,6 @@ __device__ __forceinline__ void nvfp4_hw_chunk_mma(float (&acc)[R][NT][4], const
     }
 }
 
-struct Nvfp4HwOut {
-    float gs;
-    __device__ float operator()(int, float v) const { return v * gs; }
-};
-
 template <int R, int NT, int C>
 __device__ __forceinline__ void gemv_nvfp4_hw_body(const u8* __restrict__ W, const u8* __restrict__ SC,
                                                    const float* __restrict__ gscale, const u16* __restrict__ X,
@@ -113,45 +108,31 @@ __device__ __forceinline__ void gemv_nvfp4_hw_body(const u8* __restrict__ W, con
     zero_tiles(acc);
 
     for (int kb = L.warp; kb < KB; kb += L.S) {
-        uint4 wv[R][2][C];
+        uint4 wv[R * 2 * C];
         u32 sv[R][2][C];
-        each_weight_chunk<R, C>([&](int r, int h, int c) {
-            wv[r][h][c] = ld_stream16(wp[r][h] + c * 64);
-            sv[r][h][c] = ld_stream_u16(sp[r][h] + c * 8);
-        });
-        advance_rows(wp, wstep);
-        advance_rows(sp, sstep);
+        nvfp4_load_direct<R, C>(wv, sv, wp, sp, wstep, sstep);
 #pragma unroll
         for (int c = 0; c < C; ++c) {
             uint4 xv[NT][4];
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int w = 0; w < 4; ++w) xv[nt][w] = ld_cached16(xp[nt] + c * 128 + 8 * w);
+            load_act_chunk(xv, xp, c);
             uint4 wr[R][2];
             u32 sc[R][2][2];
 #pragma unroll
             for (int r = 0; r < R; ++r)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    wr[r][h] = wv[r][h][c];
-                    const u32 s2 = scale2_bf16x2_hw(sv[r][h][c]);
-                    sc[r][h][0] = bcast_lo(s2);
-                    sc[r][h][1] = bcast_hi(s2);
-                }
+                for (int h = 0; h < 2; ++h) wr[r][h] = wv[(r * 2 + h) * C + c];
+            chunk_scales(sc, sv, c, [](u32 codes) { return scale2_bf16x2_hw(codes); });
             nvfp4_hw_chunk_mma(acc, wr, xv, sc);
         }
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) xp[nt] += xstep;
     }
-    splitk_store(acc, red_hw, L, M, N, Y, Nvfp4HwOut{__ldg(gscale) * __uint_as_float(FP8LAB_POW2_BITS(FP8LAB_E2M1_GEMV_SHIFT))});
+    splitk_store(acc, red_hw, L, M, N, Y, Nvfp4Out(gscale));
 }
 
 #define GEMV_NVFP4_HW(R, NT, C)                                                                                \
-    extern "C" __global__ void __launch_bounds__(256) gemv_nvfp4_hw_r##R##_nt##NT##_c##C(                     \
-        const u8* __restrict__ W, const u8* __restrict__ SC, const float* __restrict__ gscale,                 \
-        const u16* __restrict__ X, u16* __restrict__ Y, int M, int N, int K) {                                 \
-        gemv_nvfp4_hw_body<R, NT, C>(W, SC, gscale, X, Y, M, N, K);                                            \
+    extern "C" __global__ void __launch_bounds__(256) gemv_nvfp4_hw_r##R##_nt##NT##_c##C(GEMV_NVFP4_PARAMS) { \
+        gemv_nvfp4_hw_body<R, NT, C>(GEMV_NVFP4_ARGS);                                                         \
     }
 
 // The compiled configurations, from gemv_nvfp4_hw.py (KERNELS_HW: (R, NT, C)).

@@ -57,13 +57,7 @@ def prepare(x, w_packed, scale_codes, global_scale, *, config=None, out=None) ->
     if not valid_config(R, S, NT, C, K):
         raise ValueError(f"invalid config R={R}, S={S}, C={C} for M={M}, K={K} (compiled (R, NT, C): "
                          f"{sorted(KERNELS_HW)}; S in 1, 2, 4, 8)")
-    if not isinstance(global_scale, torch.Tensor):
-        global_scale = torch.tensor([float(global_scale)], dtype=torch.float32, device=x.device)
-    gs = global_scale.reshape(1).to(device=x.device, dtype=torch.float32).contiguous()
-    if out is None:
-        out = torch.empty((M, N), dtype=torch.bfloat16, device=x.device)
-    elif out.shape != (M, N) or out.dtype != torch.bfloat16 or not out.is_contiguous():
-        raise ValueError(f"out must be a contiguous bf16 tensor of shape {(M, N)}")
+    gs, out = _v2.scale_and_out(x, global_scale, M, N, out)
     cp = _cuda._cupy()
     fn = _cuda.load_module("gemv_nvfp4_hw.cu").get_function(f"gemv_nvfp4_hw_r{R}_nt{NT}_c{C}")
     args = (_cuda.as_cupy(w_packed), _cuda.as_cupy(scale_codes), _cuda.as_cupy(gs), _cuda.as_cupy(x.contiguous()),

@@ -45,7 +45,7 @@
 // NORM = 1 (the RMS-normalized activations, M (Kp + 8) bf16).
 // Kernel names: gemv3_{fp8c|fp8b|nvfp4}_r{R}_nt{NT}_c{C}_p{P}_e{EPI}_n{NORM}; the instantiation list comes from
 // gemv_v3.py KERNELS as a -D define, like versions 1 and 2.
-#include "fp8_decode.cuh"
+#include "gemv_common.cuh"  // zero_tiles (and fp8_decode.cuh)
 
 #define V3_FP8C 0   // FP8, per-channel scales (applied at the end)
 #define V3_FP8B 1   // FP8, 128x128 block scales (fp32 promotion every 128 k)
@@ -183,12 +183,7 @@ __device__ __forceinline__ void v3_finish(const V3Out& o, const float (&acc)[R][
     if (prev != n - 1) return;  // not the last contributor
     __threadfence();
     float v[R][NT][4];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) v[r][nt][i] = 0.f;
+    zero_tiles(v);
     const float* base = ws + (size_t)grp * smax * NV * 32 + lane;
     for (int s = 0; s < n; ++s)  // slot order: the same sum whichever warp finishes last
 #pragma unroll
@@ -307,12 +302,7 @@ __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void*
     const int KB = Kp >> 7;  // FP8 block scales: float2 [group][Kp / 128][R] (rows 0-7, rows 8-15 of the tile)
 
     float acc[R][NT][4];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[r][nt][i] = 0.f;
+    zero_tiles(acc);
     int grp = (int)(u0 / KU), kk = (int)(u0 - (long long)grp * KU);
     if (u0 >= u1) return;
 
@@ -334,12 +324,7 @@ __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void*
 #pragma unroll
                     for (int cb = 0; cb < C / 2; ++cb) {
                         float part[R][NT][4];
-#pragma unroll
-                        for (int r = 0; r < R; ++r)
-#pragma unroll
-                            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                                for (int i = 0; i < 4; ++i) part[r][nt][i] = 0.f;
+                        zero_tiles(part);
 #pragma unroll
                         for (int c2 = 0; c2 < 2; ++c2) {
                             const int c = cb * 2 + c2;
@@ -387,12 +372,7 @@ __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void*
                 }
                 if (++kk == KU || u + 1 == u1) {  // the group ends here (or our range does)
                     v3_finish<FMT, R, NT, EPI>(o, acc, grp, u0, u1, KU, U, Wt, wg, lane, WS, CNT, smax);
-#pragma unroll
-                    for (int r = 0; r < R; ++r)
-#pragma unroll
-                        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                            for (int i = 0; i < 4; ++i) acc[r][nt][i] = 0.f;
+                    zero_tiles(acc);
                     kk = 0;
                     ++grp;
                 }

@@ -30,6 +30,34 @@ from typing import Callable, Sequence
 REPO = Path(__file__).resolve().parents[2]
 
 
+def int_list(text: str, lo: int, hi: int, what: str) -> list[int]:
+    """A command-line list: '1,8,16' -> [1, 8, 16], each in lo..hi; an argparse error (one clear line) otherwise.
+
+        int_list("1,8", 1, 16, "decode token counts")   -> [1, 8]
+        int_list("0", 1, 16, "decode token counts")     -> ArgumentTypeError: decode token counts must be in 1..16, got [0]
+    """
+    import argparse
+
+    try:
+        vals = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers ({what})") from None
+    bad = [v for v in vals if not lo <= v <= hi]
+    if bad or not vals:
+        raise argparse.ArgumentTypeError(f"{what} must be in {lo}..{hi}, got {bad or text!r}")
+    return vals
+
+
+def finish_figure(fig, path=None):
+    """A bench figure's last step: tight layout, then (with a path) the file through fp8lab.store.save_figure."""
+    fig.tight_layout()
+    if path:
+        from fp8lab import store
+
+        store.save_figure(fig, path)
+    return fig
+
+
 class NotValidated(RuntimeError):
     """A kernel was about to be timed without having passed its validation in this run."""
 

@@ -133,9 +133,4 @@ def plot_layer(data: dict, path=None, context: int | None = None):
         ax.set_title(f"one Llama-3-8B layer, context {ctx}")
         ax.set_ylabel("us per step (black: bytes / copy bandwidth)")
     axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside: covers no bar
-    fig.tight_layout()
-    if path:
-        from fp8lab import store
-
-        store.save_figure(fig, path)
-    return fig
+    return harness.finish_figure(fig, path)
