@@ -31,21 +31,7 @@ TOL = {kind: tolerances.attention(kind, L_MAX) for kind in ("fp8", "bf16")}
 
 
 def assert_close(out, ref, vmax, kind, what=""):
-    tol = TOL[kind].__dict__
-    out = out.float().cpu()
-    ref = ref.float().cpu()
-    assert torch.isfinite(out).all(), f"{what}: {int((~torch.isfinite(out)).sum())} non-finite outputs (poison left?)"
-    err = (out - ref).abs()
-    bound = tol["atol"] * vmax + tol["rtol"] * ref.abs()
-    bad = err > bound
-    if bad.any():
-        idx = bad.nonzero()[:5].tolist()
-        lines = [f"  [{i}] Yours: {out[tuple(i)].item():.6g}  Spec: {ref[tuple(i)].item():.6g}" for i in idx]
-        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.numel()} outside tolerance "
-                             f"(max err {err.max().item():.3g})\n" + "\n".join(lines))
-    rel_rms = (torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-30)).item()
-    assert rel_rms <= tol["rms"], f"{what}: relative RMS error {rel_rms:.3g} > {tol['rms']:.3g}"
-    return err.max().item(), rel_rms
+    return TOL[kind].check(out, ref, vmax, what, dtype=torch.float32)
 
 
 # ---- inputs ---------------------------------------------------------------------------------------------------

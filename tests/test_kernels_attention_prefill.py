@@ -27,18 +27,7 @@ TOL = tolerances.attention("prefill", 4096)
 
 
 def assert_close(out, ref, vmax, what=""):
-    out = out.double().cpu()
-    assert torch.isfinite(out).all(), f"{what}: {int((~torch.isfinite(out)).sum())} non-finite outputs (poison left?)"
-    err = (out - ref).abs()
-    bound = TOL.atol * vmax + TOL.rtol * ref.abs()
-    bad = err > bound
-    if bad.any():
-        idx = bad.nonzero()[:5].tolist()
-        lines = [f"  [{i}] Yours: {out[tuple(i)].item():.6g}  Spec: {ref[tuple(i)].item():.6g}" for i in idx]
-        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.numel()} outside tolerance (max err {err.max().item():.3g})\n"
-                             + "\n".join(lines))
-    rel = (torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-30)).item()
-    assert rel <= TOL.rms, f"{what}: relative RMS error {rel:.3g} > {TOL.rms:.3g}"
+    TOL.check(out, ref.double(), vmax, what)
 
 
 @functools.lru_cache(maxsize=None)  # one case serves every block shape / packing (tests never modify the inputs)

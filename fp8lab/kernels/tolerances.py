@@ -78,6 +78,28 @@ class AttentionTolerance:
     atol: float   # of max |V|
     rms: float    # relative RMS error of the whole output
 
+    def check(self, out, ref, vmax: float, what: str = "", dtype=None) -> tuple[float, float]:
+        """Raise AssertionError unless out is finite, every element within atol * vmax + rtol * |ref|, and the
+        relative RMS error within rms (the first five offenders listed). Returns (max abs error, relative RMS).
+        dtype: compare in this dtype on the CPU (default float64)."""
+        import torch
+
+        dtype = dtype or torch.float64
+        out, ref = out.to(dtype).cpu(), ref.to(dtype).cpu()
+        if not torch.isfinite(out).all():
+            raise AssertionError(f"{what}: {int((~torch.isfinite(out)).sum())} non-finite outputs (poison left?)")
+        err = (out - ref).abs()
+        bad = err > self.atol * vmax + self.rtol * ref.abs()
+        if bad.any():
+            idx = bad.nonzero()[:5].tolist()
+            lines = [f"  [{i}] Yours: {out[tuple(i)].item():.6g}  Spec: {ref[tuple(i)].item():.6g}" for i in idx]
+            raise AssertionError(f"{what}: {int(bad.sum())} of {bad.numel()} outside tolerance "
+                                 f"(max err {err.max().item():.3g})\n" + "\n".join(lines))
+        rel = (torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref).clamp_min(1e-30)).item()
+        if rel > self.rms:
+            raise AssertionError(f"{what}: relative RMS error {rel:.3g} > {self.rms:.3g}")
+        return err.max().item(), rel
+
 
 def attention(kind: str, L: int) -> AttentionTolerance:
     """FP8-KV ("fp8"), bf16-KV ("bf16") or NVFP4-KV ("nvfp4") decode attention, or chunked prefill ("prefill"), at
