@@ -103,16 +103,15 @@ NVFP4_KERNELS = ("gemv_nvfp4_v3", "gemv_nvfp4_v2", "gemv_nvfp4")
 # version 3 records carry their compiled configuration as the kernel name (gemv3_fp8c_r1_nt1_c2_p3_e0_n0: FP8
 # per-channel; fp8b: 128x128 blocks; nvfp4); the copy launched with programmatic dependent launch (pdl) is reported
 # beside and left out of the goals (a layer can use PDL; a lone GEMV has nothing to overlap with)
-_V3_PREFIX = {W8A16_KERNELS: ("gemv3_fp8c_", "gemv3_fp8b_"), NVFP4_KERNELS: ("gemv3_nvfp4_",)}
+W8A16_V3 = ("gemv3_fp8c_", "gemv3_fp8b_")
+NVFP4_V3 = ("gemv3_nvfp4_",)
+#: the decode goals apply to shapes whose FP8 weights are at least this many bytes
+GOAL_MIN_FP8_BYTES = 32 * 2**20
 
 
 def _in_family(r: dict, kernels) -> bool:
-    if r.get("pdl"):
-        return False
-    prefixes = _V3_PREFIX.get(kernels, ())
-    return r["kernel"] in kernels or (bool(prefixes) and r["kernel"].startswith(prefixes))
-#: the decode goals apply to shapes whose FP8 weights are at least this many bytes
-GOAL_MIN_FP8_BYTES = 32 * 2**20
+    v3 = W8A16_V3 if kernels is W8A16_KERNELS else NVFP4_V3 if kernels is NVFP4_KERNELS else ()
+    return not r.get("pdl") and (r["kernel"] in kernels or r["kernel"].startswith(v3))
 
 
 def _best_per_shape(dec, kernels, M, key):
