@@ -122,7 +122,7 @@ def _good(**over):
 
 
 BAD = [
-    ("q 3-D", dict(q=torch.zeros(1, 8, 128, dtype=torch.bfloat16)), r"bf16 \[B, Hq, Mq, D\]"),
+    ("q 3-D", dict(q=torch.zeros(1, 8, 128, dtype=torch.bfloat16)), r"4-D \[B, Hq, Mq, D\]"),
     ("head_dim 96", dict(q=torch.zeros(1, 8, 16, 96, dtype=torch.bfloat16)), "head_dim must be one of"),
     ("cache float32", dict(k_cache=torch.zeros(1, 2, 64, 128), v_cache=torch.zeros(1, 2, 64, 128)), "E4M3 codes"),
     ("cache too short", dict(prefix_len=49), "write the chunk's"),

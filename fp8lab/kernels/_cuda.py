@@ -135,6 +135,31 @@ def as_cupy(t):
     raise TypeError(f"expected a torch CUDA tensor or a CuPy array, got {type(t).__name__}")
 
 
+def require_tensor(t, name: str, error: type[Exception] = TypeError):
+    """`t` must be a torch.Tensor: a one-line `error` naming the argument otherwise."""
+    import torch
+
+    if not isinstance(t, torch.Tensor):
+        raise error(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    return t
+
+
+def bf16_tensor(t, name: str, layout: str, error: type[Exception] | None = None):
+    """`t` must be a bfloat16 torch.Tensor with as many dimensions as `layout` names ("[M, K]").
+
+    One-line errors before any CUDA call: TypeError for the type and the dtype and ValueError for the dimensions, or
+    `error` for all three (the attention wrappers raise their own ValueError subclass)."""
+    import torch
+
+    require_tensor(t, name, error or TypeError)
+    if t.dtype != torch.bfloat16:
+        raise (error or TypeError)(f"{name} must be bfloat16, got {t.dtype}")
+    ndim = layout.split("]")[0].count(",") + 1
+    if t.dim() != ndim:
+        raise (error or ValueError)(f"{name} must be {ndim}-D {layout}, got shape {tuple(t.shape)}")
+    return t
+
+
 def byte_codes(t, name: str, what: str = "E4M3 codes"):
     """A tensor of 8-bit codes as uint8, viewing torch.float8_e4m3fn in place; a clear TypeError otherwise.
 
@@ -143,8 +168,7 @@ def byte_codes(t, name: str, what: str = "E4M3 codes"):
     """
     import torch
 
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    require_tensor(t, name)
     if t.dtype == torch.float8_e4m3fn:
         return t.view(torch.uint8)
     if t.dtype != torch.uint8:

@@ -166,49 +166,32 @@ __device__ __forceinline__ void issue_tile(u32 dst, const u8* kb, const u8* vb, 
 
 // ---- read a tile back (shared -> registers): the lane's own slots; NVFP4 scales from any lane's ----------------
 // K and V separately, so that a tile's K registers are dead before its V registers come alive (registers).
+// A lane's slots of one operand: slot (a, b) of the NA x NP grid is PB bytes at ((a * NP + b) * 32 + lane) * PB,
+// read into registers dst[a][b * PB/4 ..].
+template <int NP, int PB, int NA, int W>
+__device__ __forceinline__ void read_slots(u32 (&dst)[NA][W], const u8* base, int lane) {
+    static_assert(NP * PB / 4 <= W, "the slots fit the registers");
+#pragma unroll
+    for (int a = 0; a < NA; ++a)
+#pragma unroll
+        for (int b = 0; b < NP; ++b) ld_words<PB>(&dst[a][b * (PB / 4)], base + ((a * NP + b) * 32 + lane) * PB);
+}
 template <int D, int FMT>
 __device__ __forceinline__ void read_k(Tile<D, FMT>& t, const u8* src, int r, int c, int lane) {
     using G_ = Geo<D, FMT>;
-#pragma unroll
-    for (int nb = 0; nb < 2; ++nb)
-#pragma unroll
-        for (int pp = 0; pp < G_::KP; ++pp) {
-            const u8* p = src + G_::K_OFF + ((nb * G_::KP + pp) * 32 + lane) * G_::KPB;
-            if constexpr (G_::KPB == 16) {
-                const uint4 x = *reinterpret_cast<const uint4*>(p);
-                t.k[nb][pp * 4 + 0] = x.x; t.k[nb][pp * 4 + 1] = x.y; t.k[nb][pp * 4 + 2] = x.z; t.k[nb][pp * 4 + 3] = x.w;
-            } else {
-                const uint2 x = *reinterpret_cast<const uint2*>(p);
-                t.k[nb][0] = x.x; t.k[nb][1] = x.y;
-            }
-        }
+    read_slots<G_::KP, G_::KPB>(t.k, src + G_::K_OFF, lane);
     if constexpr (G_::NV) {
-        const u8* ks = src + G_::KS_OFF;
 #pragma unroll
         for (int nb = 0; nb < 2; ++nb) {  // blocks 2c, 2c+1 (D = 128) or c (D = 64) of row nb*8 + r
-            const int row = nb * 8 + r;
-            t.ks[nb] = G_::SROW == 8 ? (u32)*reinterpret_cast<const u16*>(ks + row * 8 + 2 * c) : (u32)ks[row * G_::SROW + c];
+            const u8* ks = src + G_::KS_OFF + (nb * 8 + r) * G_::SROW;
+            t.ks[nb] = G_::SROW == 8 ? (u32)*reinterpret_cast<const u16*>(ks + 2 * c) : (u32)ks[c];
         }
     }
 }
 template <int D, int FMT>
 __device__ __forceinline__ void read_v(Tile<D, FMT>& t, const u8* src, int r, int c, int lane) {
     using G_ = Geo<D, FMT>;
-#pragma unroll
-    for (int sl = 0; sl < 4; ++sl)
-#pragma unroll
-        for (int k = 0; k < G_::NVP; ++k) {
-            const u8* p = src + G_::V_OFF + ((sl * G_::NVP + k) * 32 + lane) * G_::VPB;
-            if constexpr (G_::VPB == 16) {
-                const uint4 x = *reinterpret_cast<const uint4*>(p);
-                t.v[sl][k * 4 + 0] = x.x; t.v[sl][k * 4 + 1] = x.y; t.v[sl][k * 4 + 2] = x.z; t.v[sl][k * 4 + 3] = x.w;
-            } else if constexpr (G_::VPB == 8) {
-                const uint2 x = *reinterpret_cast<const uint2*>(p);
-                t.v[sl][0] = x.x; t.v[sl][1] = x.y;
-            } else {
-                t.v[sl][0] = *reinterpret_cast<const u32*>(p);
-            }
-        }
+    read_slots<G_::NVP, G_::VPB>(t.v, src + G_::V_OFF, lane);
     if constexpr (G_::NV) {
         const u8* vs = src + G_::VS_OFF;
         const int blk = (r * (D / 8)) / 16;  // the block of the lane's V dims VD*r .. VD*r + VD-1
@@ -218,11 +201,53 @@ __device__ __forceinline__ void read_v(Tile<D, FMT>& t, const u8* src, int r, in
     }
 }
 
+// ---- one query row of the FP8 / bf16 paths (versions 1 and 2) ----------------------------------------------------
+// Lane (r, c)'s pieces of the row, into the A registers of every k-chunk j: qa[j][ri] = k-slots (2c, 2c+1) and
+// qa[j][2 + ri] = (2c+8, 2c+9). For f16 MMAs (FP8 K) the row is first scaled by the power of two qs = 2**(15 - e),
+// amax = m * 2**e, m in [0.5, 1), so amax * qs lies in [2**14, 2**15): exact, and f16's range costs the scores
+// nothing. Returns qs (1 for bf16, and for a zero or NaN row); the caller divides its score multiplier by it.
+template <int D, int FMT, int NCH>
+__device__ __forceinline__ float q_row(u32 (&qa)[NCH][4], int ri, const u16* qrow, bool ok, int c) {
+    static_assert(FMT != FMT_NVFP4, "NVFP4's Q stays bf16 in its own layout (q_fragments)");
+    u32 raw[NCH][2];
+    float amax = 0.f;
+#pragma unroll
+    for (int j = 0; j < NCH; ++j) {
+        uint2 x = ok ? *reinterpret_cast<const uint2*>(qrow + kdim<D, FMT>(c, j)) : make_uint2(0u, 0u);
+        raw[j][0] = x.x; raw[j][1] = x.y;
+        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(bf16_lo(x.x)), fabsf(bf16_hi(x.x))), fmaxf(fabsf(bf16_lo(x.y)), fabsf(bf16_hi(x.y)))));
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
+    float qs = 1.0f;
+    if constexpr (FMT != FMT_BF16) {
+        int e = (int)((__float_as_uint(amax) >> 23) & 0xFF) - 126;
+        int s = 15 - e;
+        s = s > 126 ? 126 : (s < -126 ? -126 : s);
+        if (amax > 0.f && amax == amax) qs = __uint_as_float((u32)(127 + s) << 23);
+    }
+#pragma unroll
+    for (int j = 0; j < NCH; ++j) {
+        u32 e01, e23;
+        if constexpr (FMT == FMT_BF16) {
+            e01 = raw[j][0]; e23 = raw[j][1];
+        } else {
+            const float f0 = bf16_lo(raw[j][0]) * qs, f1 = bf16_hi(raw[j][0]) * qs;
+            const float f2 = bf16_lo(raw[j][1]) * qs, f3 = bf16_hi(raw[j][1]) * qs;
+            if constexpr (FMT == FMT_FP8CVT) { e01 = f16x2_rn(f0, f1); e23 = f16x2_rn(f2, f3); }
+            else { e01 = f16x2_rn(f0, f2); e23 = f16x2_rn(f1, f3); }  // the bit move's (b0,b2),(b1,b3)
+        }
+        qa[j][ri] = e01;
+        qa[j][2 + ri] = e23;
+    }
+    return qs;
+}
+
 // ---- Q: the A fragments of Q.K^T (rows r, r+8 = query heads h*G + row) and the fp32 score multiplier ------------
 // FP8 (f16 MMAs): version 1's per-head power-of-two prescale into f16. bf16 / NVFP4: bf16 as it is.
 // k_mult: what turns (raw MMA sum / q prescale) into the logit in log2 units: sm_scale * k_scale * LOG2E * unit.
-// (Version 1 keeps its own copy of the FP8 / bf16 part: it reads k_scale after the prescale, and as this function
-// the load moves and ptxas schedules its kernels differently.)
+// (Version 1 calls q_row itself rather than this function: it reads k_scale after the prescale, and with the load
+// moved ptxas schedules its kernels differently.)
 template <int D, int FMT, bool TWO>
 __device__ __forceinline__ void q_fragments(const u16* __restrict__ q, size_t qbase, int G, int r, int c, float k_mult,
                                             u32 (&qa)[D / 16][4], float (&sc)[2]) {
@@ -247,38 +272,7 @@ __device__ __forceinline__ void q_fragments(const u16* __restrict__ q, size_t qb
                 qa[j][2 + ri] = e1 | (e5 << 16);
             }
         } else {
-            u32 raw[G_::NCH][2];
-            float amax = 0.f;
-#pragma unroll
-            for (int j = 0; j < G_::NCH; ++j) {
-                uint2 x = ok ? *reinterpret_cast<const uint2*>(qrow + kdim<D, FMT>(c, j)) : make_uint2(0u, 0u);
-                raw[j][0] = x.x; raw[j][1] = x.y;
-                amax = fmaxf(amax, fmaxf(fmaxf(fabsf(bf16_lo(x.x)), fabsf(bf16_hi(x.x))), fmaxf(fabsf(bf16_lo(x.y)), fabsf(bf16_hi(x.y)))));
-            }
-            amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
-            amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
-            float qs = 1.0f;
-            if constexpr (G_::F16) {  // qs = 2**(15 - e), amax = m * 2**e, m in [0.5, 1): amax * qs in [2**14, 2**15)
-                int e = (int)((__float_as_uint(amax) >> 23) & 0xFF) - 126;
-                int s = 15 - e;
-                s = s > 126 ? 126 : (s < -126 ? -126 : s);
-                if (amax > 0.f && amax == amax) qs = __uint_as_float((u32)(127 + s) << 23);
-            }
-            sc[ri] = k_mult / qs;
-#pragma unroll
-            for (int j = 0; j < G_::NCH; ++j) {
-                u32 e01, e23;  // the two A registers of this row: k-slots (2c, 2c+1) and (2c+8, 2c+9)
-                if constexpr (FMT == FMT_BF16) {
-                    e01 = raw[j][0]; e23 = raw[j][1];
-                } else {
-                    const float f0 = bf16_lo(raw[j][0]) * qs, f1 = bf16_hi(raw[j][0]) * qs;
-                    const float f2 = bf16_lo(raw[j][1]) * qs, f3 = bf16_hi(raw[j][1]) * qs;
-                    if constexpr (FMT == FMT_FP8CVT) { e01 = f16x2_rn(f0, f1); e23 = f16x2_rn(f2, f3); }
-                    else { e01 = f16x2_rn(f0, f2); e23 = f16x2_rn(f1, f3); }  // the bit move's (b0,b2),(b1,b3)
-                }
-                qa[j][ri] = e01;
-                qa[j][2 + ri] = e23;
-            }
+            sc[ri] = k_mult / q_row<D, FMT>(qa, ri, qrow, ok, c);
         }
     }
 }

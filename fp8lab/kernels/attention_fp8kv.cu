@@ -168,41 +168,9 @@ __device__ __forceinline__ void decode_body(
         const int row = r + 8 * ri;
         const bool ok = row < G;
         const u16* qrow = q + ((size_t)b * Hq + (size_t)h * G + (ok ? row : 0)) * D;
-        u32 raw[G_::NCH][2];
-        float amax = 0.f;
-#pragma unroll
-        for (int j = 0; j < G_::NCH; ++j) {
-            uint2 x = ok ? *reinterpret_cast<const uint2*>(qrow + attn::kdim<D, CONV>(c, j)) : make_uint2(0u, 0u);
-            raw[j][0] = x.x; raw[j][1] = x.y;
-            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(bf16_lo(x.x)), fabsf(bf16_hi(x.x))),
-                                     fmaxf(fabsf(bf16_lo(x.y)), fabsf(bf16_hi(x.y)))));
-        }
-        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
-        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
-        float qs = 1.0f;
-        if constexpr (F16) {
-            // qs = 2**(15 - e) with amax = m * 2**e, m in [0.5, 1): amax * qs in [2**14, 2**15).
-            int e = (int)((__float_as_uint(amax) >> 23) & 0xFF) - 126;
-            int s = 15 - e;
-            s = s > 126 ? 126 : (s < -126 ? -126 : s);
-            if (amax > 0.f && amax == amax) qs = __uint_as_float((u32)(127 + s) << 23);
-        }
+        const float qs = attn::q_row<D, CONV>(qa, ri, qrow, ok, c);  // a0 (row r) / a1 (row r+8), a2 / a3
         const float ks = k_scale[h * scale_stride];
         sc[ri] = sm_scale * ks * LOG2E * UNIT / qs;
-#pragma unroll
-        for (int j = 0; j < G_::NCH; ++j) {
-            u32 e01, e23;  // the two A registers of this row: k-slots (2c, 2c+1) and (2c+8, 2c+9)
-            if constexpr (CONV == CONV_NONE) {
-                e01 = raw[j][0]; e23 = raw[j][1];
-            } else {
-                const float f0 = bf16_lo(raw[j][0]) * qs, f1 = bf16_hi(raw[j][0]) * qs;
-                const float f2 = bf16_lo(raw[j][1]) * qs, f3 = bf16_hi(raw[j][1]) * qs;
-                if constexpr (CONV == CONV_CVT) { e01 = f16x2_rn(f0, f1); e23 = f16x2_rn(f2, f3); }
-                else { e01 = f16x2_rn(f0, f2); e23 = f16x2_rn(f1, f3); }  // the bit move's (b0,b2),(b1,b3)
-            }
-            qa[j][ri] = e01;      // a0 (row r) / a1 (row r+8)
-            qa[j][2 + ri] = e23;  // a2 / a3
-        }
     }
 
     float o[NT][OT][4];

@@ -173,13 +173,9 @@ def check_args(q, k_cache, v_cache, seq_lens=None, block_table=None, k_scale=Non
     Raises AttentionArgError (a ValueError) with a plain message. check_values=False skips the checks that
     need the values on the host (a device sync for CUDA tensors); the benchmark uses it after one checked call.
     """
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if not isinstance(t, torch.Tensor):
-            raise AttentionArgError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if q.dtype != torch.bfloat16:
-        raise AttentionArgError(f"q must be bfloat16, got {q.dtype}")
-    if q.dim() != 3:
-        raise AttentionArgError(f"q must be [B, Hq, D] (one query token per sequence), got shape {tuple(q.shape)}")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        _cuda.require_tensor(t, name, AttentionArgError)
+    _cuda.bf16_tensor(q, "q", "[B, Hq, D] (one query token per sequence)", AttentionArgError)
     B, Hq, D = q.shape
     if D not in HEAD_DIMS:
         raise AttentionArgError(f"head_dim must be one of {HEAD_DIMS}, got {D}")

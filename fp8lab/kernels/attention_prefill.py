@@ -60,11 +60,9 @@ def kernel_name(kv: str, D: int, nw: int, pack: int) -> str:
 def check_args(q, k_cache, v_cache, prefix_len, k_scale=None, v_scale=None, *, nw=DEFAULT_WARPS, pack=DEFAULT_PACK,
                check_values: bool = True) -> dict:
     """Shapes, dtypes, lengths and scales (AttentionArgError, before any CUDA call). Returns the sizes."""
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if not isinstance(t, torch.Tensor):
-            raise AttentionArgError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if q.dtype != torch.bfloat16 or q.dim() != 4:
-        raise AttentionArgError(f"q must be bf16 [B, Hq, Mq, D], got {q.dtype} {tuple(q.shape)}")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        _cuda.require_tensor(t, name, AttentionArgError)
+    _cuda.bf16_tensor(q, "q", "[B, Hq, Mq, D]", AttentionArgError)
     B, Hq, Mq, D = q.shape
     if D not in HEAD_DIMS:
         raise AttentionArgError(f"head_dim must be one of {HEAD_DIMS}, got {D}")

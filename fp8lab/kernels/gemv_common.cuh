@@ -29,6 +29,22 @@ struct GemvLane {
     __device__ int row(int r, int h, int N) const { return min(n0 + 16 * r + g + 8 * h, N - 1); }
 };
 
+// This lane's rows of an NVFP4 weight (K/2 packed bytes and K/16 scale codes per row): weight pointers at byte
+// wl + ww of each row, scale pointers at code sl + sw (the lane's and the warp's parts, added in that order).
+template <int R>
+__device__ __forceinline__ void nvfp4_rows(const GemvLane<R>& L, const u8* W, const u8* SC, int N, int K, int wl, size_t ww,
+                                           int sl, size_t sw, const u8* (&wp)[R][2], const u8* (&sp)[R][2]) {
+    const int KH = K >> 1, KS = K >> 4;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = L.row(r, h, N);
+            wp[r][h] = W + (size_t)row * KH + wl + ww;
+            sp[r][h] = SC + (size_t)row * KS + sl + sw;
+        }
+}
+
 // Activation rows of this lane: token g of each 8-token tile, at element `offset` of its row. A token past M reads
 // token 0 (an MMA output column depends on its own B column only, so it feeds only outputs m >= M, never stored);
 // ok[nt] says whether the token exists (version 1 loads zeros for the others).
@@ -44,6 +60,25 @@ __device__ __forceinline__ void activation_rows(const u16* X, int M, int K, int 
 }
 
 // f(a, b, c) for a < A, b < B, c < C, unrolled: the loop nest of the weight chunks and of the accumulator tiles.
+// The running pointers of an NVFP4 lane whose warp w starts at k-block w (128 C elements, 64 C weight bytes per row)
+// and steps S blocks (version 2 and the sm_120a version): its weight rows, their scale codes (from the lane's own
+// codes, or from the block's first for the shared-memory ring), its activation rows, and the step of each.
+template <int R, int NT, int C>
+struct Nvfp4Walk {
+    const u8* wp[R][2];
+    const u8* sp[R][2];
+    const u16* xp[NT];
+    bool xok[NT];
+    size_t wstep, sstep, xstep;
+    __device__ __forceinline__ Nvfp4Walk(const GemvLane<R>& L, const u8* W, const u8* SC, const u16* X, int M, int N,
+                                         int K, bool lane_scales) {
+        nvfp4_rows(L, W, SC, N, K, L.t * 16, (size_t)L.warp * (64 * C), lane_scales ? 2 * L.t : 0, (size_t)L.warp * (8 * C),
+                   wp, sp);
+        activation_rows(X, M, K, L.g, L.t * 32 + (size_t)L.warp * (128 * C), xp, xok);
+        wstep = (size_t)L.S * 64 * C, sstep = (size_t)L.S * 8 * C, xstep = (size_t)L.S * 128 * C;
+    }
+};
+
 template <int A, int B, int C, class F>
 __device__ __forceinline__ void unroll3(F f) {
 #pragma unroll

@@ -57,13 +57,7 @@ _fp8_codes = _cuda.byte_codes  # E4M3 weights / activations: uint8 codes or a fl
 
 def check_activations(x, K: int | None = None) -> tuple[int, int]:
     """x must be a bf16 [M, K] tensor with 1 <= M <= 16; returns (M, K)."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.bfloat16:
-        raise TypeError(f"x must be bfloat16 activations, got {x.dtype}")
-    if x.dim() != 2:
-        raise ValueError(f"x must be 2-D [M, K], got shape {tuple(x.shape)}")
-    M, Kx = x.shape
+    M, Kx = _cuda.bf16_tensor(x, "x", "[M, K]").shape
     if not 1 <= M <= MAX_M:
         raise ValueError(f"these are decode kernels for M = 1..{MAX_M} tokens, got M = {M} (use gemm_w8a8 for prefill)")
     if K is not None and Kx != K:

@@ -83,17 +83,9 @@ __device__ __forceinline__ void gemv_nvfp4_body(const u8* __restrict__ W, const 
     extern __shared__ float red[];
     const GemvLane<R> L;
     const int KB = K >> 8;  // 256-wide k-blocks
-    const int KH = K >> 1, KS = K >> 4;
     const u8* wrow[R][2];
     const u8* srow[R][2];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = L.row(r, h, N);
-            wrow[r][h] = W + (size_t)row * KH + L.t * 16;
-            srow[r][h] = SC + (size_t)row * KS + 2 * L.t;
-        }
+    nvfp4_rows(L, W, SC, N, K, L.t * 16, 0, 2 * L.t, 0, wrow, srow);
     const u16* xrow[NT];
     bool xok[NT];
     activation_rows(X, M, K, L.g, L.t * 32, xrow, xok);
@@ -177,29 +169,21 @@ __device__ __forceinline__ void gemv_nvfp4_v2_body(const u8* __restrict__ W, con
                                                    u16* __restrict__ Y, int M, int N, int K) {
     static_assert(C == 2 || C == 4, "C 64-byte chunks (128 k) per row per iteration");
     extern __shared__ uint4 smem_v2[];
-    constexpr int KW = 64 * C;     // weight bytes per row per iteration (128 C k)
     constexpr int NW = R * 2 * C;  // 16-byte weight chunks per lane per iteration (rows x h x c)
     constexpr int NS = R * C;      // 16-byte scale lines per lane per iteration (ring only): 8 C bytes per row
     const GemvLane<R> L;
     const int KB = K / (128 * C);
-    const int KH = K >> 1, KS = K >> 4;
 
-    // Running pointers, advanced once per iteration (loads then use immediate offsets only).
-    const u8* wp[R][2];  // weights of this lane's rows at the current k-block (D = 0) or the next to issue
-    const u8* sp[R][2];  // their scale codes
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = L.row(r, h, N);
-            wp[r][h] = W + (size_t)row * KH + L.t * 16 + (size_t)L.warp * KW;
-            sp[r][h] = SC + (size_t)row * KS + (D > 0 ? 0 : 2 * L.t) + (size_t)L.warp * (8 * C);
-        }
-    // Tokens past M read token 0's activations, unmasked (activation_rows says why that is safe).
+    // Running pointers, advanced once per iteration (loads then use immediate offsets only): weights of this lane's
+    // rows at the current k-block (D = 0) or the next to issue, their scale codes, and the activations (tokens past M
+    // read token 0's, unmasked: activation_rows says why that is safe).
+    const u8* wp[R][2];
+    const u8* sp[R][2];
+    nvfp4_rows(L, W, SC, N, K, L.t * 16, (size_t)L.warp * (64 * C), D > 0 ? 0 : 2 * L.t, (size_t)L.warp * (8 * C), wp, sp);
     const u16* xp[NT];
     bool xok[NT];
     activation_rows(X, M, K, L.g, L.t * 32 + (size_t)L.warp * (128 * C), xp, xok);
-    const size_t wstep = (size_t)L.S * KW, sstep = (size_t)L.S * 8 * C, xstep = (size_t)L.S * 128 * C;
+    const size_t wstep = (size_t)L.S * (64 * C), sstep = (size_t)L.S * 8 * C, xstep = (size_t)L.S * 128 * C;
     float acc[R][NT][4];
     zero_tiles(acc);
 

@@ -86,35 +86,20 @@ __device__ __forceinline__ void gemv_nvfp4_hw_body(const u8* __restrict__ W, con
                                                    u16* __restrict__ Y, int M, int N, int K) {
     static_assert(C == 2 || C == 4, "C 64-byte chunks (128 k) per row per iteration");
     extern __shared__ float red_hw[];
-    constexpr int KW = 64 * C;  // weight bytes per row per iteration
     const GemvLane<R> L;
     const int KB = K / (128 * C);
-    const int KH = K >> 1, KS = K >> 4;
-    const u8* wp[R][2];
-    const u8* sp[R][2];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = L.row(r, h, N);
-            wp[r][h] = W + (size_t)row * KH + L.t * 16 + (size_t)L.warp * KW;
-            sp[r][h] = SC + (size_t)row * KS + 2 * L.t + (size_t)L.warp * (8 * C);
-        }
-    const u16* xp[NT];
-    bool xok[NT];
-    activation_rows(X, M, K, L.g, L.t * 32 + (size_t)L.warp * (128 * C), xp, xok);
-    const size_t wstep = (size_t)L.S * KW, sstep = (size_t)L.S * 8 * C, xstep = (size_t)L.S * 128 * C;
+    Nvfp4Walk<R, NT, C> wk(L, W, SC, X, M, N, K, true);
     float acc[R][NT][4];
     zero_tiles(acc);
 
     for (int kb = L.warp; kb < KB; kb += L.S) {
         uint4 wv[R * 2 * C];
         u32 sv[R][2][C];
-        nvfp4_load_direct<R, C>(wv, sv, wp, sp, wstep, sstep);
+        nvfp4_load_direct<R, C>(wv, sv, wk.wp, wk.sp, wk.wstep, wk.sstep);
 #pragma unroll
         for (int c = 0; c < C; ++c) {
             uint4 xv[NT][4];
-            load_act_chunk(xv, xp, c);
+            load_act_chunk(xv, wk.xp, c);
             uint4 wr[R][2];
             u32 sc[R][2][2];
 #pragma unroll
@@ -125,7 +110,7 @@ __device__ __forceinline__ void gemv_nvfp4_hw_body(const u8* __restrict__ W, con
             nvfp4_hw_chunk_mma(acc, wr, xv, sc);
         }
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) xp[nt] += xstep;
+        for (int nt = 0; nt < NT; ++nt) wk.xp[nt] += wk.xstep;
     }
     splitk_store(acc, red_hw, L, M, N, Y, Nvfp4Out(gscale));
 }

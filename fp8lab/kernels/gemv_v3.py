@@ -353,11 +353,8 @@ class Launch:
 
 
 def check_x(x, K: int) -> int:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.bfloat16:
-        raise TypeError(f"x must be bfloat16 activations, got {x.dtype}")
-    if x.dim() != 2 or x.shape[1] != K:
+    _cuda.bf16_tensor(x, "x", "[M, K]")
+    if x.shape[1] != K:
         raise ValueError(f"x must be [M, K = {K}], got shape {tuple(x.shape)}")
     n_tiles(x.shape[0])
     return x.shape[0]

@@ -63,6 +63,20 @@ __device__ __forceinline__ u32 prmt(u32 a, u32 b, u32 sel) {
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
     return d;
 }
+// B bytes (16, 8 or 4; B-aligned) of shared memory into the B/4 consecutive registers dst[0..B/4).
+template <int B>
+__device__ __forceinline__ void ld_words(u32* dst, const void* p) {
+    static_assert(B == 16 || B == 8 || B == 4, "16, 8 or 4 bytes");
+    if constexpr (B == 16) {
+        const uint4 x = *reinterpret_cast<const uint4*>(p);
+        dst[0] = x.x; dst[1] = x.y; dst[2] = x.z; dst[3] = x.w;
+    } else if constexpr (B == 8) {
+        const uint2 x = *reinterpret_cast<const uint2*>(p);
+        dst[0] = x.x; dst[1] = x.y;
+    } else {
+        dst[0] = *reinterpret_cast<const u32*>(p);
+    }
+}
 // Word i of a 16-byte vector (i a compile-time constant after unrolling: no local-memory indexing).
 __device__ __forceinline__ u32 word_of(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
