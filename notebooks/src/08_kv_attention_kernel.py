@@ -31,10 +31,8 @@ SMALL = nb.small()          # the tests set this: a smaller numerics example
 * **One warp per (sequence, KV head, split of the context).** All `G = n_q / n_kv` query heads of a group ride in
   that warp, so each K/V byte is read from memory once, not G times. Long contexts are split (flash-decoding):
   every warp keeps an online softmax over its split in fp32, writes `(max, sum, unnormalized output)`, and a second
-  small kernel merges the splits. The number of splits is rounded *down* to one wave of resident warps: the first
-  H200 run (`outputs/kernels/attention_run1.json`) rounded up, a last partial wave of warps ran alone after the
-  others, and the bf16 kernel — otherwise the `vb` kernel of today — was markedly slower at long context (the two
-  runs are compared below).
+  small kernel merges the splits. The number of splits is rounded *down* to one wave of resident warps, so that
+  no last partial wave of warps runs alone after the others have finished.
 * **Tensor cores, registers only.** Per 16-token tile, `S = Q·Kᵀ` and then `Oᵀ += Vᵀ·Pᵀ` are `mma.sync.m16n8k16`
   with fp32 accumulation; the 16 MMA rows of the first are the query heads (G ≤ 16). Computing the *transposed*
   output lets S's accumulators serve as Pᵀ's operand exactly as they sit in registers, and with G ≤ 8 it needs half
@@ -136,17 +134,6 @@ if data is not None:
     short = [r for r in sr if r["context"] <= 4096]
     long = [r for r in sr if r["context"] >= 16384]
     g, met = ba.goal_met(data)
-    old = nb.recorded("kernels", "attention_run1.json", prov=None, quiet=True)
-    first = ""
-    if old:
-        r1 = {r.get("context"): r["time_us"] for r in ba.load(old / "attention_run1.json")["results"]
-              if r["kernel"].startswith("ours_bf16kv") and r.get("layout") == "contiguous" and r.get("head_dim") == 128}
-        now = {r["context"]: min(t for t in (r["bf16_us"], r.get("bf16_v1_us")) if t) for r in long
-               if r["bf16_us"] or r.get("bf16_v1_us")}
-        ratios = [r1[L] / now[L] for L in now if L in r1]
-        if ratios:
-            first = (f" The first run's bf16 kernel (splits rounded up) took {findings.ratio_range(ratios)}× the time of "
-                     "today's fastest bf16 version at the same long contexts.")
     bullets = []
     ks = lambda rs: ", ".join(f"{r['context'] // 1024}k" for r in rs)
     if short:
@@ -160,7 +147,7 @@ if data is not None:
                        f"FP8 reaches {findings.ratio_range([r['fp8_frac_copy'] for r in long])} of copy bandwidth, bf16 "
                        f"{findings.ratio_range([r['bf16_frac_copy'] for r in long if r['bf16_frac_copy']])}.")
     bullets.append(f"* The lab's target ({ba.GOAL[0]}, at least {ba.GOAL[1]}×): measured "
-                   f"{'-' if g is None else f'{g:.2f}×'}, {'not measured' if met is None else 'met' if met else 'not met'}.{first}")
+                   f"{'-' if g is None else f'{g:.2f}×'}, {'not measured' if met is None else 'met' if met else 'not met'}.")
     nb.md("\n".join(bullets))
 """),
 ("md", r"""
