@@ -144,9 +144,9 @@ def valid_config_v2(R: int, S: int, NT: int, C: int, D: int, K: int | None = Non
 
 
 def default_config_v2(M: int, N: int, K: int, sms: int = 132) -> tuple[int, int, int, int]:
-    """(R, S, C, D) for version 2, the winners of the H200 tuning in outputs/kernels/gemm_decode_v2.json
-    on all four decode shapes: one row tile per warp and the smallest split-K giving >= 2048 warps;
-    M <= 8: 128 k per iteration through a 2-stage ring; M = 9..16: 256 k per iteration, direct loads.
+    """(R, S, C, D) for version 2, the winners (or near them) of the H200 tuning of every compiled config in
+    outputs/kernels/gemm_tune.json (`bench gemm --tune 1,2`) on its four decode shapes: one row tile per warp and
+    the smallest split-K giving >= 2048 warps; M <= 8: 128 k per iteration through a 2-stage ring; M = 9..16: 256 k per iteration, direct loads.
 
     default_config_v2(1, 28672, 8192) -> (1, 2, 2, 2)    # 1792 row tiles x 2
     default_config_v2(16, 14336, 4096) -> (1, 4, 4, 0)   #  896 row tiles x 4
@@ -162,10 +162,9 @@ def default_config_v2(M: int, N: int, K: int, sms: int = 132) -> tuple[int, int,
 
 
 def default_version(M: int, N: int, K: int) -> int:
-    """The version measured faster on the H200 (outputs/kernels/gemm_decode_v2.json, both tuned):
-    version 2 on 28672x8192 (M = 1: 60.5 vs 62.3 us; M = 16: 64.7 vs 77.7 us) and at M = 9..16 with
-    N >= 8192 (14336x4096: 21.0 vs 23.1 us); version 1 on the smaller shapes at M = 1 and on N = 4096,
-    where its register prefetch wins by 0.1-1.2 us.
+    """The version measured faster on the H200, both tuned (outputs/kernels/gemm_tune.json): version 2 on
+    28672x8192 (M = 1 and 16) and at M = 9..16 with N >= 8192; version 1 on the smaller shapes at M = 1 and on
+    N = 4096, where its register prefetch wins.
 
     default_version(1, 28672, 8192) -> 2;  default_version(1, 14336, 4096) -> 1;  default_version(16, 14336, 4096) -> 2
     """

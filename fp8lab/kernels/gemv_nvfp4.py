@@ -96,8 +96,8 @@ def valid_config_v2(R: int, S: int, NT: int, C: int, D: int, K: int | None = Non
 
 
 def default_config_v2(M: int, N: int, K: int, sms: int = 132) -> tuple[int, int, int, int]:
-    """(R, S, C, D) for version 2, the winners (or within 0.1 us of them) of the H200 tuning in
-    outputs/kernels/gemm_decode_v2.json on all four decode shapes, 256 k per iteration:
+    """(R, S, C, D) for version 2, the winners (or near them) of the H200 tuning of every compiled config in
+    outputs/kernels/gemm_tune.json (`bench gemm --tune 1,2`) on its four decode shapes, 256 k per iteration:
       M <= 8:  one row tile per warp, split-K 4 (N >= 8192) or 8, a 2-stage ring except on 4096x4096;
       M > 8:   two row tiles, direct loads, the smallest split-K giving >= 1792 warps.
 
