@@ -485,7 +485,7 @@ def test_fifo_config_is_refused_without_blocking(tmp_path):
 # ---- the roofline writer: provenance, atomic files, committed outputs kept ----------------------------
 
 def test_roofline_refuses_to_overwrite_committed_outputs(tmp_path):
-    committed = ROOT / "outputs" / "bandwidth" / "llama3_8b.json"
+    committed = ROOT / "outputs" / "bandwidth" / "llama3_8b" / "roofline.json"
     if not committed.exists():
         pytest.skip("no committed roofline in this checkout")
     before = committed.read_bytes()
