@@ -257,6 +257,7 @@ def readme_block() -> str:
     if (OUT / "kv_drift" / "kv_drift.png").is_file():
         parts.append("![kv drift](outputs/kv_drift/kv_drift.png)")
     parts += control_block()
+    parts += beyond_block()
     parts += kernel_block()
     return "\n\n".join(parts)
 
@@ -272,8 +273,66 @@ def control_block() -> list[str]:
         sentences = findings.control_findings(list(csv.DictReader(f)), list(csv.DictReader(g)))
     text = (f"**FP32 control** (`outputs/control/`: {_prov(OUT / 'control' / 'provenance.json')}; all-MiniLM-L6-v2, "
             "an FP32 sentence encoder whose weights were never quantized, on BoolQ question→passage retrieval): "
-            + " ".join(sentences) + " The second LM, the sensitivity map and the frontier: notebook 12.")
+            + " ".join(sentences) + " The second LM, the sensitivity map and the frontier: below and notebook 12.")
     return ["\n".join(_wrap(text))]
+
+
+def _rows(path: Path) -> list[dict]:
+    import csv
+
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def beyond_block() -> list[str]:
+    """Notebook 12's other committed runs: the second LM, the sensitivity maps, the bytes-quality frontier, and what
+    each model can and cannot tell."""
+    from fp8lab import control
+
+    out = []
+    g = OUT / "gemma3" / "results.csv"
+    if g.is_file():
+        text = (f"**A second LM** (`outputs/gemma3/`: {_prov(OUT / 'gemma3' / 'provenance.json')}; Gemma-3-270M, "
+                "**also a 4-bit checkpoint** (GGUF Q4_K_M), the same BoolQ passages cut by its own tokenizer): ")
+        df = nb.results_frame(g)
+        text += findings.cheapest_causal(df, list(df.recipe.unique())) + " "
+        try:
+            r = control.compare_sweeps([OUT / "results.csv", OUT / "sweep_more" / "results.csv"], [g])
+            text += findings.rho_sentence(f"{r['model_a']} vs {r['model_b']}, perplexity change per recipe",
+                                          r["spearman"], len(r["recipes"]))
+        except control.ControlError as e:
+            text += f"(no ordering comparison: {e})"
+        out.append("\n".join(_wrap(text)))
+    else:
+        out.append(f"**A second LM** (`outputs/gemma3/`): {NOT_RECORDED}.")
+    for m in ("smollm2-135m", "gemma3-270m"):
+        sp = OUT / "sensitivity" / m / "sensitivity.csv"
+        if not sp.is_file():
+            out.append(f"**Sensitivity map, {m}** (`outputs/sensitivity/{m}/`): {NOT_RECORDED}.")
+            continue
+        text = (f"**Sensitivity map, {m}** (`outputs/sensitivity/{m}/`: {_prov(sp.parent / 'provenance.json')}; one "
+                "part at a time to E4M3 or NVFP4, the rest as loaded; the `kv` part is an oracle, its scale taken over "
+                "the window): " + " ".join(findings.sensitivity_findings(_rows(sp))))
+        out.append("\n".join(_wrap(text)))
+    for m in ("smollm2-135m", "gemma3-270m"):
+        fp = OUT / "frontier" / m / "frontier.csv"
+        if not fp.is_file():
+            out.append(f"**Bytes-quality frontier, {m}** (`outputs/frontier/{m}/`): {NOT_RECORDED}.")
+            continue
+        text = (f"**Bytes-quality frontier, {m}** (`outputs/frontier/{m}/`: {_prov(fp.parent / 'provenance.json')}; "
+                "mixed assignments chosen greedily from the sensitivity map under a byte budget, evaluated): "
+                + " ".join(findings.frontier_findings(_rows(fp))))
+        out.append("\n".join(_wrap(text)))
+    out.append("\n".join(_wrap(
+        "**What each model can and cannot tell.** MiniLM's weights were never quantized, so its rows say what each "
+        "weight format does to real trained FP32 weights, but it is an encoder scored on retrieval, not a language "
+        "model's perplexity. SmolLM2 and Gemma are causal LMs, so their rows measure perplexity as a server would, but "
+        "their weights were already 4-bit: a weight-format delta there compounds two roundings, and says little about "
+        "an original bf16 checkpoint. Activation and KV-cache recipes quantize values the 4-bit files never touched, "
+        "so those rows are the LMs' most direct evidence. Where the rankings of two models agree (the rank "
+        "correlations above), a conclusion stands on more than one model; where an interval spans zero, it does not "
+        "stand at all.")))
+    return out
 
 
 # ---- notebooks/README.md: the workshop table -------------------------------------------------------------------
