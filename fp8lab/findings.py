@@ -665,7 +665,7 @@ def frontier_findings(rows: list[dict]) -> list[str]:
     whose interval lies below theirs) and whether its measured delta matches the greedy prediction."""
     f = lambda r, k: float(r[k])  # noqa: E731
     uni = [r for r in rows if r["kind"] == "uniform"]
-    mixed = [r for r in rows if r["kind"] != "uniform"]
+    mixed = [r for r in rows if r["kind"] not in ("uniform", "baseline")]
     out = []
     for m in mixed:
         beats = [u["point"] for u in uni if f(m, "bytes_per_step") <= f(u, "bytes_per_step") and f(m, "ci95_high") < f(u, "ci95_low")]

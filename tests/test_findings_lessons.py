@@ -92,10 +92,12 @@ def test_beyond_one_model_findings():
             for p, d in (("kv", 1.0), ("lm_head", 0.05))]
     s = F.sensitivity_findings(sens)
     assert s[0].index("`kv`") < s[0].index("`lm_head`") and "1 of 2 intervals exclude zero" in s[0]
-    fr = [dict(point="fp8 weights", kind="uniform", bytes_per_step="100", delta_pct="2", ci95_low="1.5", ci95_high="2.5"),
-          dict(point="mix", kind="greedy", bytes_per_step="90", delta_pct="1", ci95_low="0.5", ci95_high="1.2",
+    fr = [dict(point="bf16 (as loaded)", kind="baseline", bytes_per_step="200", delta_pct="0", ci95_low="0", ci95_high="0"),
+          dict(point="fp8 weights", kind="uniform", bytes_per_step="100", delta_pct="2", ci95_low="1.5", ci95_high="2.5"),
+          dict(point="mix", kind="mixed", bytes_per_step="90", delta_pct="1", ci95_low="0.5", ci95_high="1.2",
                predicted_delta_pct="0.8")]
     s = F.frontier_findings(fr)
+    assert len(s) == 1 and "`mix`" in s[0]  # the baseline is neither a uniform recipe nor a mixed point
     assert "`fp8 weights`" in s[0] and "inside the measured interval" in s[0]
     c = [dict(recipe="int8-w", metric="mrr", delta="0.1", ci95_low="-0.2", ci95_high="0.4", n_queries=100)]
     sq = [dict(recipe="int8-w", sqnr_db="40"), dict(recipe="nvfp4-w", sqnr_db="20")]
