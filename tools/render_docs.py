@@ -305,24 +305,19 @@ def beyond_block() -> list[str]:
         out.append("\n".join(_wrap(text)))
     else:
         out.append(f"**A second LM** (`outputs/gemma3/`): {NOT_RECORDED}.")
-    for m in ("smollm2-135m", "gemma3-270m"):
-        sp = OUT / "sensitivity" / m / "sensitivity.csv"
-        if not sp.is_file():
-            out.append(f"**Sensitivity map, {m}** (`outputs/sensitivity/{m}/`): {NOT_RECORDED}.")
-            continue
-        text = (f"**Sensitivity map, {m}** (`outputs/sensitivity/{m}/`: {_prov(sp.parent / 'provenance.json')}; one "
-                "part at a time to E4M3 or NVFP4, the rest as loaded; the `kv` part is an oracle, its scale taken over "
-                "the window): " + " ".join(findings.sensitivity_findings(_rows(sp))))
-        out.append("\n".join(_wrap(text)))
-    for m in ("smollm2-135m", "gemma3-270m"):
-        fp = OUT / "frontier" / m / "frontier.csv"
-        if not fp.is_file():
-            out.append(f"**Bytes-quality frontier, {m}** (`outputs/frontier/{m}/`): {NOT_RECORDED}.")
-            continue
-        text = (f"**Bytes-quality frontier, {m}** (`outputs/frontier/{m}/`: {_prov(fp.parent / 'provenance.json')}; "
-                "mixed assignments chosen greedily from the sensitivity map under a byte budget, evaluated): "
-                + " ".join(findings.frontier_findings(_rows(fp))))
-        out.append("\n".join(_wrap(text)))
+    kinds = (("sensitivity", "Sensitivity map", "one part at a time to E4M3 or NVFP4, the rest as loaded; the `kv` "
+              "part is an oracle, its scale taken over the window", findings.sensitivity_findings),
+             ("frontier", "Bytes-quality frontier", "mixed assignments chosen greedily from the sensitivity map under a "
+              "byte budget, evaluated", findings.frontier_findings))
+    for folder, title, what, describe_rows in kinds:
+        for m in ("smollm2-135m", "gemma3-270m"):
+            csv_path = OUT / folder / m / f"{folder}.csv"
+            head = f"**{title}, {m}** (`outputs/{folder}/{m}/`"
+            if not csv_path.is_file():
+                out.append(f"{head}): {NOT_RECORDED}.")
+                continue
+            text = f"{head}: {_prov(csv_path.parent / 'provenance.json')}; {what}): " + " ".join(describe_rows(_rows(csv_path)))
+            out.append("\n".join(_wrap(text)))
     out.append("\n".join(_wrap(
         "**What each model can and cannot tell.** MiniLM's weights were never quantized, so its rows say what each "
         "weight format does to real trained FP32 weights, but it is an encoder scored on retrieval, not a language "
