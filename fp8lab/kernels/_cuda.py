@@ -144,8 +144,8 @@ def require_tensor(t, name: str, error: type[Exception] = TypeError):
     return t
 
 
-def bf16_tensor(t, name: str, layout: str, error: type[Exception] | None = None):
-    """`t` must be a bfloat16 torch.Tensor with as many dimensions as `layout` names ("[M, K]").
+def bf16_tensor(t, name: str, ndim: int, layout: str, error: type[Exception] | None = None):
+    """`t` must be a bfloat16 torch.Tensor with `ndim` dimensions (`layout` names them for the message: "[M, K]").
 
     One-line errors before any CUDA call: TypeError for the type and the dtype and ValueError for the dimensions, or
     `error` for all three (the attention wrappers raise their own ValueError subclass)."""
@@ -154,7 +154,6 @@ def bf16_tensor(t, name: str, layout: str, error: type[Exception] | None = None)
     require_tensor(t, name, error or TypeError)
     if t.dtype != torch.bfloat16:
         raise (error or TypeError)(f"{name} must be bfloat16, got {t.dtype}")
-    ndim = layout.split("]")[0].count(",") + 1
     if t.dim() != ndim:
         raise (error or ValueError)(f"{name} must be {ndim}-D {layout}, got shape {tuple(t.shape)}")
     return t

@@ -174,10 +174,7 @@ __device__ __forceinline__ void decode_body(
     }
 
     float o[NT][OT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int i = 0; i < OT; ++i) o[nt][i][0] = o[nt][i][1] = o[nt][i][2] = o[nt][i][3] = 0.f;
+    attn::zero_o(o);
     float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
 
     const int* bt = block_table + (size_t)b * max_blocks;

@@ -175,7 +175,7 @@ def check_args(q, k_cache, v_cache, seq_lens=None, block_table=None, k_scale=Non
     """
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         _cuda.require_tensor(t, name, AttentionArgError)
-    _cuda.bf16_tensor(q, "q", "[B, Hq, D] (one query token per sequence)", AttentionArgError)
+    _cuda.bf16_tensor(q, "q", 3, "[B, Hq, D] (one query token per sequence)", AttentionArgError)
     B, Hq, D = q.shape
     if D not in HEAD_DIMS:
         raise AttentionArgError(f"head_dim must be one of {HEAD_DIMS}, got {D}")

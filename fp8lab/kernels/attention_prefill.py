@@ -62,7 +62,7 @@ def check_args(q, k_cache, v_cache, prefix_len, k_scale=None, v_scale=None, *, n
     """Shapes, dtypes, lengths and scales (AttentionArgError, before any CUDA call). Returns the sizes."""
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         _cuda.require_tensor(t, name, AttentionArgError)
-    _cuda.bf16_tensor(q, "q", "[B, Hq, Mq, D]", AttentionArgError)
+    _cuda.bf16_tensor(q, "q", 4, "[B, Hq, Mq, D]", AttentionArgError)
     B, Hq, Mq, D = q.shape
     if D not in HEAD_DIMS:
         raise AttentionArgError(f"head_dim must be one of {HEAD_DIMS}, got {D}")

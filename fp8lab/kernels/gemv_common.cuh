@@ -32,8 +32,8 @@ struct GemvLane {
 // This lane's rows of an NVFP4 weight (K/2 packed bytes and K/16 scale codes per row): weight pointers at byte
 // wl + ww of each row, scale pointers at code sl + sw (the lane's and the warp's parts, added in that order).
 template <int R>
-__device__ __forceinline__ void nvfp4_rows(const GemvLane<R>& L, const u8* W, const u8* SC, int N, int K, int wl, size_t ww,
-                                           int sl, size_t sw, const u8* (&wp)[R][2], const u8* (&sp)[R][2]) {
+__device__ __forceinline__ void nvfp4_rows(const GemvLane<R>& L, const u8* W, const u8* SC, int N, int K, int wl,
+                                           size_t ww, int sl, size_t sw, const u8* (&wp)[R][2], const u8* (&sp)[R][2]) {
     const int KH = K >> 1, KS = K >> 4;
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -60,25 +60,6 @@ __device__ __forceinline__ void activation_rows(const u16* X, int M, int K, int 
 }
 
 // f(a, b, c) for a < A, b < B, c < C, unrolled: the loop nest of the weight chunks and of the accumulator tiles.
-// The running pointers of an NVFP4 lane whose warp w starts at k-block w (128 C elements, 64 C weight bytes per row)
-// and steps S blocks (version 2 and the sm_120a version): its weight rows, their scale codes (from the lane's own
-// codes, or from the block's first for the shared-memory ring), its activation rows, and the step of each.
-template <int R, int NT, int C>
-struct Nvfp4Walk {
-    const u8* wp[R][2];
-    const u8* sp[R][2];
-    const u16* xp[NT];
-    bool xok[NT];
-    size_t wstep, sstep, xstep;
-    __device__ __forceinline__ Nvfp4Walk(const GemvLane<R>& L, const u8* W, const u8* SC, const u16* X, int M, int N,
-                                         int K, bool lane_scales) {
-        nvfp4_rows(L, W, SC, N, K, L.t * 16, (size_t)L.warp * (64 * C), lane_scales ? 2 * L.t : 0, (size_t)L.warp * (8 * C),
-                   wp, sp);
-        activation_rows(X, M, K, L.g, L.t * 32 + (size_t)L.warp * (128 * C), xp, xok);
-        wstep = (size_t)L.S * 64 * C, sstep = (size_t)L.S * 8 * C, xstep = (size_t)L.S * 128 * C;
-    }
-};
-
 template <int A, int B, int C, class F>
 __device__ __forceinline__ void unroll3(F f) {
 #pragma unroll
@@ -88,6 +69,25 @@ __device__ __forceinline__ void unroll3(F f) {
 #pragma unroll
             for (int c = 0; c < C; ++c) f(a, b, c);
 }
+
+// The running pointers of an NVFP4 lane whose warp w starts at k-block w (128 C elements, 64 C weight bytes per row)
+// and steps S blocks: its weight rows, their scale codes, its activation rows, and the step of each. The sm_120a
+// kernel uses it; version 2 writes the same walk out (its ring reads scale lines from a block's first code), because
+// held in this struct its prologue registers are allocated differently and its recorded timings are of that form.
+template <int R, int NT, int C>
+struct Nvfp4Walk {
+    const u8* wp[R][2];
+    const u8* sp[R][2];
+    const u16* xp[NT];
+    bool xok[NT];
+    size_t wstep, sstep, xstep;
+    __device__ __forceinline__ Nvfp4Walk(const GemvLane<R>& L, const u8* W, const u8* SC, const u16* X, int M, int N,
+                                         int K) {
+        nvfp4_rows(L, W, SC, N, K, L.t * 16, (size_t)L.warp * (64 * C), 2 * L.t, (size_t)L.warp * (8 * C), wp, sp);
+        activation_rows(X, M, K, L.g, L.t * 32 + (size_t)L.warp * (128 * C), xp, xok);
+        wstep = (size_t)L.S * 64 * C, sstep = (size_t)L.S * 8 * C, xstep = (size_t)L.S * 128 * C;
+    }
+};
 
 // f(r, h, c) for every 16-byte weight chunk c < C of the rows g (h = 0) and g + 8 (h = 1) of each row tile r.
 template <int R, int C, class F>

@@ -57,7 +57,7 @@ _fp8_codes = _cuda.byte_codes  # E4M3 weights / activations: uint8 codes or a fl
 
 def check_activations(x, K: int | None = None) -> tuple[int, int]:
     """x must be a bf16 [M, K] tensor with 1 <= M <= 16; returns (M, K)."""
-    M, Kx = _cuda.bf16_tensor(x, "x", "[M, K]").shape
+    M, Kx = _cuda.bf16_tensor(x, "x", 2, "[M, K]").shape
     if not 1 <= M <= MAX_M:
         raise ValueError(f"these are decode kernels for M = 1..{MAX_M} tokens, got M = {M} (use gemm_w8a8 for prefill)")
     if K is not None and Kx != K:
@@ -146,7 +146,8 @@ def valid_config_v2(R: int, S: int, NT: int, C: int, D: int, K: int | None = Non
 def default_config_v2(M: int, N: int, K: int, sms: int = 132) -> tuple[int, int, int, int]:
     """(R, S, C, D) for version 2, the winners (or near them) of the H200 tuning of every compiled config in
     outputs/kernels/gemm_tune.json (`bench gemm --tune 1,2`) on its four decode shapes: one row tile per warp and
-    the smallest split-K giving >= 2048 warps; M <= 8: 128 k per iteration through a 2-stage ring; M = 9..16: 256 k per iteration, direct loads.
+    the smallest split-K giving >= 2048 warps; M <= 8: 128 k per iteration through a 2-stage ring; M = 9..16: 256 k
+    per iteration, direct loads.
 
     default_config_v2(1, 28672, 8192) -> (1, 2, 2, 2)    # 1792 row tiles x 2
     default_config_v2(16, 14336, 4096) -> (1, 4, 4, 0)   #  896 row tiles x 4

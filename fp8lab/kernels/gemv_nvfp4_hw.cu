@@ -88,7 +88,7 @@ __device__ __forceinline__ void gemv_nvfp4_hw_body(const u8* __restrict__ W, con
     extern __shared__ float red_hw[];
     const GemvLane<R> L;
     const int KB = K / (128 * C);
-    Nvfp4Walk<R, NT, C> wk(L, W, SC, X, M, N, K, true);
+    Nvfp4Walk<R, NT, C> wk(L, W, SC, X, M, N, K);
     float acc[R][NT][4];
     zero_tiles(acc);
 

@@ -353,7 +353,7 @@ class Launch:
 
 
 def check_x(x, K: int) -> int:
-    _cuda.bf16_tensor(x, "x", "[M, K]")
+    _cuda.bf16_tensor(x, "x", 2, "[M, K]")
     if x.shape[1] != K:
         raise ValueError(f"x must be [M, K = {K}], got shape {tuple(x.shape)}")
     n_tiles(x.shape[0])
