@@ -71,12 +71,15 @@ def test_every_named_config_is_valid_and_compiled():
         if cfg is None:
             continue
         cfg.check()
-        assert cfg.compiled in G.TMA_CONFIGS, name
+        assert cfg.compiled in (G.TMA_PIPE_CONFIGS if cfg.pipe else G.TMA_CONFIGS), name
         assert cfg.smem + G.STATIC_SMEM <= G.SMEM_LIMIT
     assert G.TmaConfig(256, 2, 4, 2).smem == 4 * (128 + 256) * 128 + 1024
     assert G.TmaConfig(128, 2, 6, 2, 1).smem == 6 * 256 * 128 + 2 * 64 * 128 * 2 + 1024  # + the C staging tiles
-    d = dict(x.split("=", 1) for x in G.tma_cuda_defines())["FP8LAB_W8A8_TMA"]
+    defs = dict(x.split("=", 1) for x in G.tma_cuda_defines())
+    d, dp = defs["FP8LAB_W8A8_TMA"], defs["FP8LAB_W8A8_TMA_P"]
     assert d.count("W8A8_TMA(") == len(G.TMA_CONFIGS) and "W8A8_TMA(256,2,4,2,0)" in d
+    assert dp.count("W8A8_TMA_P(") == len(G.TMA_PIPE_CONFIGS) >= 1 and "W8A8_TMA_P(128,2,6,2,0)" in dp
+    assert G.TMA_KERNELS["wgmma_tma_p"].function == "w8a8_tma_n128_w2_s6_c2_e0_p2"
 
 
 @pytest.mark.parametrize("cfg,msg", [
@@ -86,6 +89,8 @@ def test_every_named_config_is_valid_and_compiled():
     (G.TmaConfig(192, 2, 4, 2), "bn 128\\|256"),
     (G.TmaConfig(128, 3, 4, 2), "nwg 1\\|2"),
     (G.TmaConfig(128, 2, 4, 4), "cluster 1\\|2"),
+    (G.TmaConfig(256, 2, 4, 2, pipe=1), "pipe = 1 needs bn 128"),   # 128 + 2 x 128 registers
+    (G.TmaConfig(128, 1, 6, 1, pipe=1), "pipe = 1 needs bn 128"),
 ])
 def test_invalid_configs_are_refused(cfg, msg):
     with pytest.raises(ValueError, match=msg):

@@ -155,7 +155,25 @@ def test_tma_kernels_are_qgmma_with_tma_loads_on_sm90a(built):
         assert (k.count("UTMASTG") > 0) == (epi == 1), name
         assert (k.count("USETMAXREG") == 2) == (nwg == 2), name
         assert k.count("LDL") == 0 and k.count("STL") == 0, name
+    # the pipelined consumers: a second batch in flight while one is promoted (wait_group 1), no local memory
+    for bn, nwg, st, cl, epi in G.TMA_PIPE_CONFIGS:
+        name = f"w8a8_tma_n{bn}_w{nwg}_s{st}_c{cl}_e{epi}_p2"
+        k = ks[name]
+        assert k.count("QGMMA") == 4 * (4 + 1), (name, k.count("QGMMA"))  # a group of 4 k-blocks + the remainder
+        assert k.has(r"^WARPGROUP\.DEPBAR\.LE gsb0, 0x1"), name
+        assert k.count("LDL") == 0 and k.count("STL") == 0, name
     assert ks["tma_copy_probe"].count("UTMALDG") == 1
+
+
+@pytest.mark.parametrize("src", [TMA_SRC, WGMMA[0]])
+def test_ptxas_keeps_the_wgmma_pipeline_asynchronous(src):
+    """ptxas serializes every wgmma of a kernel (each waits for the one before) when it cannot prove the accumulators
+    untouched while a batch is in flight, and only says so in its -v log (C7514..C7518, 'Potential Performance
+    Loss'). A kernel that compiles that way still validates, only slower: this catches it on the CPU."""
+    _tools_or_skip()
+    _, log = _cuda.compile_for(src, 90, ptxas_verbose=True)
+    bad = [line for line in log.splitlines() if "serialized" in line or "warpgroup.wait is injected" in line]
+    assert not bad, "\n".join(bad[:4])
 
 
 @pytest.mark.parametrize("cc", [cc for cc in ARCHS if cc != 90])

@@ -138,6 +138,8 @@ class TmaConfig:
     stages   shared-memory pipeline depth (k-blocks of 128 loaded ahead)
     cluster  1, or 2: CTA pairs on adjacent m-blocks of one n-block, each loading half of B and multicasting it
     epi      0: bf16 stores from registers; 1: through shared memory and a TMA store
+    pipe     0: each k-block is issued, waited for, then promoted; 1 (bn 128, nwg 2 only): two partial-sum buffers,
+             k-block kb + 1 is issued before kb is promoted (wgmma.wait_group 1), across tile boundaries too
     persistent  one CTA (cluster) per SM walking the tiles, or one per tile
     group    m-units (of `cluster` m-blocks) per group of the tile order; 0: chosen per shape (group_size)
     grid     persistent grid size in clusters (0: as many as fit at once); the tests shrink it so that each CTA
@@ -154,6 +156,7 @@ class TmaConfig:
     persistent: bool = True
     group: int = 0
     grid: int = 0
+    pipe: int = 0
 
     @property
     def compiled(self) -> tuple:
@@ -161,7 +164,7 @@ class TmaConfig:
 
     @property
     def function(self) -> str:
-        return "w8a8_tma_n{}_w{}_s{}_c{}_e{}".format(*self.compiled)
+        return "w8a8_tma_n{}_w{}_s{}_c{}_e{}".format(*self.compiled) + ("_p2" if self.pipe else "")
 
     @property
     def threads(self) -> int:
@@ -186,6 +189,8 @@ class TmaConfig:
         if self.stages < 2 or self.smem + STATIC_SMEM > SMEM_LIMIT:
             raise ValueError(f"{self}: {self.stages} stages need {self.smem} + {STATIC_SMEM} bytes of shared memory "
                              f"(limit {SMEM_LIMIT})")
+        if self.pipe not in (0, 1) or (self.pipe and (self.bn, self.nwg) != (128, 2)):
+            raise ValueError(f"{self}: pipe 0|1, and pipe = 1 needs bn 128 and nwg 2 (64 + 2 x 64 accumulators)")
         if self.group < 0 or self.grid < 0:
             raise ValueError(f"group and grid must be >= 0, got {self.group}, {self.grid}")
         return self
@@ -205,18 +210,24 @@ TMA_VARIANTS = {
     "wgmma_tma_e_tmastore": TmaConfig(256, 2, 3, 2, 1, persistent=True),
     "wgmma_tma_d_tmastore": TmaConfig(128, 2, 6, 2, 1, persistent=True),
     "wgmma_tma_d7": TmaConfig(128, 2, 7, 2, 0, persistent=True),
+    # version D: two partial-sum buffers, the promotion of k-block kb under the MMAs of kb + 1
+    "wgmma_tma_p": TmaConfig(128, 2, 6, 2, 0, persistent=True, pipe=1),
+    "wgmma_tma_p1": TmaConfig(128, 2, 6, 1, 0, persistent=True, pipe=1),
+    "wgmma_tma_p7": TmaConfig(128, 2, 7, 2, 0, persistent=True, pipe=1),
+    "wgmma_tma_p_tmastore": TmaConfig(128, 2, 6, 2, 1, persistent=True, pipe=1),
 }
 #: every named TMA kernel; "wgmma_tma" (None) picks its configuration per shape (tma_default)
 TMA_KERNELS: dict = {"wgmma_tma": None, **TMA_LADDER, **TMA_VARIANTS}
-#: what the .cu instantiates (sources.py passes it as -DFP8LAB_W8A8_TMA=...)
-TMA_CONFIGS = sorted({c.compiled for c in TMA_KERNELS.values() if c is not None})
+#: what the .cu instantiates (sources.py passes them as -DFP8LAB_W8A8_TMA=... and -DFP8LAB_W8A8_TMA_P=...)
+TMA_CONFIGS = sorted({c.compiled for c in TMA_KERNELS.values() if c is not None and not c.pipe})
+TMA_PIPE_CONFIGS = sorted({c.compiled for c in TMA_KERNELS.values() if c is not None and c.pipe})
 
 
 def tma_cuda_defines() -> tuple[str, ...]:
     """The compiled TMA configurations as the -D instantiation list of gemm_w8a8_tma.cu (one list: no drift)."""
     from .sources import instances
 
-    return (instances("FP8LAB_W8A8_TMA", "W8A8_TMA", TMA_CONFIGS),)
+    return (instances("FP8LAB_W8A8_TMA", "W8A8_TMA", TMA_CONFIGS), instances("FP8LAB_W8A8_TMA_P", "W8A8_TMA_P", TMA_PIPE_CONFIGS))
 
 
 def tile_counts(M: int, N: int, cfg: TmaConfig) -> tuple[int, int]:

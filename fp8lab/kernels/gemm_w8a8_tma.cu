@@ -62,7 +62,7 @@ struct TileMap {
     }
 };
 
-template <int TBN, int NWG, int ST, int CL, int EPI>
+template <int TBN, int NWG, int ST, int CL, int EPI, int PIPE>
 __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc* tmB, const TmaDesc* tmC,
                                               const float* __restrict__ sa, long long sa_sm, long long sa_sk,
                                               const float* __restrict__ sb, u16* __restrict__ C, int M, int N, int K,
@@ -75,6 +75,7 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
     static_assert(TBN == 128 || TBN == 256, "TBN is 128 or 256");
     static_assert(MH * NH <= 2, "accumulators: at most two 64 x 128 sub-tiles per thread (128 + 64 registers)");
     static_assert(CL == 1 || CL == 2, "clusters of 1 or 2 CTAs");
+    static_assert(!PIPE || (TBN == 128 && NWG == 2), "two partial-sum buffers: 64 + 2 x 64 registers, 128 x 128 tiles");
 
     extern __shared__ __align__(1024) u8 smem_tma[];
     __shared__ __align__(8) u64 bars[2 * ST];  // full[s], empty[s]
@@ -127,55 +128,8 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
         if (NWG == 2) setmaxnreg_inc<232>();
         const int wq = warp & 3, g = lane >> 2, t4 = lane & 3;
         const u32 cbuf = base + ST * STAGE + wg * CWG;
-        float acc[MH * NH][64], part[64];
-        zero<64>(part);
-        int s = 0;
-        u32 ph = 0;
-        for (int t = cid; t < T; t += P) {
-            int m0, n0;
-            tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
-            zero<64 * MH * NH>(&acc[0][0]);
-            // Scales of k-block kb + 1 are loaded while k-block kb multiplies (one iteration, 500+ cycles, hides an L2
-            // round trip); those of the tile's first k-block before its first wait.
-            float sbv[NH], s0[MH], s1[MH];
-            auto load_scales = [&](int kb, float (&b)[NH], float (&x0)[MH], float (&x1)[MH]) {
-#pragma unroll
-                for (int nh = 0; nh < NH; ++nh) {
-                    const int nbk = n0 / 128 + nh;
-                    b[nh] = nbk < NBS ? __ldg(sb + (size_t)nbk * KB + kb) : 0.f;
-                }
-#pragma unroll
-                for (int mh = 0; mh < MH; ++mh) {
-                    const int r0 = m0 + 64 * (wg * MH + mh) + 16 * wq + g;
-                    x0[mh] = r0 < M ? __ldg(sa + r0 * sa_sm + kb * sa_sk) : 0.f;
-                    x1[mh] = r0 + 8 < M ? __ldg(sa + (r0 + 8) * sa_sm + kb * sa_sk) : 0.f;
-                }
-            };
-            load_scales(0, sbv, s0, s1);
-            for (int kb = 0; kb < KB; ++kb) {
-                mbar_wait(full0 + 8 * s, ph);
-                float nsbv[NH], ns0[MH], ns1[MH];
-                load_scales(kb + 1 < KB ? kb + 1 : kb, nsbv, ns0, ns1);
-                const u32 sA = base + s * STAGE, sB = sA + A_BYTES;
-#pragma unroll
-                for (int mh = 0; mh < MH; ++mh)
-#pragma unroll
-                    for (int nh = 0; nh < NH; ++nh) {
-                        wg_issue(part, sA + (wg * MH + mh) * (64 * 128), sB + nh * (128 * 128));
-                        wgmma_wait<0>();
-                        if (mh == MH - 1 && nh == NH - 1) {  // the tensor cores are done with this stage
-                            if (lane == 0) mbar_arrive(empty0 + 8 * s);
-                            if (CL > 1 && lane == 1) mbar_arrive_cluster(empty0 + 8 * s, rank ^ 1u);
-                        }
-                        promote(acc[mh * NH + nh], part, s0[mh] * sbv[nh], s1[mh] * sbv[nh]);
-                    }
-                if (++s == ST) { s = 0; ph ^= 1; }
-#pragma unroll
-                for (int nh = 0; nh < NH; ++nh) sbv[nh] = nsbv[nh];
-#pragma unroll
-                for (int mh = 0; mh < MH; ++mh) { s0[mh] = ns0[mh]; s1[mh] = ns1[mh]; }
-            }
-            // ---- epilogue ----
+        // ---- epilogue: the finished 128 x TBN tile (this warpgroup's rows) to C ----
+        auto epilogue = [&](float (&acc)[MH * NH][64], int m0, int n0) {
             if (EPI == 0) {
 #pragma unroll
                 for (int mh = 0; mh < MH; ++mh)
@@ -216,6 +170,123 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                     bulk_commit();
                 }
             }
+        };
+        // The dequantization scales of k-block kb for this thread's accumulator rows (g, g + 8 of each m64 sub-tile)
+        // and the tile's n128 blocks; zero past the matrix.
+        auto load_scales = [&](int m0, int n0, int kb, float (&b)[NH], float (&x0)[MH], float (&x1)[MH]) {
+#pragma unroll
+            for (int nh = 0; nh < NH; ++nh) {
+                const int nbk = n0 / 128 + nh;
+                b[nh] = nbk < NBS ? __ldg(sb + (size_t)nbk * KB + kb) : 0.f;
+            }
+#pragma unroll
+            for (int mh = 0; mh < MH; ++mh) {
+                const int r0 = m0 + 64 * (wg * MH + mh) + 16 * wq + g;
+                x0[mh] = r0 < M ? __ldg(sa + r0 * sa_sm + kb * sa_sk) : 0.f;
+                x1[mh] = r0 + 8 < M ? __ldg(sa + (r0 + 8) * sa_sm + kb * sa_sk) : 0.f;
+            }
+        };
+        if constexpr (PIPE) {
+            // Two partial-sum buffers (pa, pb): k-block kb + 1 is issued into one BEFORE k-block kb's products are
+            // promoted from the other (wgmma.wait_group 1 instead of 0), so this warpgroup's next batch is already on
+            // the tensor cores while its FFMAs run. acc 64 + pa 64 + pb 64 registers per thread.
+            // ptxas keeps the wgmma pipeline asynchronous only when no batch is in flight across a branch or a loop's
+            // back edge (else it serializes every wgmma: C7514 / C7518 in its -v log), so the k-blocks go in groups of
+            // four written out straight (3 of 4 promotions overlap a batch), a remainder one at a time.
+            float acc[1][64], pa[64], pb[64];
+            int s = 0, r = 0;  // the stage to issue next, the stage to release next
+            u32 ph = 0;
+            auto issue = [&](float (&p)[64]) {
+                mbar_wait(full0 + 8 * s, ph);
+                const u32 sA = base + s * STAGE;
+                wg_issue(p, sA + wg * (64 * 128), sA + A_BYTES);
+                if (++s == ST) { s = 0; ph ^= 1; }
+            };
+            auto release = [&]() {  // the tensor cores are done with the oldest stage this warpgroup holds
+                mbar_arrive_if(empty0 + 8 * r, lane == 0);
+                if (CL > 1) mbar_arrive_cluster_if(empty0 + 8 * r, rank ^ 1u, lane == 1);
+                if (++r == ST) r = 0;
+            };
+            for (int t = cid; t < T; t += P) {
+                int m0, n0;
+                tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
+                zero<64>(acc[0]);
+                float sb0[1], s00[1], s10[1];
+                load_scales(m0, n0, 0, sb0, s00, s10);
+                float cur = s00[0] * sb0[0], cur8 = s10[0] * sb0[0];  // scales of the k-block promoted next
+                // promote `p` (k-block kb) with its scales, loading those of kb + 1 first
+                auto promote_kb = [&](float (&p)[64], int kb) {
+                    float b[1], x0[1], x1[1];
+                    load_scales(m0, n0, kb + 1 < KB ? kb + 1 : kb, b, x0, x1);
+                    promote(acc[0], p, cur, cur8);
+                    cur = x0[0] * b[0];
+                    cur8 = x1[0] * b[0];
+                };
+                int kb = 0;
+                for (; kb + 4 <= KB; kb += 4) {
+                    issue(pa);
+                    issue(pb);
+                    wgmma_wait<1>();
+                    release();
+                    promote_kb(pa, kb);
+                    issue(pa);
+                    wgmma_wait<1>();
+                    release();
+                    promote_kb(pb, kb + 1);
+                    issue(pb);
+                    wgmma_wait<1>();
+                    release();
+                    promote_kb(pa, kb + 2);
+                    wgmma_wait<0>();
+                    release();
+                    promote_kb(pb, kb + 3);
+                }
+                for (; kb < KB; ++kb) {
+                    issue(pa);
+                    wgmma_wait<0>();
+                    release();
+                    promote_kb(pa, kb);
+                }
+                epilogue(acc, m0, n0);
+            }
+        } else {
+            float acc[MH * NH][64], part[64];
+            zero<64>(part);
+            int s = 0;
+            u32 ph = 0;
+            for (int t = cid; t < T; t += P) {
+                int m0, n0;
+                tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
+                zero<64 * MH * NH>(&acc[0][0]);
+                // Scales of k-block kb + 1 are loaded while k-block kb multiplies (one iteration, 500+ cycles, hides an L2
+                // round trip); those of the tile's first k-block before its first wait.
+                float sbv[NH], s0[MH], s1[MH];
+                load_scales(m0, n0, 0, sbv, s0, s1);
+                for (int kb = 0; kb < KB; ++kb) {
+                    mbar_wait(full0 + 8 * s, ph);
+                    float nsbv[NH], ns0[MH], ns1[MH];
+                    load_scales(m0, n0, kb + 1 < KB ? kb + 1 : kb, nsbv, ns0, ns1);
+                    const u32 sA = base + s * STAGE, sB = sA + A_BYTES;
+#pragma unroll
+                    for (int mh = 0; mh < MH; ++mh)
+#pragma unroll
+                        for (int nh = 0; nh < NH; ++nh) {
+                            wg_issue(part, sA + (wg * MH + mh) * (64 * 128), sB + nh * (128 * 128));
+                            wgmma_wait<0>();
+                            if (mh == MH - 1 && nh == NH - 1) {  // the tensor cores are done with this stage
+                                if (lane == 0) mbar_arrive(empty0 + 8 * s);
+                                if (CL > 1 && lane == 1) mbar_arrive_cluster(empty0 + 8 * s, rank ^ 1u);
+                            }
+                            promote(acc[mh * NH + nh], part, s0[mh] * sbv[nh], s1[mh] * sbv[nh]);
+                        }
+                    if (++s == ST) { s = 0; ph ^= 1; }
+#pragma unroll
+                    for (int nh = 0; nh < NH; ++nh) sbv[nh] = nsbv[nh];
+#pragma unroll
+                    for (int mh = 0; mh < MH; ++mh) { s0[mh] = ns0[mh]; s1[mh] = ns1[mh]; }
+                }
+                epilogue(acc, m0, n0);
+            }
         }
         if (EPI && wq == 0 && lane == 0) bulk_wait<0>();
     }
@@ -226,19 +297,24 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
 #define W8A8_TMA_CLUSTER_1
 #define W8A8_TMA_CLUSTER_2 __cluster_dims__(2, 1, 1)
 // grid = CTAs (a multiple of CL), block = 128 * (NWG + 1), dynamic smem = ST * (128 + TBN) * 128 + NWG * CWG + 1 KB
-#define W8A8_TMA(TBN, NWG, ST, CL, EPI)                                                                              \
-    extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1) W8A8_TMA_CLUSTER_##CL                          \
-        w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI(                                                           \
-            const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB,                                \
-            const __grid_constant__ TmaDesc tmC, const float* __restrict__ sa, long long sa_sm, long long sa_sk,     \
-            const float* __restrict__ sb, u16* __restrict__ C, int M, int N, int K, int group) {                    \
-        w8a8_tma_body<TBN, NWG, ST, CL, EPI>(&tmA, &tmB, &tmC, sa, sa_sm, sa_sk, sb, C, M, N, K, group);            \
+#define W8A8_TMA_KERNEL(NAME, TBN, NWG, ST, CL, EPI, PIPE)                                                        \
+    extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1) W8A8_TMA_CLUSTER_##CL NAME(                    \
+        const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB, const __grid_constant__ TmaDesc tmC, \
+        const float* __restrict__ sa, long long sa_sm, long long sa_sk, const float* __restrict__ sb,               \
+        u16* __restrict__ C, int M, int N, int K, int group) {                                                       \
+        w8a8_tma_body<TBN, NWG, ST, CL, EPI, PIPE>(&tmA, &tmB, &tmC, sa, sa_sm, sa_sk, sb, C, M, N, K, group);      \
     }
+#define W8A8_TMA(TBN, NWG, ST, CL, EPI) \
+    W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI, TBN, NWG, ST, CL, EPI, 0)
+// the pipelined consumers (two partial-sum buffers): names end in _p2
+#define W8A8_TMA_P(TBN, NWG, ST, CL, EPI) \
+    W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI##_p2, TBN, NWG, ST, CL, EPI, 1)
 
-#if !defined(FP8LAB_W8A8_TMA)
-#error "the loader passes the instantiation list (gemm_w8a8.py TMA_CONFIGS) as -DFP8LAB_W8A8_TMA=W8A8_TMA(...)..."
+#if !defined(FP8LAB_W8A8_TMA) || !defined(FP8LAB_W8A8_TMA_P)
+#error "the loader passes the instantiation lists (gemm_w8a8.py TMA_CONFIGS) as -DFP8LAB_W8A8_TMA=W8A8_TMA(...)..."
 #endif
 FP8LAB_W8A8_TMA
+FP8LAB_W8A8_TMA_P
 
 // ---- device-side checks of the host's tensor maps (fp8lab/kernels/tma.py) --------------------------------------
 // The parameter arrived byte for byte: copy its 128 bytes out.

@@ -85,6 +85,18 @@ __device__ __forceinline__ void mbar_arrive_cluster(u32 bar, u32 rank) {
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(rank));
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
 }
+// Predicated forms (one instruction, no branch): for code that runs while a wgmma batch is in flight, where ptxas
+// serializes the wgmma pipeline if a lane-dependent branch (`if (lane == 0) ...`) sits between issue and wait.
+__device__ __forceinline__ void mbar_arrive_if(u32 bar, bool pred) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %1, 0;\n@p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n"
+                 ::"r"(bar), "r"((u32)pred) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_cluster_if(u32 bar, u32 rank, bool pred) {
+    u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(bar), "r"(rank));
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %1, 0;\n@p mbarrier.arrive.shared::cluster.b64 _, [%0];\n}\n"
+                 ::"r"(remote), "r"((u32)pred) : "memory");
+}
 // Every thread of every CTA of the cluster (not .aligned: callers may come from diverged code after __syncwarp).
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
