@@ -11,15 +11,20 @@ T0=$(date +%s)
 SHAPES=${SHAPES:-4096x7168x7168,2048x7168x7168,8192x4096x4096,4096x18944x3584,2048x3584x18944,512x4096x14336}
 KERNELS=${KERNELS:-wgmma_tma,wgmma_tma_c,wgmma_tma_d,wgmma_tma_p,wgmma_tma_p1,wgmma_tma_p7,wgmma_tma_p_tmastore}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv,noheader > "$OUT/smi.txt" 2>&1
-timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/test_kernels_gemm_tma.py > "$OUT/pytest_tma.txt" 2>&1
+[ "${TESTS:-1}" = 1 ] && timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/test_kernels_gemm_tma.py > "$OUT/pytest_tma.txt" 2>&1
 echo "pytest rc=$? at $(( $(date +%s) - T0 )) s: $(tail -1 "$OUT/pytest_tma.txt")"
 grep -E "^FAILED|^ERROR" "$OUT/pytest_tma.txt" | head -8
-timeout ${TUNE_S:-240} python3 -m fp8lab.kernels.gemm_prefill --tune --shapes "$SHAPES" --kernels "$KERNELS" \
+[ "${TUNE:-1}" = 1 ] && timeout ${TUNE_S:-240} python3 -m fp8lab.kernels.gemm_prefill --tune --shapes "$SHAPES" --kernels "$KERNELS" \
     --out "$OUT/tune.json" > "$OUT/tune.log" 2>&1
 echo "tune rc=$? at $(( $(date +%s) - T0 )) s"
+if [ "${DIAG:-0}" = 1 ]; then
+  timeout 200 python3 tools/gpu/prefill_diag.py 4096x7168x7168 ${DIAG_KERNELS:-wgmma_tma_p_tmastore,wgmma_tma_e} > "$OUT/diag.txt" 2>&1
+  echo "diag rc=$? at $(( $(date +%s) - T0 )) s"; cat "$OUT/diag.txt" | tail -12
+fi
 if [ "${NCU:-1}" = 1 ]; then
-  timeout 150 ncu --clock-control none -k "regex:w8a8_tma|nvjet|sm90|gemm|cutlass" --launch-skip 1 --launch-count 12 \
-      --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis \
+  timeout 150 ncu --clock-control none -k "regex:w8a8_tma|nvjet|sm90|gemm|cutlass" --launch-count 12 --print-details all \
+      --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+      --section InstructionStats \
       python3 tools/gpu/ncu_prefill.py 4096x7168x7168 ${NCU_KERNELS:-wgmma_tma_e,wgmma_tma_p,blockwise} > "$OUT/ncu.txt" 2>&1
   echo "ncu rc=$? at $(( $(date +%s) - T0 )) s"
 fi
