@@ -121,8 +121,14 @@ def test_encode_fast_equals_encode(fmt, inputs):
 
 def test_e8m0_torch_agrees_on_positive_values_and_differs_where_documented():
     x = torch.cat([all_bf16(), all_fp16()])
-    pos = x[(x > 0) & torch.isfinite(x) & (x < 2.0 ** 127)]
+    pos = x[(x >= 2.0 ** -126) & torch.isfinite(x) & (x < 2.0 ** 127)]
     assert torch.equal(E8M0.encode(pos), pos.to(torch.float8_e8m0fnu).view(torch.uint8))
+    # float32 subnormals: torch rounds on the bits (everything above 2**-127 goes up), ours (and ml_dtypes >= 0.7)
+    # round by value (the rounding point is 1.5 * 2**-127, the tie goes up)
+    t = 2.0 ** -127
+    sub = torch.tensor([t, 1.25 * t, 1.5 * t, 1.75 * t, 0.5 * t])
+    assert E8M0.encode(sub).tolist() == [0, 0, 1, 1, 0]
+    assert sub.to(torch.float8_e8m0fnu).view(torch.uint8).tolist() == [0, 1, 1, 1, 0]
     # zero: torch -> code 0 (2**-127); ml_dtypes -> NaN. Ours: NaN without saturation, code 0 with it.
     assert int(torch.tensor([0.0]).to(torch.float8_e8m0fnu).view(torch.uint8)) == 0
     assert int(E8M0.encode(torch.tensor([0.0]), saturate=False)) == 0xFF

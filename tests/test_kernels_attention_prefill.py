@@ -90,7 +90,9 @@ def test_reference_rows_subset():
     k = torch.randn(1, 2, 80, 64, generator=gen)
     full = pf.reference_prefill_attention(q, k, k, 50)
     some = pf.reference_prefill_attention(q, k, k, 50, rows=[0, 7, 29])
-    torch.testing.assert_close(some[:, :, [0, 7, 29]], full[:, :, [0, 7, 29]], rtol=0, atol=0)
+    # float64 either way; the BLAS may block a 3-row product differently from a 30-row one (CPU-dependent), so
+    # the rows agree to float64 rounding, not bit for bit
+    torch.testing.assert_close(some[:, :, [0, 7, 29]], full[:, :, [0, 7, 29]], rtol=1e-12, atol=1e-12)
     assert torch.isnan(some[:, :, 1]).all()
 
 
