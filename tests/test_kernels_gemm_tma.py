@@ -71,15 +71,19 @@ def test_every_named_config_is_valid_and_compiled():
         if cfg is None:
             continue
         cfg.check()
-        assert cfg.compiled in (G.TMA_PIPE_CONFIGS if cfg.pipe else G.TMA_CONFIGS), name
+        assert cfg.compiled in G.TMA_COMPILED[cfg.family], name
         assert cfg.smem + G.STATIC_SMEM <= G.SMEM_LIMIT
     assert G.TmaConfig(256, 2, 4, 2).smem == 4 * (128 + 256) * 128 + 1024
     assert G.TmaConfig(128, 2, 6, 2, 1).smem == 6 * 256 * 128 + 2 * 64 * 128 * 2 + 1024  # + the C staging tiles
+    assert G.TmaConfig(128, 2, 6, 2, scales=1).smem == 6 * 256 * 128 + 6 * 528 + 1024  # + the scale slots
     defs = dict(x.split("=", 1) for x in G.tma_cuda_defines())
-    d, dp = defs["FP8LAB_W8A8_TMA"], defs["FP8LAB_W8A8_TMA_P"]
-    assert d.count("W8A8_TMA(") == len(G.TMA_CONFIGS) and "W8A8_TMA(256,2,4,2,0)" in d
-    assert dp.count("W8A8_TMA_P(") == len(G.TMA_PIPE_CONFIGS) >= 1 and "W8A8_TMA_P(128,2,6,2,0)" in dp
+    assert set(defs) == {"FP8LAB_" + f for f in G.TMA_FAMILIES}
+    for f in G.TMA_FAMILIES:
+        assert defs["FP8LAB_" + f].count(f + "(") == len(G.TMA_COMPILED[f]) >= 1, f
+    assert "W8A8_TMA(256,2,4,2,0)" in defs["FP8LAB_W8A8_TMA"] and "W8A8_TMA_P(128,2,6,2,0)" in defs["FP8LAB_W8A8_TMA_P"]
     assert G.TMA_KERNELS["wgmma_tma_p"].function == "w8a8_tma_n128_w2_s6_c2_e0_p2"
+    assert G.TMA_KERNELS["wgmma_tma_pss"].function == "w8a8_tma_n128_w2_s6_c2_e0_ss_p2"
+    assert G.TMA_KERNELS["wgmma_tma_ss"].family == "W8A8_TMA_S" and G.TMA_KERNELS["wgmma_tma_pss"].family == "W8A8_TMA_PS"
 
 
 @pytest.mark.parametrize("cfg,msg", [
@@ -91,6 +95,8 @@ def test_every_named_config_is_valid_and_compiled():
     (G.TmaConfig(128, 2, 4, 4), "cluster 1\\|2"),
     (G.TmaConfig(256, 2, 4, 2, pipe=1), "pipe = 1 needs bn 128"),   # 128 + 2 x 128 registers
     (G.TmaConfig(128, 1, 6, 1, pipe=1), "pipe = 1 needs bn 128"),
+    (G.TmaConfig(128, 2, 6, 2, 1, pipe=1, scales=1), "shared memory"),  # 6 x 32 KB + 32 KB C tiles + 6 slots
+    (G.TmaConfig(128, 2, 6, 2, scales=2), "scales 0\\|1"),
 ])
 def test_invalid_configs_are_refused(cfg, msg):
     with pytest.raises(ValueError, match=msg):

@@ -162,7 +162,33 @@ def test_tma_kernels_are_qgmma_with_tma_loads_on_sm90a(built):
         assert k.count("QGMMA") == 4 * (4 + 1), (name, k.count("QGMMA"))  # a group of 4 k-blocks + the remainder
         assert k.has(r"^WARPGROUP\.DEPBAR\.LE gsb0, 0x1"), name
         assert k.count("LDL") == 0 and k.count("STL") == 0, name
+    # scales staged in shared memory: the scale warp copies them (LDGSTS, arriving on the stage's barrier), the
+    # consumers read them with LDS; no global load anywhere, no local memory in the loop around the QGMMAs
+    for fam, suffix in (("W8A8_TMA_S", "_ss"), ("W8A8_TMA_PS", "_ss_p2")):
+        for bn, nwg, st, cl, epi in G.TMA_COMPILED[fam]:
+            name = f"w8a8_tma_n{bn}_w{nwg}_s{st}_c{cl}_e{epi}{suffix}"
+            k = ks[name]
+            assert k.count("LDGSTS") > 0 and k.has(r"^ARRIVES\.LDGSTSBAR") and k.count("LDG") == 0, name
+            assert k.has(r"^WARPGROUP\.DEPBAR\.LE gsb0, 0x1") == suffix.endswith("_p2"), name
+            body = innermost_matrix_loop(k)
+            assert body and not {"LDL", "STL", "LDG"} & set(body), (name, body)
+            assert body.get("LDS", 0) >= 3, (name, body)  # sb, sa of rows g and g + 8
     assert ks["tma_copy_probe"].count("UTMALDG") == 1
+
+
+def innermost_matrix_loop(k) -> dict:
+    """Opcode counts of the shortest loop (a backward branch) that holds a matrix instruction (the k-loop)."""
+    import re
+    from collections import Counter
+
+    best = None
+    for addr, text in k.instrs:
+        m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", text)
+        if m and int(m.group(1), 16) <= addr:
+            body = [t.split()[0].split(".")[0] for a, t in k.instrs if int(m.group(1), 16) <= a <= addr and t]
+            if any(op in ("QGMMA", "HGMMA") for op in body) and (best is None or len(body) < len(best)):
+                best = body
+    return dict(Counter(best)) if best else {}
 
 
 @pytest.mark.parametrize("src", [TMA_SRC, WGMMA[0]])

@@ -127,6 +127,7 @@ def gemm_w8a8(a, sa, b, sb, *, kernel: str = "wgmma_ws", out=None, config=None) 
 # ---- version C: TMA, warp specialization, persistent grouped tiles, 2-CTA multicast (gemm_w8a8_tma.cu) ----------
 SMEM_LIMIT = 232448  # sm_90's opt-in shared memory per block (227 KB), static + dynamic
 STATIC_SMEM = 1024   # the kernel's static shared memory as ptxas reports it (barriers, padded by the 1024 alignment)
+SCALE_SLOT = 128 * 4 + 16  # scales = 1: one stage's sa (128 rows) and sb (<= 2 n128 blocks, padded to 16 bytes)
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,10 @@ class TmaConfig:
     cluster  1, or 2: CTA pairs on adjacent m-blocks of one n-block, each loading half of B and multicasting it
     epi      0: bf16 stores from registers; 1: through shared memory and a TMA store
     pipe     0: each k-block is issued, waited for, then promoted; 1 (bn 128, nwg 2 only): two partial-sum buffers,
-             k-block kb + 1 is issued before kb is promoted (wgmma.wait_group 1), across tile boundaries too
+             k-block kb + 1 is issued before kb is promoted (wgmma.wait_group 1)
+    scales   0: the consumers load each k-block's scales from global memory (__ldg, one k-block ahead); 1: a scale
+             warp of the producer warpgroup copies them (cp.async) into a 528-byte slot beside each stage, landing
+             on the stage's `full` barrier
     persistent  one CTA (cluster) per SM walking the tiles, or one per tile
     group    m-units (of `cluster` m-blocks) per group of the tile order; 0: chosen per shape (group_size)
     grid     persistent grid size in clusters (0: as many as fit at once); the tests shrink it so that each CTA
@@ -157,6 +161,7 @@ class TmaConfig:
     group: int = 0
     grid: int = 0
     pipe: int = 0
+    scales: int = 0
 
     @property
     def compiled(self) -> tuple:
@@ -164,7 +169,13 @@ class TmaConfig:
 
     @property
     def function(self) -> str:
-        return "w8a8_tma_n{}_w{}_s{}_c{}_e{}".format(*self.compiled) + ("_p2" if self.pipe else "")
+        return ("w8a8_tma_n{}_w{}_s{}_c{}_e{}".format(*self.compiled) + ("_ss" if self.scales else "")
+                + ("_p2" if self.pipe else ""))
+
+    @property
+    def family(self) -> str:
+        """The .cu macro that instantiates it: W8A8_TMA, W8A8_TMA_P (pipe), W8A8_TMA_S (scales), W8A8_TMA_PS."""
+        return "W8A8_TMA" + ("_" + "P" * self.pipe + "S" * self.scales if self.pipe or self.scales else "")
 
     @property
     def threads(self) -> int:
@@ -177,9 +188,11 @@ class TmaConfig:
 
     @property
     def smem(self) -> int:
-        """Dynamic shared memory: the stages, the C staging tiles (epi = 1), 1 KB to align to the 128B swizzle atom."""
+        """Dynamic shared memory: the stages, the C staging tiles (epi = 1), the scale slots (scales = 1), 1 KB to
+        align to the 128B swizzle atom."""
         c_tiles = self.nwg * self.mh * 64 * self.bn * 2 if self.epi else 0
-        return self.stages * (BM + self.bn) * BK + c_tiles + 1024
+        slots = self.stages * SCALE_SLOT if self.scales else 0
+        return self.stages * (BM + self.bn) * BK + c_tiles + slots + 1024
 
     def check(self) -> "TmaConfig":
         if self.bn not in (128, 256) or self.nwg not in (1, 2) or self.cluster not in (1, 2) or self.epi not in (0, 1):
@@ -191,6 +204,8 @@ class TmaConfig:
                              f"(limit {SMEM_LIMIT})")
         if self.pipe not in (0, 1) or (self.pipe and (self.bn, self.nwg) != (128, 2)):
             raise ValueError(f"{self}: pipe 0|1, and pipe = 1 needs bn 128 and nwg 2 (64 + 2 x 64 accumulators)")
+        if self.scales not in (0, 1):
+            raise ValueError(f"{self}: scales 0|1")
         if self.group < 0 or self.grid < 0:
             raise ValueError(f"group and grid must be >= 0, got {self.group}, {self.grid}")
         return self
@@ -215,19 +230,26 @@ TMA_VARIANTS = {
     "wgmma_tma_p1": TmaConfig(128, 2, 6, 1, 0, persistent=True, pipe=1),
     "wgmma_tma_p7": TmaConfig(128, 2, 7, 2, 0, persistent=True, pipe=1),
     "wgmma_tma_p_tmastore": TmaConfig(128, 2, 6, 2, 1, persistent=True, pipe=1),
+    # scales staged in shared memory by a producer warp (no global load in the consumers' loop)
+    "wgmma_tma_ss": TmaConfig(128, 2, 6, 2, 0, persistent=True, scales=1),
+    "wgmma_tma_e_ss": TmaConfig(256, 2, 4, 2, 0, persistent=True, scales=1),
+    "wgmma_tma_pss": TmaConfig(128, 2, 6, 2, 0, persistent=True, pipe=1, scales=1),
+    "wgmma_tma_pss_tmastore": TmaConfig(128, 2, 5, 2, 1, persistent=True, pipe=1, scales=1),
 }
 #: every named TMA kernel; "wgmma_tma" (None) picks its configuration per shape (tma_default)
 TMA_KERNELS: dict = {"wgmma_tma": None, **TMA_LADDER, **TMA_VARIANTS}
-#: what the .cu instantiates (sources.py passes them as -DFP8LAB_W8A8_TMA=... and -DFP8LAB_W8A8_TMA_P=...)
-TMA_CONFIGS = sorted({c.compiled for c in TMA_KERNELS.values() if c is not None and not c.pipe})
-TMA_PIPE_CONFIGS = sorted({c.compiled for c in TMA_KERNELS.values() if c is not None and c.pipe})
+#: what the .cu instantiates, per kernel family (macro): sources.py passes each list as -DFP8LAB_<macro>=<macro>(...)...
+TMA_FAMILIES = ("W8A8_TMA", "W8A8_TMA_P", "W8A8_TMA_S", "W8A8_TMA_PS")
+TMA_COMPILED = {f: sorted({c.compiled for c in TMA_KERNELS.values() if c is not None and c.family == f})
+                for f in TMA_FAMILIES}
+TMA_CONFIGS, TMA_PIPE_CONFIGS = TMA_COMPILED["W8A8_TMA"], TMA_COMPILED["W8A8_TMA_P"]
 
 
 def tma_cuda_defines() -> tuple[str, ...]:
-    """The compiled TMA configurations as the -D instantiation list of gemm_w8a8_tma.cu (one list: no drift)."""
+    """The compiled TMA configurations as the -D instantiation lists of gemm_w8a8_tma.cu (one list: no drift)."""
     from .sources import instances
 
-    return (instances("FP8LAB_W8A8_TMA", "W8A8_TMA", TMA_CONFIGS), instances("FP8LAB_W8A8_TMA_P", "W8A8_TMA_P", TMA_PIPE_CONFIGS))
+    return tuple(instances("FP8LAB_" + f, f, TMA_COMPILED[f]) for f in TMA_FAMILIES)
 
 
 def tile_counts(M: int, N: int, cfg: TmaConfig) -> tuple[int, int]:

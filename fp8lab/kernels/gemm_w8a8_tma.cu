@@ -62,7 +62,7 @@ struct TileMap {
     }
 };
 
-template <int TBN, int NWG, int ST, int CL, int EPI, int PIPE>
+template <int TBN, int NWG, int ST, int CL, int EPI, int PIPE, int SS>
 __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc* tmB, const TmaDesc* tmC,
                                               const float* __restrict__ sa, long long sa_sm, long long sa_sk,
                                               const float* __restrict__ sb, u16* __restrict__ C, int M, int N, int K,
@@ -72,6 +72,7 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
     constexpr int A_BYTES = 128 * 128, B_BYTES = TBN * 128, STAGE = A_BYTES + B_BYTES;
     constexpr int CBOX = 64 * MH * 128;    // one 64-column box of a warpgroup's C tile (bf16, 128B rows)
     constexpr int CWG = EPI ? (TBN / 64) * CBOX : 0;
+    constexpr int SLOT = 128 * 4 + 16;     // SS: one stage's scales, sa of the tile's 128 rows + sb of its n128 blocks
     static_assert(TBN == 128 || TBN == 256, "TBN is 128 or 256");
     static_assert(MH * NH <= 2, "accumulators: at most two 64 x 128 sub-tiles per thread (128 + 64 registers)");
     static_assert(CL == 1 || CL == 2, "clusters of 1 or 2 CTAs");
@@ -81,6 +82,7 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
     __shared__ __align__(8) u64 bars[2 * ST];  // full[s], empty[s]
     const u32 base = (smem_addr(smem_tma) + 1023u) & ~1023u;  // the same offset in every CTA (multicast)
     const u32 full0 = smem_addr(&bars[0]), empty0 = smem_addr(&bars[ST]);
+    const u32 sbase = base + ST * STAGE + NWG * CWG;  // SS: the scale slots, one per stage
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, wg = warp >> 2;
     const int KB = (K + 127) >> 7, NBS = (N + 127) >> 7;
     const u32 rank = CL > 1 ? cluster_rank() : 0u;
@@ -93,7 +95,8 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
         tma_prefetch_desc(tmB);
         if (EPI) tma_prefetch_desc(tmC);
         for (int s = 0; s < ST; ++s) {
-            mbar_init(full0 + 8 * s, 1);                 // the producer's arrive.expect_tx; the bytes do the rest
+            // the producer's arrive.expect_tx (the bytes do the rest) + SS: one arrival per lane of the scale warp
+            mbar_init(full0 + 8 * s, 1 + (SS ? 32 : 0));
             mbar_init(empty0 + 8 * s, NWG * 4 * CL);     // one arrival per consumer warp, of every CTA of the cluster
         }
         fence_mbar_init();
@@ -119,6 +122,31 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                     tma_load_2d(sA, tmA, fb, kb * 128, ma);
                     if (CL == 1) tma_load_2d(sB, tmB, fb, kb * 128, nbr);
                     else tma_load_2d_mc(sB + rank * (B_BYTES / 2), tmB, fb, kb * 128, nbr, (u16)3);
+                    if (++s == ST) { s = 0; ph ^= 1; }
+                }
+            }
+        }
+        if (SS && warp == NWG * 4 + 1) {
+            // The scale warp: the stage's sa column (128 rows, one 4-byte cp.async per row, zero past M) and sb
+            // entries (lanes < NH, zero past the last n-block) into the stage's slot; each lane's copies arrive on
+            // the stage's `full` barrier when they land (cp.async.mbarrier.arrive.noinc), so the consumers find the
+            // scales beside the tiles and no global load sits in their loop.
+            int s = 0;
+            u32 ph = 0;
+            for (int t = cid; t < T; t += P) {
+                int m0, n0;
+                tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
+                for (int kb = 0; kb < KB; ++kb) {
+                    mbar_wait(empty0 + 8 * s, ph ^ 1);
+                    const u32 slot = sbase + s * SLOT;
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const int row = m0 + lane + 32 * j;
+                        cp_async4_zfill(slot + 4 * (lane + 32 * j), row < M ? sa + row * sa_sm + kb * sa_sk : sa, row < M);
+                    }
+                    const int nbk = n0 / 128 + lane;
+                    if (lane < NH) cp_async4_zfill(slot + 512 + 4 * lane, nbk < NBS ? sb + (size_t)nbk * KB + kb : sb, nbk < NBS);
+                    cp_async_mbar_arrive_noinc(full0 + 8 * s);
                     if (++s == ST) { s = 0; ph ^= 1; }
                 }
             }
@@ -186,6 +214,18 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                 x1[mh] = r0 + 8 < M ? __ldg(sa + (r0 + 8) * sa_sm + kb * sa_sk) : 0.f;
             }
         };
+        // SS: the same scales from stage s's slot (read before the stage is released: the scale warp refills it)
+        auto slot_scales = [&](int s, float (&b)[NH], float (&x0)[MH], float (&x1)[MH]) {
+            const u32 slot = sbase + s * SLOT;
+#pragma unroll
+            for (int nh = 0; nh < NH; ++nh) b[nh] = ld_shared_f32(slot + 512 + 4 * nh);
+#pragma unroll
+            for (int mh = 0; mh < MH; ++mh) {
+                const int r0 = 64 * (wg * MH + mh) + 16 * wq + g;
+                x0[mh] = ld_shared_f32(slot + 4 * r0);
+                x1[mh] = ld_shared_f32(slot + 4 * (r0 + 8));
+            }
+        };
         if constexpr (PIPE) {
             // Two partial-sum buffers (pa, pb): k-block kb + 1 is issued into one BEFORE k-block kb's products are
             // promoted from the other (wgmma.wait_group 1 instead of 0), so this warpgroup's next batch is already on
@@ -194,12 +234,19 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
             // back edge (else it serializes every wgmma: C7514 / C7518 in its -v log), so the k-blocks go in groups of
             // four written out straight (3 of 4 promotions overlap a batch), a remainder one at a time.
             float acc[1][64], pa[64], pb[64];
+            float ca = 0.f, ca8 = 0.f, cb = 0.f, cb8 = 0.f;  // SS: the scales of the k-block in pa, in pb
             int s = 0, r = 0;  // the stage to issue next, the stage to release next
             u32 ph = 0;
-            auto issue = [&](float (&p)[64]) {
+            auto issue = [&](float (&p)[64], float& c, float& c8) {
                 mbar_wait(full0 + 8 * s, ph);
                 const u32 sA = base + s * STAGE;
                 wg_issue(p, sA + wg * (64 * 128), sA + A_BYTES);
+                if constexpr (SS) {
+                    float b[1], x0[1], x1[1];
+                    slot_scales(s, b, x0, x1);
+                    c = x0[0] * b[0];
+                    c8 = x1[0] * b[0];
+                }
                 if (++s == ST) { s = 0; ph ^= 1; }
             };
             auto release = [&]() {  // the tensor cores are done with the oldest stage this warpgroup holds
@@ -211,41 +258,50 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                 int m0, n0;
                 tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
                 zero<64>(acc[0]);
-                float sb0[1], s00[1], s10[1];
-                load_scales(m0, n0, 0, sb0, s00, s10);
-                float cur = s00[0] * sb0[0], cur8 = s10[0] * sb0[0];  // scales of the k-block promoted next
-                // promote `p` (k-block kb) with its scales, loading those of kb + 1 first
-                auto promote_kb = [&](float (&p)[64], int kb) {
-                    float b[1], x0[1], x1[1];
-                    load_scales(m0, n0, kb + 1 < KB ? kb + 1 : kb, b, x0, x1);
-                    promote(acc[0], p, cur, cur8);
-                    cur = x0[0] * b[0];
-                    cur8 = x1[0] * b[0];
+                float cur = 0.f, cur8 = 0.f;  // !SS: scales of the k-block promoted next
+                if constexpr (!SS) {
+                    float sb0[1], s00[1], s10[1];
+                    load_scales(m0, n0, 0, sb0, s00, s10);
+                    cur = s00[0] * sb0[0];
+                    cur8 = s10[0] * sb0[0];
+                }
+                // promote `p` (k-block kb) with its scales: SS, those read at its issue (c, c8); else `cur`, loading
+                // those of kb + 1 first
+                auto promote_kb = [&](float (&p)[64], int kb, float c, float c8) {
+                    if constexpr (SS) {
+                        promote(acc[0], p, c, c8);
+                    } else {
+                        float b[1], x0[1], x1[1];
+                        load_scales(m0, n0, kb + 1 < KB ? kb + 1 : kb, b, x0, x1);
+                        promote(acc[0], p, cur, cur8);
+                        cur = x0[0] * b[0];
+                        cur8 = x1[0] * b[0];
+                    }
                 };
                 int kb = 0;
                 for (; kb + 4 <= KB; kb += 4) {
-                    issue(pa);
-                    issue(pb);
+                    issue(pa, ca, ca8);
+                    issue(pb, cb, cb8);
                     wgmma_wait<1>();
                     release();
-                    promote_kb(pa, kb);
-                    issue(pa);
+                    promote_kb(pa, kb, ca, ca8);
+                    issue(pa, ca, ca8);
                     wgmma_wait<1>();
                     release();
-                    promote_kb(pb, kb + 1);
-                    issue(pb);
+                    promote_kb(pb, kb + 1, cb, cb8);
+                    issue(pb, cb, cb8);
                     wgmma_wait<1>();
                     release();
-                    promote_kb(pa, kb + 2);
+                    promote_kb(pa, kb + 2, ca, ca8);
                     wgmma_wait<0>();
                     release();
-                    promote_kb(pb, kb + 3);
+                    promote_kb(pb, kb + 3, cb, cb8);
                 }
                 for (; kb < KB; ++kb) {
-                    issue(pa);
+                    issue(pa, ca, ca8);
                     wgmma_wait<0>();
                     release();
-                    promote_kb(pa, kb);
+                    promote_kb(pa, kb, ca, ca8);
                 }
                 epilogue(acc, m0, n0);
             }
@@ -261,11 +317,12 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                 // Scales of k-block kb + 1 are loaded while k-block kb multiplies (one iteration, 500+ cycles, hides an L2
                 // round trip); those of the tile's first k-block before its first wait.
                 float sbv[NH], s0[MH], s1[MH];
-                load_scales(m0, n0, 0, sbv, s0, s1);
+                if constexpr (!SS) load_scales(m0, n0, 0, sbv, s0, s1);
                 for (int kb = 0; kb < KB; ++kb) {
                     mbar_wait(full0 + 8 * s, ph);
                     float nsbv[NH], ns0[MH], ns1[MH];
-                    load_scales(m0, n0, kb + 1 < KB ? kb + 1 : kb, nsbv, ns0, ns1);
+                    if constexpr (SS) slot_scales(s, sbv, s0, s1);  // this k-block's, from its stage
+                    else load_scales(m0, n0, kb + 1 < KB ? kb + 1 : kb, nsbv, ns0, ns1);
                     const u32 sA = base + s * STAGE, sB = sA + A_BYTES;
 #pragma unroll
                     for (int mh = 0; mh < MH; ++mh)
@@ -280,10 +337,12 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                             promote(acc[mh * NH + nh], part, s0[mh] * sbv[nh], s1[mh] * sbv[nh]);
                         }
                     if (++s == ST) { s = 0; ph ^= 1; }
+                    if constexpr (!SS) {
 #pragma unroll
-                    for (int nh = 0; nh < NH; ++nh) sbv[nh] = nsbv[nh];
+                        for (int nh = 0; nh < NH; ++nh) sbv[nh] = nsbv[nh];
 #pragma unroll
-                    for (int mh = 0; mh < MH; ++mh) { s0[mh] = ns0[mh]; s1[mh] = ns1[mh]; }
+                        for (int mh = 0; mh < MH; ++mh) { s0[mh] = ns0[mh]; s1[mh] = ns1[mh]; }
+                    }
                 }
                 epilogue(acc, m0, n0);
             }
@@ -296,25 +355,33 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
 
 #define W8A8_TMA_CLUSTER_1
 #define W8A8_TMA_CLUSTER_2 __cluster_dims__(2, 1, 1)
-// grid = CTAs (a multiple of CL), block = 128 * (NWG + 1), dynamic smem = ST * (128 + TBN) * 128 + NWG * CWG + 1 KB
-#define W8A8_TMA_KERNEL(NAME, TBN, NWG, ST, CL, EPI, PIPE)                                                        \
+// grid = CTAs (a multiple of CL), block = 128 * (NWG + 1),
+// dynamic smem = ST * (128 + TBN) * 128 + NWG * CWG + (SS ? ST * SLOT : 0) + 1 KB
+#define W8A8_TMA_KERNEL(NAME, TBN, NWG, ST, CL, EPI, PIPE, SS)                                                        \
     extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1) W8A8_TMA_CLUSTER_##CL NAME(                    \
         const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB, const __grid_constant__ TmaDesc tmC, \
         const float* __restrict__ sa, long long sa_sm, long long sa_sk, const float* __restrict__ sb,               \
         u16* __restrict__ C, int M, int N, int K, int group) {                                                       \
-        w8a8_tma_body<TBN, NWG, ST, CL, EPI, PIPE>(&tmA, &tmB, &tmC, sa, sa_sm, sa_sk, sb, C, M, N, K, group);      \
+        w8a8_tma_body<TBN, NWG, ST, CL, EPI, PIPE, SS>(&tmA, &tmB, &tmC, sa, sa_sm, sa_sk, sb, C, M, N, K, group);      \
     }
 #define W8A8_TMA(TBN, NWG, ST, CL, EPI) \
-    W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI, TBN, NWG, ST, CL, EPI, 0)
+    W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI, TBN, NWG, ST, CL, EPI, 0, 0)
 // the pipelined consumers (two partial-sum buffers): names end in _p2
 #define W8A8_TMA_P(TBN, NWG, ST, CL, EPI) \
-    W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI##_p2, TBN, NWG, ST, CL, EPI, 1)
+    W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI##_p2, TBN, NWG, ST, CL, EPI, 1, 0)
+// scales staged in shared memory by the scale warp: names end in _ss (_ss_p2 with the pipelined consumers)
+#define W8A8_TMA_S(TBN, NWG, ST, CL, EPI) \
+    W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI##_ss, TBN, NWG, ST, CL, EPI, 0, 1)
+#define W8A8_TMA_PS(TBN, NWG, ST, CL, EPI) \
+    W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI##_ss_p2, TBN, NWG, ST, CL, EPI, 1, 1)
 
-#if !defined(FP8LAB_W8A8_TMA) || !defined(FP8LAB_W8A8_TMA_P)
+#if !defined(FP8LAB_W8A8_TMA) || !defined(FP8LAB_W8A8_TMA_P) || !defined(FP8LAB_W8A8_TMA_S) || !defined(FP8LAB_W8A8_TMA_PS)
 #error "the loader passes the instantiation lists (gemm_w8a8.py TMA_CONFIGS) as -DFP8LAB_W8A8_TMA=W8A8_TMA(...)..."
 #endif
 FP8LAB_W8A8_TMA
 FP8LAB_W8A8_TMA_P
+FP8LAB_W8A8_TMA_S
+FP8LAB_W8A8_TMA_PS
 
 // ---- device-side checks of the host's tensor maps (fp8lab/kernels/tma.py) --------------------------------------
 // The parameter arrived byte for byte: copy its 128 bytes out.
