@@ -233,6 +233,7 @@ TMA_VARIANTS = {
     # scales staged in shared memory by a producer warp (no global load in the consumers' loop)
     "wgmma_tma_ss": TmaConfig(128, 2, 6, 2, 0, persistent=True, scales=1),
     "wgmma_tma_e_ss": TmaConfig(256, 2, 4, 2, 0, persistent=True, scales=1),
+    "wgmma_tma_e_ss_tmastore": TmaConfig(256, 2, 3, 2, 1, persistent=True, scales=1),
     "wgmma_tma_pss": TmaConfig(128, 2, 6, 2, 0, persistent=True, pipe=1, scales=1),
     "wgmma_tma_pss_tmastore": TmaConfig(128, 2, 5, 2, 1, persistent=True, pipe=1, scales=1),
 }
