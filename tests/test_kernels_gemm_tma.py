@@ -134,6 +134,13 @@ def test_group_size_and_default_rule():
         cfg = G.tma_default(M, N, K)
         assert cfg in G.TMA_KERNELS.values()
         assert cfg.cluster == 1 or M > 128
+    # full grids take the 128 x 256 tiles; 128 x 128 where 256-wide tiles would idle half the SMs (32 tiles on 66
+    # pairs against 64); one m-block: no cluster
+    assert G.tma_default(4096, 7168, 7168) == G.TMA_KERNELS["wgmma_tma_e_ss_tmastore"]
+    assert G.tma_default(512, 4096, 14336) == G.TMA_KERNELS["wgmma_tma_p_tmastore"]
+    assert G.tma_default(128, 7168, 7168).cluster == 1
+    # a device with fewer pairs changes the waves, not the rule's inputs: 28 x 16 tiles on 64 pairs fill 7 waves
+    assert G.tma_default(4096, 7168, 7168, units={(256, 2): 64, (128, 2): 64}).bn == 256
 
 
 def test_tma_kernels_check_arguments_before_any_cuda_call():
@@ -289,9 +296,12 @@ def _fake_run():
         add("scaled_mm_blockwise (torch._scaled_mm)", M, 7168, 7168, 1000.0, speedup=1000 / 700)
         add("scaled_mm_tensorwise (torch._scaled_mm)", M, 7168, 7168, 1200.0, speedup=1200 / 700)
         add("w8a8_wgmma_tma", M, 7168, 7168, 980.0 if M == 4096 else 650.0, speedup=(980.0 if M == 4096 else 650.0) / 700,
-            speedup_vs_scaled_mm_blockwise=(980.0 if M == 4096 else 650.0) / 1000)
+            speedup_vs_scaled_mm_blockwise=(980.0 if M == 4096 else 650.0) / 1000, bn=256, cluster=2, grid_units=66,
+            persistent=True)
     add("w8a8_wgmma_ws", 4096, 7168, 7168, 720.0, speedup=720 / 700, speedup_vs_scaled_mm_blockwise=0.72)
     add("w8a8_wgmma_tma_a", 4096, 7168, 7168, 800.0, speedup=800 / 700, speedup_vs_scaled_mm_blockwise=0.8)
+    add("w8a8_wgmma_tma_d", 4096, 7168, 7168, 900.0, speedup=900 / 700, speedup_vs_scaled_mm_blockwise=0.9)
+    add("w8a8_wgmma_tma_p", 4096, 7168, 7168, 945.0, speedup=945 / 700, speedup_vs_scaled_mm_blockwise=0.945)
     return {"results": res, "ceilings": {"fp8_scaled_mm_tensorwise_tflops_8192": 1250.0},
             "prefill_sass": {"wgmma_tma_a": {"QGMMA": 8, "UTMALDG": 14, "registers": 232, "spill_stores": 0,
                                              "smem_dynamic": 197632, "smem_static": 1024}}}
@@ -302,12 +312,18 @@ def test_prefill_report_functions():
 
     data = _fake_run()
     climb = R.prefill_climb(data)
-    assert [r["kernel"] for r in climb] == ["wgmma_ws", "wgmma_tma_a", "wgmma_tma"]
-    assert climb[1]["x_prev_rung"] == pytest.approx(800 / 720) and climb[2]["x_prev_rung"] == pytest.approx(980 / 800)
+    assert [r["kernel"] for r in climb] == ["wgmma_ws", "wgmma_tma_a", "wgmma_tma_d", "wgmma_tma", "wgmma_tma_p"]
+    assert climb[1]["x_prev_rung"] == pytest.approx(800 / 720) and climb[2]["x_prev_rung"] == pytest.approx(900 / 800)
+    assert climb[3]["x_prev_rung"] == pytest.approx(980 / 900)
+    assert climb[4]["x_prev_rung"] == pytest.approx(945 / 900)  # a side branch: against the rung it changes (_d)
     assert climb[1]["QGMMA"] == 8 and climb[1]["smem KB"] == pytest.approx(194.0)
     gap = R.prefill_gap(data)
     assert len(gap) == 1 and gap[0]["best_fp8_in_run"] == 1250.0 and gap[0]["of_best"] == pytest.approx(980 / 1250)
     assert gap[0]["spec_dense_fp8 (datasheet)"] == 1979
+    assert gap[0]["wave_busy"] == pytest.approx(448 / 462)  # 16 x 28 pair tiles in 7 waves of 66 pairs
+    assert R.wave_busy({"M": 2048, "N": 7168, "bn": 256, "cluster": 2, "grid_units": 66}) == pytest.approx(224 / 264)
+    assert R.wave_busy({"M": 2048, "N": 7168, "bn": 256, "cluster": 2, "grid_units": 66, "persistent": False}) is None
+    assert R.wave_busy({"M": 2048, "N": 7168}) is None
     g = {x["goal"].split(" (")[0]: x for x in R.prefill_goals(data)}
     assert g["W8A8 4096x7168x7168 >= 0.95x torch._scaled_mm blockwise"]["measured"] == pytest.approx(0.98)
     assert g["W8A8 4096x7168x7168 >= 0.95x torch._scaled_mm blockwise"]["met"] is True

@@ -34,7 +34,10 @@ CLIMB_SHAPES = [(4096, 7168, 7168)]
 #: at every shape of the grid: version C's default and the previous best
 GEMM_KERNELS = ("wgmma_tma", "wgmma_ws")
 #: the climb, in order; each rung adds one change (gemm_w8a8.TMA_LADDER says which)
-LADDER = ("wgmma_ws", "wgmma_tma_a", "wgmma_tma_b", "wgmma_tma_c", "wgmma_tma_d", "wgmma_tma_e", "wgmma_tma")
+LADDER = ("wgmma_ws", "wgmma_tma_a", "wgmma_tma_b", "wgmma_tma_c", "wgmma_tma_d", "wgmma_tma_e", "wgmma_tma_e_ss",
+          "wgmma_tma_e_ss_tmastore", "wgmma_tma")
+#: side branches timed with the climb: {kernel: the rung it changes} (128 x 128 tiles with two partial-sum buffers)
+CLIMB_BRANCH = {"wgmma_tma_p": "wgmma_tma_d", "wgmma_tma_p_tmastore": "wgmma_tma_p"}
 CLIMB_STEPS = {
     "mma_bf16": "mma.sync bf16 (FP8 widened in registers)",
     "mma_fp8": "mma.sync e4m3 (emulated by ptxas on sm_90)",
@@ -47,6 +50,10 @@ CLIMB_STEPS = {
     "wgmma_tma_c": "+ persistent grid, grouped tile order",
     "wgmma_tma_d": "+ 2-CTA clusters, B multicast",
     "wgmma_tma_e": "+ 128 x 256 tiles",
+    "wgmma_tma_e_ss": "+ scales staged in shared memory by a producer warp",
+    "wgmma_tma_e_ss_tmastore": "+ bf16 tile out by TMA store (3 stages)",
+    "wgmma_tma_p": "from _d: two partial-sum buffers (promotion under the next MMAs)",
+    "wgmma_tma_p_tmastore": "+ bf16 tile out by TMA store",
     "wgmma_tma": "the default: configuration chosen per shape",
 }
 OLDER = ("wgmma_256", "wgmma_pipe", "wgmma", "mma_bf16", "mma_fp8")
@@ -197,7 +204,7 @@ def bench_prefill(bench: harness.Bench, skip: set, shapes=None, climb_shapes=Non
         sh = _Shape(M, N, K)
         timers, meta = {}, {}
         _add_anchors(bench, sh, timers, meta)
-        names = [k for k in (LADDER + OLDER if subset == "climb" else kernels) if k not in skip]
+        names = [k for k in (LADDER + tuple(CLIMB_BRANCH) + OLDER if subset == "climb" else kernels) if k not in skip]
         for k in dict.fromkeys(names):
             _add_kernel(bench, sh, k, timers, meta)
         t = bench.compare({n: f for n, f in timers.items() if bench.validation.get(n, {}).get("passed")},
@@ -265,7 +272,7 @@ def _ptxas_table(log: str) -> dict:
     return out
 
 
-def sass_facts(kernels=LADDER + OLDER) -> dict:
+def sass_facts(kernels=LADDER + tuple(CLIMB_BRANCH) + OLDER) -> dict:
     """What each named kernel runs on sm_90a: matrix and copy instructions, registers, spills, shared memory.
 
     {"wgmma_tma_e": {"function": "w8a8_tma_n256_w2_s4_c2_e0", "QGMMA": 8, "UTMALDG": 14, "registers": 168,

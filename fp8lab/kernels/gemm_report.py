@@ -139,19 +139,23 @@ def prefill_climb(data: dict, shape: str = "M=4096 N=7168 K=7168") -> list[dict]
     """The climb at one shape: each rung's change, its rate, what it bought over the rung before, and what the SASS
     says (QGMMA per k-block loop, TMA loads, registers at entry / per consumer thread, spills, shared memory).
 
-    Rows in gemm_prefill.LADDER order (the older versions first); the rung before wgmma_tma_a is wgmma_ws."""
-    from .gemm_prefill import CLIMB_STEPS, LADDER, OLDER
+    Rows in gemm_prefill.LADDER order (the older versions first; the rung before wgmma_tma_a is wgmma_ws), then the
+    side branches (gemm_prefill.CLIMB_BRANCH), each against the rung it changes."""
+    from .gemm_prefill import CLIMB_BRANCH, CLIMB_STEPS, LADDER, OLDER
 
     at = {_short(r["kernel"]): r for r in _prefill(data) if r["shape"] == shape}
     facts = data.get("prefill_sass") or {}
     rows, prev = [], None
-    for k in tuple(reversed(OLDER)) + LADDER:
+    for k in tuple(reversed(OLDER)) + LADDER + tuple(CLIMB_BRANCH):
         r = at.get(k)
         if r is None:
             continue
+        if k in CLIMB_BRANCH:
+            prev = at.get(CLIMB_BRANCH[k])
         f = facts.get(k, {})
         rows.append({"kernel": k, "change": CLIMB_STEPS.get(k, ""), "TFLOP/s": r.get("tflops"),
-                     "x_prev_rung": (r["tflops"] / prev["tflops"]) if (prev and k in LADDER[1:]) else None,
+                     "x_prev_rung": (r["tflops"] / prev["tflops"]) if (prev and (k in LADDER[1:] or k in CLIMB_BRANCH))
+                     else None,
                      "x_vs_blockwise": r.get("speedup_vs_scaled_mm_blockwise"), "x_vs_bf16": r.get("speedup"),
                      "config": r.get("config"), "QGMMA": f.get("QGMMA"), "TMA loads": f.get("UTMALDG"),
                      "regs": f.get("registers"), "regs/consumer": f.get("registers_consumer"),
@@ -160,6 +164,19 @@ def prefill_climb(data: dict, shape: str = "M=4096 N=7168 K=7168") -> list[dict]
         if k in LADDER:
             prev = r
     return rows
+
+
+def wave_busy(r: dict) -> float | None:
+    """The fraction of the persistent grid's tile slots that hold a tile: T tiles on P CTAs (clusters) take
+    ceil(T / P) waves, and the last one runs T - (waves - 1) P of them. From the record's tile width, cluster and
+    grid; None for a record without them.
+
+    wave_busy({"M": 2048, "N": 7168, "bn": 256, "cluster": 2, "grid_units": 66}) -> 0.848 (224 tiles, 4 waves of 66)"""
+    if not all(r.get(k) for k in ("M", "N", "bn", "cluster", "grid_units")) or r.get("persistent") is False:
+        return None
+    T = -(-(-(-r["M"] // 128)) // r["cluster"]) * -(-r["N"] // r["bn"])
+    P = r["grid_units"]
+    return T / (-(-T // P) * P)
 
 
 def prefill_gap(data: dict, kernel: str = "wgmma_tma", min_m: int = 2048) -> list[dict]:
@@ -184,7 +201,8 @@ def prefill_gap(data: dict, kernel: str = "wgmma_tma", min_m: int = 2048) -> lis
         best_rate = max(best["tflops"], ceil)
         rows.append({"shape": shape, "ours TFLOP/s": ours["tflops"], "best_fp8_in_run": best_rate,
                      "best_by": _short(best["kernel"]) if best["tflops"] >= ceil else "scaled_mm_tensorwise 8192^3",
-                     "of_best": ours["tflops"] / best_rate, "spec_dense_fp8 (datasheet)": SPEC_DENSE_FP8_TFLOPS,
+                     "of_best": ours["tflops"] / best_rate, "wave_busy": wave_busy(ours),
+                     "spec_dense_fp8 (datasheet)": SPEC_DENSE_FP8_TFLOPS,
                      "of_spec": ours["tflops"] / SPEC_DENSE_FP8_TFLOPS})
     return sorted(rows, key=lambda r: [int(x.split("=")[1]) for x in r["shape"].split()])
 

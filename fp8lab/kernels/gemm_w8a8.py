@@ -218,6 +218,10 @@ TMA_LADDER = {
     "wgmma_tma_c": TmaConfig(128, 2, 6, 1, 0, persistent=True),   # + persistent grid, grouped tile order
     "wgmma_tma_d": TmaConfig(128, 2, 6, 2, 0, persistent=True),   # + 2-CTA clusters, B multicast
     "wgmma_tma_e": TmaConfig(256, 2, 4, 2, 0, persistent=True),   # + 128 x 256 block tiles
+    # + scales staged in shared memory by a producer warp (no global load in the consumers' loop)
+    "wgmma_tma_e_ss": TmaConfig(256, 2, 4, 2, 0, persistent=True, scales=1),
+    # + the bf16 tile out through shared memory by TMA store (3 stages: the C tiles take the fourth's room)
+    "wgmma_tma_e_ss_tmastore": TmaConfig(256, 2, 3, 2, 1, persistent=True, scales=1),
 }
 #: tuning variants beside the ladder (tile N, stages, cluster, epilogue)
 TMA_VARIANTS = {
@@ -230,10 +234,8 @@ TMA_VARIANTS = {
     "wgmma_tma_p1": TmaConfig(128, 2, 6, 1, 0, persistent=True, pipe=1),
     "wgmma_tma_p7": TmaConfig(128, 2, 7, 2, 0, persistent=True, pipe=1),
     "wgmma_tma_p_tmastore": TmaConfig(128, 2, 6, 2, 1, persistent=True, pipe=1),
-    # scales staged in shared memory by a producer warp (no global load in the consumers' loop)
+    # scales staged in shared memory on 128 x 128 tiles
     "wgmma_tma_ss": TmaConfig(128, 2, 6, 2, 0, persistent=True, scales=1),
-    "wgmma_tma_e_ss": TmaConfig(256, 2, 4, 2, 0, persistent=True, scales=1),
-    "wgmma_tma_e_ss_tmastore": TmaConfig(256, 2, 3, 2, 1, persistent=True, scales=1),
     "wgmma_tma_pss": TmaConfig(128, 2, 6, 2, 0, persistent=True, pipe=1, scales=1),
     "wgmma_tma_pss_tmastore": TmaConfig(128, 2, 5, 2, 1, persistent=True, pipe=1, scales=1),
 }
@@ -287,22 +289,23 @@ def max_units(cfg: TmaConfig, fn=None) -> int:
 def tma_default(M: int, N: int, K: int, units: dict | None = None) -> TmaConfig:
     """The configuration "wgmma_tma" runs at this shape.
 
-    Rule (measured on the H200, outputs/kernels/gemm.json): 128 x 256 tiles in 2-CTA clusters where the grid is
-    full (enough tiles for every SM), 128 x 128 where 256-wide tiles would leave SMs idle; no cluster at M <= 128.
+    Rule (measured on the H200, outputs/kernels/gemm.json): in 2-CTA clusters (M > 128), 128 x 256 tiles with the
+    scales staged in shared memory and the TMA-store epilogue (wgmma_tma_e_ss_tmastore) where the grid is full, the
+    128 x 128 tiles of version D (two partial-sum buffers, wgmma_tma_p_tmastore) where 256-wide tiles would leave SMs
+    idle; at M <= 128 (one m-block: no pair to cluster) 128 x 256 or 128 x 128 tiles, one CTA per cluster.
+    The choice weighs the fraction of the last wave kept busy against the per-tile speed: 128 x 128 tiles ran at
+    ~0.82 of the 128 x 256 rate per FLOP at 4096 x 7168 x 7168 (the 128-wide tile pulls more bytes per FLOP from L2
+    and promotes as often).
     `units`: {(bn, cluster): how many fit at once} (default 132 SMs, 66 pairs)."""
     units = units or {}
+    cands = ((TMA_LADDER["wgmma_tma_e_ss_tmastore"], 1.0), (TMA_VARIANTS["wgmma_tma_p_tmastore"], 0.82)) if M > BM \
+        else ((TMA_VARIANTS["wgmma_tma_c256"], 1.0), (TMA_LADDER["wgmma_tma_c"], 0.9))
     best = None
-    for bn, cl in ((256, 2), (128, 2), (256, 1), (128, 1)):
-        if cl == 2 and M <= BM:
-            continue
-        cfg = TMA_LADDER["wgmma_tma_e"] if (bn, cl) == (256, 2) else TMA_LADDER["wgmma_tma_d"] if (bn, cl) == (128, 2) \
-            else TMA_VARIANTS["wgmma_tma_c256"] if bn == 256 else TMA_LADDER["wgmma_tma_c"]
+    for cfg, per_tile in cands:
         mu, nb = tile_counts(M, N, cfg)
-        P = units.get((bn, cl), 132 // cl)
+        P = units.get((cfg.bn, cfg.cluster), 132 // cfg.cluster)
         T = mu * nb
-        waves = -(-T // P)
-        # work per wave is proportional to the tile area; 256-wide tiles run ~10 % faster per FLOP (L2 traffic)
-        speed = (T * cl * bn) / (waves * P * cl * bn) * (1.0 if bn == 256 else 0.9) * (1.0 if cl == 2 else 0.97)
+        speed = T / (-(-T // P) * P) * per_tile  # busy fraction of the waves x relative speed of a full wave
         if best is None or speed > best[0] + 1e-9:
             best = (speed, cfg)
     return best[1]

@@ -212,8 +212,12 @@ The rungs, in plain words: `wgmma_ws` loads tiles with `cp.async` from a produce
 them with the Tensor Memory Accelerator (one thread issues a whole tile copy, an `mbarrier` says when it landed),
 then split the math over two consumer warpgroups (`setmaxnreg` moves registers from the producer to them), then keep
 a persistent grid that walks the tiles in a grouped order (neighbouring tiles share A or B in L2), then pair CTAs in
-a cluster so one L2 read of B feeds two SMs (multicast), then use wider tiles (more FLOPs per byte pulled from L2).
-A rung that bought nothing, or lost, is shown as measured.
+a cluster so one L2 read of B feeds two SMs (multicast), then use wider tiles (more FLOPs per byte pulled from L2),
+then let a second producer warp copy each k-block's scales into shared memory beside its tiles (so the consumers'
+loop holds no global load, only `LDS`), then write the bf16 tile through shared memory with one TMA store per box
+(the consumers hand it off and start the next tile). The side branch (`_p`, from `_d`) keeps 128 × 128 tiles but
+gives each consumer two partial-sum buffers, so the next k-block's MMAs run while the previous one is promoted; the
+default uses it where 256-wide tiles would leave SMs idle. A rung that bought nothing, or lost, is shown as measured.
 
 ## The remaining gap
 
@@ -245,6 +249,10 @@ promotion per 128-wide k-block is work `_scaled_mm` tensorwise does not do at al
 and it sits on the consumer warpgroups between two `wgmma` batches; a wider tile amortises it over more FLOPs.
 cuBLASLt's blockwise kernel does the same promotion and is the fair comparison, which is why the goals are written
 against it. Multicast pays only where L2 bandwidth, not the math, is the limit: the climb shows whether it did here.
+`wave_busy` is arithmetic, not a measurement: a persistent grid of P CTA pairs runs T tiles in ceil(T / P) waves, and
+where the last wave is partly empty the whole GEMM pays for it. A shape whose `wave_busy` is well under 1 loses that
+fraction whatever the kernel does inside a tile; splitting the last wave's tiles along K (stream-K) is the known
+remedy, and the lab's kernel does not do it yet.
 """),
 ("md", r"""
 ## The label versus the kernel: SASS evidence
