@@ -3,8 +3,14 @@
 # that each fit one device call (<= 10 min), from a clean commit:
 #
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 1     # GPU tests, then the quant bench           (~2 min)
-#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2     # gemm, attention, prefill attention, layer, accumulation
-#                                                          # (~8 min)
+#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2     # gemm (decode, SASS), attention, prefill attention, layer,
+#                                                          # accumulation (~5 min)
+#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 3     # gemm: the prefill climb and grid, the W8A8 gate (<= 9 min)
+#
+# Parts 2 and 3 each write a gemm file (gemm.json, gemm_prefill.json); join them here with
+#   python -c "from fp8lab.kernels import harness; harness.merge_runs(['gemm.json', 'gemm_prefill.json'],
+#              'outputs/kernels/gemm.json', 'merge_runs(record.sh 2 gemm.json, record.sh 3 gemm_prefill.json)')"
+# (each record keeps its run's commit and its own same-run anchors).
 #
 # Tests run first (every kernel validated against its CPU/float64 reference, outputs poisoned) and never beside a
 # timing: the GPU is shared by nothing while a benchmark runs. Each stage is bounded by `timeout`; a stage that fails
@@ -39,7 +45,7 @@ else
   stage "GPU test of the accumulation bench"
   timeout 40 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_accumulation.py > "$L/pytest_accumulation.log" 2>&1; echo "rc=$?" >> "$L/pytest_accumulation.log"
   stage "gemm bench (anchors, decode v1-v3, prefill ladder)"
-  timeout 180 python3 -m fp8lab.kernels.bench gemm --no-pytest --budget-s 140 --out "$K/gemm.json" > "$K/gemm_bench_log.txt" 2>&1; echo "gemm rc=$?" >> "$L/steps_2.txt"
+  timeout 180 python3 -m fp8lab.kernels.bench gemm --no-pytest --only decode,sass --budget-s 140 --out "$K/gemm.json" > "$K/gemm_bench_log.txt" 2>&1; echo "gemm rc=$?" >> "$L/steps_2.txt"
   stage "attention bench"
   timeout 130 python3 -m fp8lab.kernels.bench attention --budget-s 100 --out "$K/attention.json" > "$L/attention.log" 2>&1; echo "attention rc=$?" >> "$L/steps_2.txt"
   stage "prefill attention bench"
@@ -48,6 +54,9 @@ else
   timeout 90 python3 -m fp8lab.kernels.bench layer --budget-s 60 --out "$K/layer.json" > "$L/layer.log" 2>&1; echo "layer rc=$?" >> "$L/steps_2.txt"
   stage "accumulation (torch._scaled_mm fast accumulation)"
   timeout 50 python3 -m fp8lab.accumulation --gpu --out "$S/outputs/accumulation/scaled_mm_fast_accum.json" > "$L/accumulation.log" 2>&1; echo "accumulation rc=$?" >> "$L/steps_2.txt"
+elif [ "$PART" = 3 ]; then
+  stage "gemm bench (prefill climb and grid, W8A8 gate)"
+  timeout 560 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only prefill,gate --budget-s 480 --out "$K/gemm_prefill.json" > "$K/gemm_prefill_bench_log.txt" 2>&1; echo "gemm prefill rc=$?" >> "$L/steps_3.txt"
 fi
 stage "done"
 tar czf "$OUT/record$PART.tgz" -C "$S" .
