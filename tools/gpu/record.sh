@@ -41,7 +41,7 @@ if [ "$PART" = 1 ]; then
   cat "$L"/pytest_*.log > "$K/gpu_tests.log"
   stage "quant bench"
   timeout 100 python3 -m fp8lab.kernels.bench quant --out "$K/quant.json" > "$K/quant_bench.log" 2>&1; echo "quant rc=$?" >> "$L/steps_1.txt"
-else
+elif [ "$PART" = 2 ]; then
   stage "GPU test of the accumulation bench"
   timeout 40 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_accumulation.py > "$L/pytest_accumulation.log" 2>&1; echo "rc=$?" >> "$L/pytest_accumulation.log"
   stage "gemm bench (anchors, decode v1-v3, prefill ladder)"
