@@ -27,6 +27,14 @@ def test_committed_pages_match_their_rendering(rd):
     assert not stale, f"out of date: {stale}; run python tools/render_docs.py and commit the result"
 
 
+def test_rendered_pages_hold_no_nan(rd):
+    """A value missing from a record renders as "not recorded", never as nan."""
+    import re
+
+    for page, text in rd.render().items():
+        assert not re.search(r"\bnan\b", text, re.IGNORECASE), page
+
+
 def test_every_page_has_its_markers(rd):
     for page, (name, _) in rd.PAGES.items():
         text = page.read_text(encoding="utf-8")

@@ -174,15 +174,16 @@ def kernel_block() -> list[str]:
     if q.is_file():
         s = report.load_and_summarize(q, family="quant")
         g = report.find(s, "fp8 group128 hw bf16") or {}
+        c = report.find(s, "torch.compile group128 bf16") or {}  # the anchor a user would pick, same run
+        vs_c = c["time_us"] / g["time_us"] if c.get("time_us") and g.get("time_us") else None
         rows.append(("FP8 1×128 group quantization, bf16 [16384, 7168]",
-                     f"{g.get('fraction_of_copy_bw', float('nan')):.2f} of copy bandwidth, "
-                     f"{g.get('speedup', float('nan')):.1f}× torch eager, {g.get('speedup_vs_compile', float('nan')):.2f}× "
-                     "torch.compile",
+                     f"{_fmt(g.get('fraction_of_copy_bw'))} of copy bandwidth, "
+                     f"{_fmt(g.get('speedup'), '.1f')}× torch eager, {_fmt(vs_c)}× torch.compile",
                      ", ".join(_goal_cell((report.find(s, k) or {}).get(m), t, "copy" if "copy" in m else "× eager")
                                for _, k, m, t in bench_quant.GOALS[:2])))
         _, k, m, t = bench_quant.GOALS[2]
         n4 = report.find(s, k) or {}
-        rows.append(("NVFP4 quantization (given global amax)", f"{n4.get(m, float('nan')):.2f} of copy bandwidth; "
+        rows.append(("NVFP4 quantization (given global amax)", f"{_fmt(n4.get(m))} of copy bandwidth; "
                      "instruction-bound (a software E2M1 conversion per element)", _goal_cell(n4.get(m), t, "copy")))
     gj = OUT / "kernels" / "gemm.json"
     if gj.is_file():
