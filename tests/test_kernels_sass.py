@@ -161,14 +161,16 @@ def test_tma_kernels_are_qgmma_with_tma_loads_on_sm90a(built):
         k = ks[name]
         assert k.count("QGMMA") == 4 * (4 + 1), (name, k.count("QGMMA"))  # a group of 4 k-blocks + the remainder
         assert k.has(r"^WARPGROUP\.DEPBAR\.LE gsb0, 0x1"), name
-        assert k.count("LDL") == 0 and k.count("STL") == 0, name
+        body = innermost_matrix_loop(k)  # clustered: a few bytes spilled per tile (the split schedule), not per k-block
+        assert body and not {"LDL", "STL"} & set(body), (name, body)
     # scales staged in shared memory: the scale warp copies them (LDGSTS, arriving on the stage's barrier), the
-    # consumers read them with LDS; no global load anywhere, no local memory in the loop around the QGMMAs
+    # consumers read them with LDS; no global load and no local memory in the loop around the QGMMAs (the only
+    # global loads are the split fix-up's, after a tile's k-loop)
     for fam, suffix in (("W8A8_TMA_S", "_ss"), ("W8A8_TMA_PS", "_ss_p2")):
         for bn, nwg, st, cl, epi in G.TMA_COMPILED[fam]:
             name = f"w8a8_tma_n{bn}_w{nwg}_s{st}_c{cl}_e{epi}{suffix}"
             k = ks[name]
-            assert k.count("LDGSTS") > 0 and k.has(r"^ARRIVES\.LDGSTSBAR") and k.count("LDG") == 0, name
+            assert k.count("LDGSTS") > 0 and k.has(r"^ARRIVES\.LDGSTSBAR"), name
             assert k.has(r"^WARPGROUP\.DEPBAR\.LE gsb0, 0x1") == suffix.endswith("_p2"), name
             body = innermost_matrix_loop(k)
             assert body and not {"LDL", "STL", "LDG"} & set(body), (name, body)

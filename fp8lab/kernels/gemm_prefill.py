@@ -35,7 +35,7 @@ CLIMB_SHAPES = [(4096, 7168, 7168)]
 GEMM_KERNELS = ("wgmma_tma", "wgmma_ws")
 #: the climb, in order; each rung adds one change (gemm_w8a8.TMA_LADDER says which)
 LADDER = ("wgmma_ws", "wgmma_tma_a", "wgmma_tma_b", "wgmma_tma_c", "wgmma_tma_d", "wgmma_tma_e", "wgmma_tma_e_ss",
-          "wgmma_tma_e_ss_tmastore", "wgmma_tma")
+          "wgmma_tma_e_ss_tmastore", "wgmma_tma_e_ss_tmastore_split", "wgmma_tma")
 #: side branches timed with the climb: {kernel: the rung it changes} (128 x 128 tiles with two partial-sum buffers)
 CLIMB_BRANCH = {"wgmma_tma_p": "wgmma_tma_d", "wgmma_tma_p_tmastore": "wgmma_tma_p"}
 CLIMB_STEPS = {
@@ -52,6 +52,7 @@ CLIMB_STEPS = {
     "wgmma_tma_e": "+ 128 x 256 tiles",
     "wgmma_tma_e_ss": "+ scales staged in shared memory by a producer warp",
     "wgmma_tma_e_ss_tmastore": "+ bf16 tile out by TMA store (3 stages)",
+    "wgmma_tma_e_ss_tmastore_split": "+ a mostly idle last wave cut along K (none at this shape)",
     "wgmma_tma_p": "from _d: two partial-sum buffers (promotion under the next MMAs)",
     "wgmma_tma_p_tmastore": "+ bf16 tile out by TMA store",
     "wgmma_tma": "the default: configuration chosen per shape",
@@ -154,7 +155,8 @@ def _add_kernel(bench: harness.Bench, sh: _Shape, kernel: str, timers: dict, met
     cfg = getattr(launch, "config", None)
     if cfg is not None:
         extra.update(config=cfg.function, persistent=cfg.persistent, grid_units=launch.grid_units, group=launch.group,
-                     bn=cfg.bn, cluster=cfg.cluster, stages=cfg.stages, epi=cfg.epi)
+                     bn=cfg.bn, cluster=cfg.cluster, stages=cfg.stages, epi=cfg.epi, split=launch.split[1],
+                     split_whole_tiles=launch.split[0])
     meta[name] = (label, "e4m3 x e4m3 (1x128, 128x128)", sh.fp8_bytes, extra)
     return True
 

@@ -168,14 +168,18 @@ def prefill_climb(data: dict, shape: str = "M=4096 N=7168 K=7168") -> list[dict]
 
 def wave_busy(r: dict) -> float | None:
     """The fraction of the persistent grid's tile slots that hold a tile: T tiles on P CTAs (clusters) take
-    ceil(T / P) waves, and the last one runs T - (waves - 1) P of them. From the record's tile width, cluster and
-    grid; None for a record without them.
+    ceil(T / P) waves, and the last one runs T - (waves - 1) P of them. Where the record's last wave was cut along
+    K into S pieces (split, after split_whole_tiles whole tiles F), that wave takes 1 / S of the time: T / (F + P / S).
+    From the record's tile width, cluster and grid; None for a record without them.
 
-    wave_busy({"M": 2048, "N": 7168, "bn": 256, "cluster": 2, "grid_units": 66}) -> 0.848 (224 tiles, 4 waves of 66)"""
+    wave_busy({"M": 2048, "N": 7168, "bn": 256, "cluster": 2, "grid_units": 66}) -> 0.848 (224 tiles, 4 waves of 66)
+    ... with "split": 2, "split_whole_tiles": 198 -> 0.970 (3 waves + one of half tiles)"""
     if not all(r.get(k) for k in ("M", "N", "bn", "cluster", "grid_units")) or r.get("persistent") is False:
         return None
     T = -(-(-(-r["M"] // 128)) // r["cluster"]) * -(-r["N"] // r["bn"])
     P = r["grid_units"]
+    if (r.get("split") or 1) > 1:
+        return T / (r["split_whole_tiles"] + P / r["split"])
     return T / (-(-T // P) * P)
 
 

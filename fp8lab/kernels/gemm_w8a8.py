@@ -144,6 +144,10 @@ class TmaConfig:
     scales   0: the consumers load each k-block's scales from global memory (__ldg, one k-block ahead); 1: a scale
              warp of the producer warpgroup copies them (cp.async) into a 528-byte slot beside each stage, landing
              on the stage's `full` barrier
+    split    0: every tile whole; n >= 2: where the last wave of the persistent grid would leave SMs idle, its tiles
+             are cut along K into up to n pieces run at once (split_plan), the last piece to finish adding the
+             others' fp32 partial sums from a workspace (the sum of two partials rounds differently from one
+             running sum: results agree with the unsplit kernel within fp32 reassociation, not bit for bit)
     persistent  one CTA (cluster) per SM walking the tiles, or one per tile
     group    m-units (of `cluster` m-blocks) per group of the tile order; 0: chosen per shape (group_size)
     grid     persistent grid size in clusters (0: as many as fit at once); the tests shrink it so that each CTA
@@ -162,6 +166,7 @@ class TmaConfig:
     grid: int = 0
     pipe: int = 0
     scales: int = 0
+    split: int = 0
 
     @property
     def compiled(self) -> tuple:
@@ -206,6 +211,9 @@ class TmaConfig:
             raise ValueError(f"{self}: pipe 0|1, and pipe = 1 needs bn 128 and nwg 2 (64 + 2 x 64 accumulators)")
         if self.scales not in (0, 1):
             raise ValueError(f"{self}: scales 0|1")
+        if self.split < 0 or self.split == 1 or (self.split and (not self.persistent or self.nwg != 2)):
+            raise ValueError(f"{self}: split is 0 (off) or the most pieces per tile (>= 2), for persistent grids with "
+                             "two consumer warpgroups only")
         if self.group < 0 or self.grid < 0:
             raise ValueError(f"group and grid must be >= 0, got {self.group}, {self.grid}")
         return self
@@ -222,6 +230,8 @@ TMA_LADDER = {
     "wgmma_tma_e_ss": TmaConfig(256, 2, 4, 2, 0, persistent=True, scales=1),
     # + the bf16 tile out through shared memory by TMA store (3 stages: the C tiles take the fourth's room)
     "wgmma_tma_e_ss_tmastore": TmaConfig(256, 2, 3, 2, 1, persistent=True, scales=1),
+    # + the last wave's tiles cut along K where it would leave SMs idle (split_plan)
+    "wgmma_tma_e_ss_tmastore_split": TmaConfig(256, 2, 3, 2, 1, persistent=True, scales=1, split=4),
 }
 #: tuning variants beside the ladder (tile N, stages, cluster, epilogue)
 TMA_VARIANTS = {
@@ -234,6 +244,10 @@ TMA_VARIANTS = {
     "wgmma_tma_p1": TmaConfig(128, 2, 6, 1, 0, persistent=True, pipe=1),
     "wgmma_tma_p7": TmaConfig(128, 2, 7, 2, 0, persistent=True, pipe=1),
     "wgmma_tma_p_tmastore": TmaConfig(128, 2, 6, 2, 1, persistent=True, pipe=1),
+    "wgmma_tma_p_tmastore_split": TmaConfig(128, 2, 6, 2, 1, persistent=True, pipe=1, split=4),
+    # one m-block (M <= 128): no pair to cluster; the few tiles cut along K
+    "wgmma_tma_c_split": TmaConfig(128, 2, 6, 1, 0, persistent=True, split=4),
+    "wgmma_tma_c256_split": TmaConfig(256, 2, 4, 1, 0, persistent=True, split=4),
     # scales staged in shared memory on 128 x 128 tiles
     "wgmma_tma_ss": TmaConfig(128, 2, 6, 2, 0, persistent=True, scales=1),
     "wgmma_tma_pss": TmaConfig(128, 2, 6, 2, 0, persistent=True, pipe=1, scales=1),
@@ -276,6 +290,22 @@ def group_size(M: int, N: int, cfg: TmaConfig, units: int) -> int:
     return best[1]
 
 
+def split_plan(T: int, P: int, KB: int, most: int, min_kb: int = 4) -> tuple[int, int]:
+    """(F, S): of T tiles on P CTAs (clusters), the first F run whole and the remaining T - F (the last wave) in S
+    pieces along K, each of at least `min_kb` k-blocks; (T, 1) where nothing is gained (the last wave is more than
+    half full, or K is too short to cut).
+
+    split_plan(224, 66, 56, 4) -> (198, 2)   # 4 waves of 66, the last holding 26 tiles: 3 waves + 52 half tiles
+    split_plan(32, 66, 112, 4) -> (0, 2)     # one wave, half empty: every tile in two
+    split_plan(448, 66, 56, 4) -> (448, 1)   # the last wave holds 52 of 66: left whole"""
+    if most < 2 or T <= 0 or P <= 0:
+        return T, 1
+    waves = -(-T // P)
+    F = (waves - 1) * P
+    S = min(P // (T - F), most, KB // min_kb)
+    return (F, S) if S >= 2 else (T, 1)
+
+
 def max_units(cfg: TmaConfig, fn=None) -> int:
     """Clusters (or CTAs) of this config that fit on the device at once: the persistent grid."""
     from . import tma
@@ -290,22 +320,25 @@ def tma_default(M: int, N: int, K: int, units: dict | None = None) -> TmaConfig:
     """The configuration "wgmma_tma" runs at this shape.
 
     Rule (measured on the H200, outputs/kernels/gemm.json): in 2-CTA clusters (M > 128), 128 x 256 tiles with the
-    scales staged in shared memory and the TMA-store epilogue (wgmma_tma_e_ss_tmastore) where the grid is full, the
-    128 x 128 tiles of version D (two partial-sum buffers, wgmma_tma_p_tmastore) where 256-wide tiles would leave SMs
-    idle; at M <= 128 (one m-block: no pair to cluster) 128 x 256 or 128 x 128 tiles, one CTA per cluster.
-    The choice weighs the fraction of the last wave kept busy against the per-tile speed: 128 x 128 tiles ran at
-    ~0.82 of the 128 x 256 rate per FLOP at 4096 x 7168 x 7168 (the 128-wide tile pulls more bytes per FLOP from L2
-    and promotes as often).
+    scales staged in shared memory and the TMA-store epilogue where the grid is full, the 128 x 128 tiles of version D
+    (two partial-sum buffers) where 256-wide tiles would leave SMs idle; at M <= 128 (one m-block: no pair to
+    cluster) 128 x 256 or 128 x 128 tiles, one CTA per cluster; every one with a half-empty last wave cut along K.
+    The choice weighs the waves each takes (a split last wave counts 1 / S) against the per-tile speed: 128 x 128
+    tiles ran at ~0.82 of the 128 x 256 rate per FLOP at 4096 x 7168 x 7168 (more bytes per FLOP from L2, as many
+    promotions).
     `units`: {(bn, cluster): how many fit at once} (default 132 SMs, 66 pairs)."""
     units = units or {}
-    cands = ((TMA_LADDER["wgmma_tma_e_ss_tmastore"], 1.0), (TMA_VARIANTS["wgmma_tma_p_tmastore"], 0.82)) if M > BM \
-        else ((TMA_VARIANTS["wgmma_tma_c256"], 1.0), (TMA_LADDER["wgmma_tma_c"], 0.9))
+    v = TMA_VARIANTS
+    cands = ((TMA_LADDER["wgmma_tma_e_ss_tmastore_split"], 1.0), (v["wgmma_tma_p_tmastore_split"], 0.82)) if M > BM \
+        else ((v["wgmma_tma_c256_split"], 1.0), (v["wgmma_tma_c_split"], 0.9))
     best = None
     for cfg, per_tile in cands:
         mu, nb = tile_counts(M, N, cfg)
         P = units.get((cfg.bn, cfg.cluster), 132 // cfg.cluster)
         T = mu * nb
-        speed = T / (-(-T // P) * P) * per_tile  # busy fraction of the waves x relative speed of a full wave
+        F, S = split_plan(T, P, -(-K // BK), cfg.split)
+        waves = F / P + 1 / S if S > 1 else -(-T // P)
+        speed = T / (waves * P) * per_tile  # busy fraction of the waves x relative speed of a full wave
         if best is None or speed > best[0] + 1e-9:
             best = (speed, cfg)
     return best[1]
@@ -333,11 +366,18 @@ def _prepare_tma(a, sa, b, sb, M, N, K, cfg: TmaConfig, out) -> Launch:
     mu, nb = tile_counts(M, N, cfg)
     units = min(mu * nb, cfg.grid or _max_units_cached(cfg, fn)) if cfg.persistent else mu * nb
     group = min(cfg.group or group_size(M, N, cfg, units), mu)
+    F, S = split_plan(mu * nb, units, -(-K // BK), cfg.split) if cfg.persistent else (mu * nb, 1)
+    # the split tiles' partial sums (one slot per piece, CTA and consumer warpgroup) and their arrival counters
+    acc_regs = (cfg.bn // 128) * cfg.mh * 64
+    ws = torch.empty(max(1, (mu * nb - F) * cfg.cluster * cfg.nwg * S * acc_regs * 128) if S > 1 else 1,
+                     dtype=torch.float32, device=a.device)
+    cnt = torch.zeros(max(1, (mu * nb - F) * cfg.cluster * cfg.nwg), dtype=torch.int32, device=a.device)
     args = (*descs, _sa_arg(sa), cp.int64(sa.stride(0)), cp.int64(sa.stride(1)), _cuda.as_cupy(sb),
-            _cuda.as_cupy(out), cp.int32(M), cp.int32(N), cp.int32(K), cp.int32(group))
+            _cuda.as_cupy(out), cp.int32(M), cp.int32(N), cp.int32(K), cp.int32(group), cp.int32(F), cp.int32(S),
+            _cuda.as_cupy(ws), _cuda.as_cupy(cnt))
     launch = Launch(fn, (units * cfg.cluster,), (cfg.threads,), args, cfg.smem, out)
-    launch.keep = (a, b, sa, sb)  # the maps hold raw addresses: keep the tensors alive with the launch
-    launch.config, launch.grid_units, launch.group = cfg, units, group
+    launch.keep = (a, b, sa, sb, ws, cnt)  # the maps hold raw addresses: keep the tensors alive with the launch
+    launch.config, launch.grid_units, launch.group, launch.split = cfg, units, group, (F, S)
     return launch
 
 

@@ -21,6 +21,13 @@
 //   * EPI = 1: the bf16 tile goes through shared memory (128B-swizzled boxes of 64 columns) and out by TMA
 //     store, asynchronously, while the consumers start the next tile; EPI = 0 stores from registers.
 //
+//   * split last wave (F, S): T tiles on P CTAs (clusters) take ceil(T / P) waves; where the last one would leave
+//     most of the grid idle, its tiles are cut along K into S pieces run by different CTAs at once. Work item i < F
+//     is tile i whole; item F + j is piece j % S of tile F + j / S (k-blocks [p KB / S, (p + 1) KB / S)). Every
+//     piece writes its fp32 partial sums to a workspace and counts itself in; the LAST piece to arrive adds the S
+//     partials in piece order (the same bits whichever finishes last) and stores the tile. No piece ever waits for
+//     another, so nothing depends on which CTAs are resident. F = T, S = 1: no split.
+//
 // Kernel configurations (template <TBN, NWG, ST, CL, EPI>) are instantiated from the list in gemm_w8a8.py
 // (TMA_CONFIGS), passed by the loader as -DFP8LAB_W8A8_TMA=W8A8_TMA(128,2,6,1,0)...; names are
 // w8a8_tma_n<TBN>_w<NWG>_s<ST>_c<CL>_e<EPI>.
@@ -35,6 +42,13 @@
 
 #include "tma.cuh"
 #include "wgmma.cuh"
+
+// threadIdx.x, read afresh (asm volatile: not kept in a register across a loop, so never spilled)
+__device__ __forceinline__ u32 tid_x() {
+    u32 t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
+}
 
 __device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
     asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
@@ -62,11 +76,58 @@ struct TileMap {
     }
 };
 
+// Work item i of the split schedule (see the header): its tile, k-block range and piece.
+__device__ __forceinline__ void work_item(int i, int F, int S, int KB, int& t, int& kb0, int& kb1, int& piece) {
+    if (i < F) {
+        t = i, kb0 = 0, kb1 = KB, piece = 0;
+        return;
+    }
+    const int j = i - F, q = j / S;
+    t = F + q;
+    piece = j - q * S;
+    kb0 = piece * KB / S;
+    kb1 = (piece + 1) * KB / S;
+}
+
+// A split tile's fix-up, per consumer warpgroup (128 threads, thread tw): write this piece's partial sums to its
+// slot, count the piece in; the last to arrive sums the S slots in piece order into acc and returns true (it stores
+// the tile). ws: this (tile, CTA, warpgroup)'s S slots of A x 64 x 128 floats; cnt: its counter (reset by the last).
+template <int A>
+__device__ __forceinline__ bool split_fixup(float (&acc)[A][64], float* __restrict__ ws, unsigned* cnt, int S, int piece,
+                                            int tw, u32 bar_id) {
+    constexpr int SLOT = A * 64 * 128;
+    float* mine = ws + (size_t)piece * SLOT + tw;
+#pragma unroll
+    for (int a = 0; a < A; ++a)
+#pragma unroll
+        for (int j = 0; j < 64; ++j) __stcg(mine + (a * 64 + j) * 128, acc[a][j]);
+    __threadfence();  // this thread's partials are visible at GPU scope before the piece is counted
+    named_sync(bar_id, 128);
+    bool last = false;
+    if (tw == 0) {
+        last = atomicAdd(cnt, 1u) == (unsigned)(S - 1);
+        if (last) *cnt = 0u;  // the next launch finds it zero (launches on a stream do not overlap)
+    }
+    if (!named_sync_or(bar_id, 128, last)) return false;
+    __threadfence();
+#pragma unroll
+    for (int a = 0; a < A; ++a)
+#pragma unroll
+        for (int j = 0; j < 64; ++j) acc[a][j] = __ldcg(ws + tw + (a * 64 + j) * 128);
+    for (int p = 1; p < S; ++p) {
+#pragma unroll
+        for (int a = 0; a < A; ++a)
+#pragma unroll
+            for (int j = 0; j < 64; ++j) acc[a][j] += __ldcg(ws + (size_t)p * SLOT + tw + (a * 64 + j) * 128);
+    }
+    return true;
+}
+
 template <int TBN, int NWG, int ST, int CL, int EPI, int PIPE, int SS>
 __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc* tmB, const TmaDesc* tmC,
                                               const float* __restrict__ sa, long long sa_sm, long long sa_sk,
                                               const float* __restrict__ sb, u16* __restrict__ C, int M, int N, int K,
-                                              int group) {
+                                              int group, int F, int S, float* __restrict__ ws, unsigned* __restrict__ cnt) {
     constexpr int MH = NWG == 1 ? 2 : 1;   // m64 sub-tiles per consumer warpgroup (the block tile has 128 rows)
     constexpr int NH = TBN / 128;          // n128 sub-tiles
     constexpr int A_BYTES = 128 * 128, B_BYTES = TBN * 128, STAGE = A_BYTES + B_BYTES;
@@ -89,6 +150,7 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
     const TileMap tiles{((M + 127) / 128 + CL - 1) / CL, (N + TBN - 1) / TBN, group};
     const int T = tiles.mu * tiles.nb;
     const int cid = blockIdx.x / CL, P = gridDim.x / CL;
+    const int items = F + (T - F) * S;  // F whole tiles, then the last (T - F) tiles in S pieces each
 
     if (tid == NWG * 128) {
         tma_prefetch_desc(tmA);
@@ -108,14 +170,15 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
         if (warp == NWG * 4 && lane == 0) {
             int s = 0;
             u32 ph = 0;
-            for (int t = cid; t < T; t += P) {
-                int m0, n0;
+            for (int i = cid; i < items; i += P) {
+                int t, kb0, kb1, piece, m0, n0;
+                work_item(i, F, S, KB, t, kb0, kb1, piece);
                 tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
                 // A box past the last row (a cluster's second m-block when the m-blocks are odd; the second half of
                 // B when N % 256 == 128) reads rows 0.. instead: those rows get zero scales or are never stored, and
                 // no box is ever wholly outside the tensor. Partial boxes are zero-filled by the copy engine.
                 const int ma = m0 < M ? m0 : 0, nbr = n0 + (int)rank * (TBN / CL) < N ? n0 + (int)rank * (TBN / CL) : 0;
-                for (int kb = 0; kb < KB; ++kb) {
+                for (int kb = kb0; kb < kb1; ++kb) {
                     mbar_wait(empty0 + 8 * s, ph ^ 1);  // consumers (of both CTAs) released this stage
                     const u32 fb = full0 + 8 * s, sA = base + s * STAGE, sB = sA + A_BYTES;
                     mbar_expect_tx(fb, STAGE);
@@ -133,10 +196,11 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
             // scales beside the tiles and no global load sits in their loop.
             int s = 0;
             u32 ph = 0;
-            for (int t = cid; t < T; t += P) {
-                int m0, n0;
+            for (int i = cid; i < items; i += P) {
+                int t, kb0, kb1, piece, m0, n0;
+                work_item(i, F, S, KB, t, kb0, kb1, piece);
                 tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
-                for (int kb = 0; kb < KB; ++kb) {
+                for (int kb = kb0; kb < kb1; ++kb) {
                     mbar_wait(empty0 + 8 * s, ph ^ 1);
                     const u32 slot = sbase + s * SLOT;
 #pragma unroll
@@ -226,6 +290,14 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                 x1[mh] = ld_shared_f32(slot + 4 * (r0 + 8));
             }
         };
+        // A split tile's pieces: true where this warpgroup stores the tile (whole, or the last piece to arrive).
+        auto finish = [&](auto& acc, int t, int piece) -> bool {
+            if constexpr (NWG == 1) return true;  // one consumer warpgroup: every register is taken; never split
+            if (t < F || S == 1) return true;
+            constexpr int A = sizeof(acc) / sizeof(acc[0]);
+            const size_t who = (size_t)((t - F) * CL + (int)rank) * NWG + wg;
+            return split_fixup<A>(acc, ws + who * S * (A * 64 * 128), cnt + who, S, piece, tid & 127, 1 + wg);
+        };
         if constexpr (PIPE) {
             // Two partial-sum buffers (pa, pb): k-block kb + 1 is issued into one BEFORE k-block kb's products are
             // promoted from the other (wgmma.wait_group 1 instead of 0), so this warpgroup's next batch is already on
@@ -254,14 +326,15 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                 if (CL > 1) mbar_arrive_cluster_if(empty0 + 8 * r, rank ^ 1u, lane == 1);
                 if (++r == ST) r = 0;
             };
-            for (int t = cid; t < T; t += P) {
-                int m0, n0;
+            for (int i = cid; i < items; i += P) {
+                int t, kb0, kb1, piece, m0, n0;
+                work_item(i, F, S, KB, t, kb0, kb1, piece);
                 tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
                 zero<64>(acc[0]);
                 float cur = 0.f, cur8 = 0.f;  // !SS: scales of the k-block promoted next
                 if constexpr (!SS) {
                     float sb0[1], s00[1], s10[1];
-                    load_scales(m0, n0, 0, sb0, s00, s10);
+                    load_scales(m0, n0, kb0, sb0, s00, s10);
                     cur = s00[0] * sb0[0];
                     cur8 = s10[0] * sb0[0];
                 }
@@ -272,14 +345,14 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                         promote(acc[0], p, c, c8);
                     } else {
                         float b[1], x0[1], x1[1];
-                        load_scales(m0, n0, kb + 1 < KB ? kb + 1 : kb, b, x0, x1);
+                        load_scales(m0, n0, kb + 1 < kb1 ? kb + 1 : kb, b, x0, x1);
                         promote(acc[0], p, cur, cur8);
                         cur = x0[0] * b[0];
                         cur8 = x1[0] * b[0];
                     }
                 };
-                int kb = 0;
-                for (; kb + 4 <= KB; kb += 4) {
+                int kb = kb0;
+                for (; kb + 4 <= kb1; kb += 4) {
                     issue(pa, ca, ca8);
                     issue(pb, cb, cb8);
                     wgmma_wait<1>();
@@ -297,38 +370,44 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                     release();
                     promote_kb(pb, kb + 3, cb, cb8);
                 }
-                for (; kb < KB; ++kb) {
+                for (; kb < kb1; ++kb) {
                     issue(pa, ca, ca8);
                     wgmma_wait<0>();
                     release();
                     promote_kb(pa, kb, ca, ca8);
                 }
-                epilogue(acc, m0, n0);
+                if constexpr (SS) {  // recomputed: nothing of the tile's position stays live across the k-loop
+                    work_item(i, F, S, KB, t, kb0, kb1, piece);
+                    tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
+                }
+                if (finish(acc, t, piece)) epilogue(acc, m0, n0);
             }
         } else {
             float acc[MH * NH][64], part[64];
             zero<64>(part);
             int s = 0;
             u32 ph = 0;
-            for (int t = cid; t < T; t += P) {
-                int m0, n0;
+            for (int i = cid; i < items; i += P) {
+                int t, kb0, kb1, piece, m0, n0;
+                work_item(i, F, S, KB, t, kb0, kb1, piece);
                 tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
                 zero<64 * MH * NH>(&acc[0][0]);
                 // Scales of k-block kb + 1 are loaded while k-block kb multiplies (one iteration, 500+ cycles, hides an L2
                 // round trip); those of the tile's first k-block before its first wait.
                 float sbv[NH], s0[MH], s1[MH];
-                if constexpr (!SS) load_scales(m0, n0, 0, sbv, s0, s1);
-                for (int kb = 0; kb < KB; ++kb) {
+                if constexpr (!SS) load_scales(m0, n0, kb0, sbv, s0, s1);
+                for (int kb = kb0; kb < kb1; ++kb) {
                     mbar_wait(full0 + 8 * s, ph);
                     float nsbv[NH], ns0[MH], ns1[MH];
                     if constexpr (SS) slot_scales(s, sbv, s0, s1);  // this k-block's, from its stage
-                    else load_scales(m0, n0, kb + 1 < KB ? kb + 1 : kb, nsbv, ns0, ns1);
+                    else load_scales(m0, n0, kb + 1 < kb1 ? kb + 1 : kb, nsbv, ns0, ns1);
                     const u32 sA = base + s * STAGE, sB = sA + A_BYTES;
 #pragma unroll
                     for (int mh = 0; mh < MH; ++mh)
 #pragma unroll
                         for (int nh = 0; nh < NH; ++nh) {
-                            wg_issue(part, sA + (wg * MH + mh) * (64 * 128), sB + nh * (128 * 128));
+                            // the warpgroup re-read from %tid.x: ptxas otherwise spills `wg` and reloads it per k-block
+                            wg_issue(part, sA + ((SS ? (int)(tid_x() >> 7) : wg) * MH + mh) * (64 * 128), sB + nh * (128 * 128));
                             wgmma_wait<0>();
                             if (mh == MH - 1 && nh == NH - 1) {  // the tensor cores are done with this stage
                                 if (lane == 0) mbar_arrive(empty0 + 8 * s);
@@ -344,7 +423,11 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                         for (int mh = 0; mh < MH; ++mh) { s0[mh] = ns0[mh]; s1[mh] = ns1[mh]; }
                     }
                 }
-                epilogue(acc, m0, n0);
+                if constexpr (SS) {  // recomputed: nothing of the tile's position stays live across the k-loop
+                    work_item(i, F, S, KB, t, kb0, kb1, piece);
+                    tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
+                }
+                if (finish(acc, t, piece)) epilogue(acc, m0, n0);
             }
         }
         if (EPI && wq == 0 && lane == 0) bulk_wait<0>();
@@ -355,14 +438,17 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
 
 #define W8A8_TMA_CLUSTER_1
 #define W8A8_TMA_CLUSTER_2 __cluster_dims__(2, 1, 1)
-// grid = CTAs (a multiple of CL), block = 128 * (NWG + 1),
+// grid = CTAs (a multiple of CL), block = 128 * (NWG + 1); F, S: the split schedule (F = T, S = 1: none), ws: fp32
+// workspace of (T - F) x CL x NWG x S x (acc registers x 128) floats, cnt: (T - F) x CL x NWG zeroed counters;
 // dynamic smem = ST * (128 + TBN) * 128 + NWG * CWG + (SS ? ST * SLOT : 0) + 1 KB
 #define W8A8_TMA_KERNEL(NAME, TBN, NWG, ST, CL, EPI, PIPE, SS)                                                        \
     extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1) W8A8_TMA_CLUSTER_##CL NAME(                    \
         const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB, const __grid_constant__ TmaDesc tmC, \
         const float* __restrict__ sa, long long sa_sm, long long sa_sk, const float* __restrict__ sb,               \
-        u16* __restrict__ C, int M, int N, int K, int group) {                                                       \
-        w8a8_tma_body<TBN, NWG, ST, CL, EPI, PIPE, SS>(&tmA, &tmB, &tmC, sa, sa_sm, sa_sk, sb, C, M, N, K, group);      \
+        u16* __restrict__ C, int M, int N, int K, int group, int F, int S, float* __restrict__ ws,                   \
+        unsigned* __restrict__ cnt) {                                                                                \
+        w8a8_tma_body<TBN, NWG, ST, CL, EPI, PIPE, SS>(&tmA, &tmB, &tmC, sa, sa_sm, sa_sk, sb, C, M, N, K, group, F, S, \
+                                                       ws, cnt);                                                     \
     }
 #define W8A8_TMA(TBN, NWG, ST, CL, EPI) \
     W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI, TBN, NWG, ST, CL, EPI, 0, 0)

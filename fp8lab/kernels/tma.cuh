@@ -107,6 +107,14 @@ __device__ __forceinline__ void named_sync(u32 id, u32 threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// bar.red.or over a named barrier: every one of `threads` threads waits and gets (pred of any of them).
+__device__ __forceinline__ bool named_sync_or(u32 id, u32 threads, bool pred) {
+    u32 r;
+    asm volatile("{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}"
+                 : "=r"(r) : "r"((u32)pred), "r"(id), "r"(threads) : "memory");
+    return r != 0;
+}
+
 // ---- register reallocation (sm_90a) -----------------------------------------------------------------------------
 template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N)); }

@@ -215,7 +215,10 @@ a persistent grid that walks the tiles in a grouped order (neighbouring tiles sh
 a cluster so one L2 read of B feeds two SMs (multicast), then use wider tiles (more FLOPs per byte pulled from L2),
 then let a second producer warp copy each k-block's scales into shared memory beside its tiles (so the consumers'
 loop holds no global load, only `LDS`), then write the bf16 tile through shared memory with one TMA store per box
-(the consumers hand it off and start the next tile). The side branch (`_p`, from `_d`) keeps 128 × 128 tiles but
+(the consumers hand it off and start the next tile), then cut the tiles of a mostly idle last wave along K (each
+piece on its own SM; the last piece to finish adds the others' fp32 partial sums and stores the tile — at the climb's
+shape the last wave is nearly full, so nothing is cut there and the rung shows the cost of carrying the option).
+The side branch (`_p`, from `_d`) keeps 128 × 128 tiles but
 gives each consumer two partial-sum buffers, so the next k-block's MMAs run while the previous one is promoted; the
 default uses it where 256-wide tiles would leave SMs idle. A rung that bought nothing, or lost, is shown as measured.
 
@@ -251,8 +254,10 @@ cuBLASLt's blockwise kernel does the same promotion and is the fair comparison, 
 against it. Multicast pays only where L2 bandwidth, not the math, is the limit: the climb shows whether it did here.
 `wave_busy` is arithmetic, not a measurement: a persistent grid of P CTA pairs runs T tiles in ceil(T / P) waves, and
 where the last wave is partly empty the whole GEMM pays for it. A shape whose `wave_busy` is well under 1 loses that
-fraction whatever the kernel does inside a tile; splitting the last wave's tiles along K (stream-K) is the known
-remedy, and the lab's kernel does not do it yet.
+fraction whatever the kernel does inside a tile. The default cuts the last wave's tiles along K when that wave is at
+most half full (`split_plan`: pieces of at least four k-blocks, at most four per tile), and `wave_busy` counts such a
+wave as 1 / S of one; a last wave between half and fully busy is left whole — evening it out needs the finer-grained
+division of stream-K proper, which the lab's kernel does not do.
 """),
 ("md", r"""
 ## The label versus the kernel: SASS evidence
