@@ -292,13 +292,13 @@ def test_split_last_wave_matches_reference_and_repeats(kernel, grid):
 
     if kernel in G.skipped_kernels():
         pytest.skip(f"{kernel} failed its smoke test in this run")
-    M, N, K = 520, 1160, 2056  # 5 m-blocks, a partial n-tile, 17 k-blocks (the last partial)
+    M, N, K = 520, 1160, 2064  # 5 m-blocks, a partial n-tile, 17 k-blocks (the last partial)
     a, sa, b, sb, ref, terms = _case(M, N, K, seed=grid, layout="col")
     cfg = replace(G.TMA_KERNELS[kernel], grid=grid)
     out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
     launch = G.prepare(a, sa, b, sb, kernel=kernel, config=cfg, out=out)
     mu, nb = G.tile_counts(M, N, cfg)
-    assert launch.split == G.split_plan(mu * nb, launch.grid_units, 17, cfg.split)
+    assert launch.split == G.split_plan(mu * nb, grid, 17, cfg.split)
     first = None
     for _ in range(3):
         out.fill_(float("nan"))
@@ -314,7 +314,7 @@ def test_split_runs_where_the_plan_says():
     """The schedules the split tests cover do cut tiles (else they would test the unsplit path twice)."""
     from dataclasses import replace
 
-    M, N, K = 520, 1160, 2056
+    M, N, K = 520, 1160, 2064
     a, sa, b, sb, _, _ = _case(M, N, K, seed=1)
     seen = set()
     for kernel in [k for k, c in G.TMA_KERNELS.items() if c is not None and c.split]:

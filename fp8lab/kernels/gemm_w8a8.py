@@ -364,9 +364,11 @@ def _prepare_tma(a, sa, b, sb, M, N, K, cfg: TmaConfig, out) -> Launch:
             tma.map_2d(M, N, 2, 64 * cfg.mh, 64))
     descs = [tma.kernel_arg(tma.encode(m, t.data_ptr())) for m, t in zip(maps, (a, b, out))]
     mu, nb = tile_counts(M, N, cfg)
-    units = min(mu * nb, cfg.grid or _max_units_cached(cfg, fn)) if cfg.persistent else mu * nb
+    most = cfg.grid or _max_units_cached(cfg, fn)
+    F, S = split_plan(mu * nb, most, -(-K // BK), cfg.split) if cfg.persistent else (mu * nb, 1)
+    # persistent: no more units than work items (whole tiles + pieces); one per tile otherwise
+    units = min(F + (mu * nb - F) * S, most) if cfg.persistent else mu * nb
     group = min(cfg.group or group_size(M, N, cfg, units), mu)
-    F, S = split_plan(mu * nb, units, -(-K // BK), cfg.split) if cfg.persistent else (mu * nb, 1)
     # the split tiles' partial sums (one slot per piece, CTA and consumer warpgroup) and their arrival counters
     acc_regs = (cfg.bn // 128) * cfg.mh * 64
     ws = torch.empty(max(1, (mu * nb - F) * cfg.cluster * cfg.nwg * S * acc_regs * 128) if S > 1 else 1,
