@@ -129,9 +129,10 @@ def test_split_plan():
     assert G.split_plan(224, 66, 56, 4) == (198, 2)   # 3 whole waves, the last 26 tiles in halves on 52 pairs
     assert G.split_plan(448, 66, 56, 4) == (448, 1)   # the last wave holds 52 of 66: left whole
     assert G.split_plan(32, 66, 112, 4) == (0, 2)     # one half-empty wave: every tile in two
-    assert G.split_plan(32, 132, 32, 4) == (0, 4)     # at most `most` pieces
-    assert G.split_plan(32, 132, 12, 4) == (0, 3)     # each piece at least 4 k-blocks
+    assert G.split_plan(32, 132, 80, 4) == (0, 4)     # at most `most` pieces
+    assert G.split_plan(32, 132, 13, 4) == (32, 1)    # 3 pieces of 4 k-blocks: the fix-up (16 k-blocks) eats them
     assert G.split_plan(32, 132, 7, 4) == (32, 1)     # too short to cut
+    assert G.split_plan(32, 66, 32, 4) == (32, 1)     # 1/2 + 16/32 of a wave: no gain
     assert G.split_plan(224, 66, 56, 0) == (224, 1)   # off
     for T, P, KB in [(1, 66, 100), (67, 66, 64), (130, 66, 9), (5, 3, 40)]:
         F, S = G.split_plan(T, P, KB, 4)
@@ -155,9 +156,12 @@ def test_group_size_and_default_rule():
     # full grids take the 128 x 256 tiles; 128 x 128 where 256-wide tiles would idle half the SMs (32 tiles on 66
     # pairs against 64); one m-block: no cluster
     assert G.tma_default(4096, 7168, 7168) == G.TMA_KERNELS["wgmma_tma_e_ss_tmastore_split"]
-    # 32 tiles of 128 x 256 on 66 pairs: cut in two they fill 64 (the 128 x 128 tiles would fill 64 at 0.82 the rate)
-    assert G.tma_default(512, 4096, 14336) == G.TMA_KERNELS["wgmma_tma_e_ss_tmastore_split"]
-    assert G.tma_default(512, 4096, 14336, units={(256, 2): 66, (128, 2): 66}).split
+    # 28 tiles of 128 x 256 on 66 pairs, cut in two (74 k-blocks a piece); the 128 x 128 tiles would fill 56 of 66 at
+    # 0.82 the rate
+    assert G.tma_default(512, 3584, 18944) == G.TMA_KERNELS["wgmma_tma_e_ss_tmastore_split"]
+    # K = 4096: 16 k-blocks a piece, the fix-up eats the gain: 64 tiles of 128 x 128 instead
+    assert G.tma_default(512, 4096, 4096) == G.TMA_KERNELS["wgmma_tma_p_tmastore_split"]
+    assert G.tma_default(128, 3584, 18944) == G.TMA_KERNELS["wgmma_tma_c_split"]
     assert G.tma_default(128, 7168, 7168).cluster == 1
     # a device with fewer pairs changes the waves, not the rule's inputs: 28 x 16 tiles on 64 pairs fill 7 waves
     assert G.tma_default(4096, 7168, 7168, units={(256, 2): 64, (128, 2): 64}).bn == 256
@@ -285,20 +289,20 @@ def test_all_versions_agree_bit_for_bit_with_wgmma_ws():
 @pytest.mark.parametrize("grid", [7, 10, 40])
 def test_split_last_wave_matches_reference_and_repeats(kernel, grid):
     """The last wave cut along K (split_plan): pieces of one tile on different CTAs, the last to arrive sums them.
-    Grids of 7 / 10 / 40 units leave 1..few tiles in the last wave (S = 4, 2, ...); every launch is poisoned and run
+    Grids of 7 / 10 / 40 units leave 1..few tiles in the last wave (S = 4, 3, 2); every launch is poisoned and run
     three times: the arrival counters must reset themselves (a stale one leaves tiles unwritten: NaN), and the
     result must be the same bits every time (partials summed in piece order, whichever finishes last)."""
     from dataclasses import replace
 
     if kernel in G.skipped_kernels():
         pytest.skip(f"{kernel} failed its smoke test in this run")
-    M, N, K = 520, 1160, 2064  # 5 m-blocks, a partial n-tile, 17 k-blocks (the last partial)
+    M, N, K = 520, 1160, 10128  # 5 m-blocks, a partial n-tile, 80 k-blocks (the last partial)
     a, sa, b, sb, ref, terms = _case(M, N, K, seed=grid, layout="col")
     cfg = replace(G.TMA_KERNELS[kernel], grid=grid)
     out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
     launch = G.prepare(a, sa, b, sb, kernel=kernel, config=cfg, out=out)
     mu, nb = G.tile_counts(M, N, cfg)
-    assert launch.split == G.split_plan(mu * nb, grid, 17, cfg.split)
+    assert launch.split == G.split_plan(mu * nb, grid, 80, cfg.split)
     first = None
     for _ in range(3):
         out.fill_(float("nan"))
@@ -314,7 +318,7 @@ def test_split_runs_where_the_plan_says():
     """The schedules the split tests cover do cut tiles (else they would test the unsplit path twice)."""
     from dataclasses import replace
 
-    M, N, K = 520, 1160, 2064
+    M, N, K = 520, 1160, 10128
     a, sa, b, sb, _, _ = _case(M, N, K, seed=1)
     seen = set()
     for kernel in [k for k, c in G.TMA_KERNELS.items() if c is not None and c.split]:
@@ -346,13 +350,15 @@ def test_tma_kernels_accuracy_gate(kind):
 @pytest.mark.gpu
 def test_tma_kernel_at_a_prefill_shape():
     """One realistic shape (many tiles per CTA, the default configuration) against float64."""
-    for M, N, K in [(2048, 3584, 2048), (2048, 7168, 2048)]:  # the second: 224 pair tiles, the last wave split
+    for M, N, K in [(2048, 3584, 2048), (2048, 7168, 7168)]:  # the second: 224 pair tiles, the last wave split
         a, sa, b, sb, ref, terms = _case(M, N, K, seed=11)
         for kernel in [k for k in ("wgmma_tma", "wgmma_tma_e", "wgmma_tma_d", "wgmma_tma_e_ss_tmastore_split")
                        if k in _live()]:
             y = G.gemm_w8a8(a, sa, b, sb, kernel=kernel,
                             out=torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda"))
             _check(y, ref, terms, kernel, K)
+        if N == 7168:
+            assert G.prepare(a, sa, b, sb, kernel="wgmma_tma_e_ss_tmastore_split").split == (198, 2)
 
 
 # ---- CPU: what notebook 07 reads (gemm_report's prefill functions) on a made-up record -------------------------------

@@ -290,20 +290,29 @@ def group_size(M: int, N: int, cfg: TmaConfig, units: int) -> int:
     return best[1]
 
 
+#: what cutting a wave along K costs, in k-blocks of one tile's time: the partials' round trip through L2, the
+#: fences, and twice the CTAs streaming A and B at once. Fitted on the H200 (gemm_prefill --tune, 128 x 256 tiles at
+#: M = 512 and 2048: a cut wave took about 1 / S of a wave plus 16 k-blocks).
+SPLIT_FIXUP_KB = 16
+
+
 def split_plan(T: int, P: int, KB: int, most: int, min_kb: int = 4) -> tuple[int, int]:
     """(F, S): of T tiles on P CTAs (clusters), the first F run whole and the remaining T - F (the last wave) in S
-    pieces along K, each of at least `min_kb` k-blocks; (T, 1) where nothing is gained (the last wave is more than
-    half full, or K is too short to cut).
+    pieces along K, each of at least `min_kb` k-blocks; (T, 1) where nothing is gained: the last wave more than half
+    full, K too short to cut, or the cut wave's time (1 / S of a wave + SPLIT_FIXUP_KB k-blocks) not under 0.9 of it.
 
     split_plan(224, 66, 56, 4) -> (198, 2)   # 4 waves of 66, the last holding 26 tiles: 3 waves + 52 half tiles
     split_plan(32, 66, 112, 4) -> (0, 2)     # one wave, half empty: every tile in two
-    split_plan(448, 66, 56, 4) -> (448, 1)   # the last wave holds 52 of 66: left whole"""
+    split_plan(448, 66, 56, 4) -> (448, 1)   # the last wave holds 52 of 66: left whole
+    split_plan(32, 66, 32, 4) -> (32, 1)     # 16 k-blocks a piece: the fix-up eats the gain"""
     if most < 2 or T <= 0 or P <= 0:
         return T, 1
     waves = -(-T // P)
     F = (waves - 1) * P
     S = min(P // (T - F), most, KB // min_kb)
-    return (F, S) if S >= 2 else (T, 1)
+    if S < 2 or 1 / S + SPLIT_FIXUP_KB / KB >= 0.9:
+        return T, 1
+    return F, S
 
 
 def max_units(cfg: TmaConfig, fn=None) -> int:
@@ -322,22 +331,22 @@ def tma_default(M: int, N: int, K: int, units: dict | None = None) -> TmaConfig:
     Rule (measured on the H200, outputs/kernels/gemm.json): in 2-CTA clusters (M > 128), 128 x 256 tiles with the
     scales staged in shared memory and the TMA-store epilogue where the grid is full, the 128 x 128 tiles of version D
     (two partial-sum buffers) where 256-wide tiles would leave SMs idle; at M <= 128 (one m-block: no pair to
-    cluster) 128 x 256 or 128 x 128 tiles, one CTA per cluster; every one with a half-empty last wave cut along K.
-    The choice weighs the waves each takes (a split last wave counts 1 / S) against the per-tile speed: 128 x 128
-    tiles ran at ~0.82 of the 128 x 256 rate per FLOP at 4096 x 7168 x 7168 (more bytes per FLOP from L2, as many
-    promotions).
+    cluster) 128 x 128 tiles, one CTA each (they beat 128 x 256 at all three M = 128 shapes tried); every one with a
+    mostly idle last wave cut along K (split_plan). The choice weighs the waves each takes (a cut wave counts
+    1 / S + SPLIT_FIXUP_KB / KB) against the per-tile speed: 128 x 128 tiles ran at ~0.82 of the 128 x 256 rate per
+    FLOP at 4096 x 7168 x 7168 (more bytes per FLOP from L2, as many promotions).
     `units`: {(bn, cluster): how many fit at once} (default 132 SMs, 66 pairs)."""
     units = units or {}
     v = TMA_VARIANTS
     cands = ((TMA_LADDER["wgmma_tma_e_ss_tmastore_split"], 1.0), (v["wgmma_tma_p_tmastore_split"], 0.82)) if M > BM \
-        else ((v["wgmma_tma_c256_split"], 1.0), (v["wgmma_tma_c_split"], 0.9))
+        else ((v["wgmma_tma_c_split"], 1.0),)
     best = None
     for cfg, per_tile in cands:
         mu, nb = tile_counts(M, N, cfg)
         P = units.get((cfg.bn, cfg.cluster), 132 // cfg.cluster)
-        T = mu * nb
-        F, S = split_plan(T, P, -(-K // BK), cfg.split)
-        waves = F / P + 1 / S if S > 1 else -(-T // P)
+        T, KB = mu * nb, -(-K // BK)
+        F, S = split_plan(T, P, KB, cfg.split)
+        waves = F / P + 1 / S + SPLIT_FIXUP_KB / KB if S > 1 else -(-T // P)
         speed = T / (waves * P) * per_tile  # busy fraction of the waves x relative speed of a full wave
         if best is None or speed > best[0] + 1e-9:
             best = (speed, cfg)
