@@ -397,6 +397,13 @@ def test_prefill_report_functions():
     assert climb[3]["x_prev_rung"] == pytest.approx(980 / 900)
     assert climb[4]["x_prev_rung"] == pytest.approx(945 / 900)  # a side branch: against the rung it changes (_d)
     assert climb[1]["QGMMA"] == 8 and climb[1]["smem KB"] == pytest.approx(194.0)
+    assert R.same_kernel_twice(data) is None  # the fake default has no rung with its configuration
+    twin = {"kernel": "w8a8_wgmma_tma_e", "shape": "M=4096 N=7168 K=7168", "dtype": "e4m3 x e4m3", "tflops": 1000.0,
+            "family": "prefill", "config": "cfgX", "grid_units": 66, "split": 1, "group": 8}
+    data2 = {"results": data["results"] + [twin, {**twin, "kernel": "w8a8_wgmma_tma", "tflops": 950.0}]}
+    data2["results"] = [r for r in data2["results"] if not (r["kernel"] == "w8a8_wgmma_tma" and "config" not in r)]
+    t = R.same_kernel_twice(data2)
+    assert t["kernel"] == "wgmma_tma_e" and t["apart"] == pytest.approx(1000 / 950 - 1)
     gap = R.prefill_gap(data)
     assert len(gap) == 1 and gap[0]["best_fp8_in_run"] == 1250.0 and gap[0]["of_best"] == pytest.approx(980 / 1250)
     assert gap[0]["spec_dense_fp8 (datasheet)"] == 1979

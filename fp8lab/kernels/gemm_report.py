@@ -183,6 +183,27 @@ def wave_busy(r: dict) -> float | None:
     return T / (-(-T // P) * P)
 
 
+def same_kernel_twice(data: dict, shape: str = "M=4096 N=7168 K=7168") -> dict | None:
+    """The run's own noise floor: where the default ("wgmma_tma") ran the same compiled kernel, grid and split as a
+    named rung of the climb, the two are one kernel timed twice in one run. Their ratio says how far apart two
+    identical measurements landed; differences between rungs smaller than that are not evidence.
+
+    -> {"kernel": "wgmma_tma_e_ss_tmastore", "twin": "wgmma_tma", "tflops": (a, b), "apart": |a / b - 1|} or None"""
+    from .gemm_prefill import CLIMB_BRANCH, LADDER
+
+    at = {_short(r["kernel"]): r for r in _prefill(data) if r["shape"] == shape}
+    d = at.get("wgmma_tma")
+    if not d or not d.get("config"):
+        return None
+    key = ("config", "grid_units", "split", "group")
+    for k in LADDER[:-1] + tuple(CLIMB_BRANCH):
+        r = at.get(k)
+        if r and r.get("tflops") and all(r.get(x) == d.get(x) for x in key):
+            return {"kernel": k, "twin": "wgmma_tma", "tflops": (r["tflops"], d["tflops"]),
+                    "apart": abs(r["tflops"] / d["tflops"] - 1)}
+    return None
+
+
 def prefill_gap(data: dict, kernel: str = "wgmma_tma", min_m: int = 2048) -> list[dict]:
     """Our rate against the best FP8 rate measured in the same run, per shape with M >= min_m.
 

@@ -206,6 +206,13 @@ the driver say about it (QGMMA instructions, TMA loads, registers, spills, share
 if data:
     climb = gemm_report.prefill_climb(data)
     print(bg.format_rows(climb) if climb else "(no prefill climb in this run)")
+    twin = gemm_report.same_kernel_twice(data)
+    if twin:
+        a, b = twin["tflops"]
+        nb.md(f"The noise floor of this run: `{twin['twin']}` ran the very kernel, grid and schedule of "
+              f"`{twin['kernel']}`, timed separately in the same interleaved rounds: {a:.0f} and {b:.0f} TFLOP/s, "
+              f"{100 * twin['apart']:.0f} % apart. A rung that moved the rate by less than that bought nothing this "
+              "run can show.")
 """),
 ("md", r"""
 The rungs, in plain words: `wgmma_ws` loads tiles with `cp.async` from a producer warpgroup; the `tma` rungs load
@@ -255,7 +262,8 @@ against it. Multicast pays only where L2 bandwidth, not the math, is the limit: 
 `wave_busy` is arithmetic, not a measurement: a persistent grid of P CTA pairs runs T tiles in ceil(T / P) waves, and
 where the last wave is partly empty the whole GEMM pays for it. A shape whose `wave_busy` is well under 1 loses that
 fraction whatever the kernel does inside a tile. The default cuts the last wave's tiles along K when that wave is at
-most half full (`split_plan`: pieces of at least four k-blocks, at most four per tile), and `wave_busy` counts such a
+most half full and the cut pays for its fix-up (`split_plan`: at most four pieces per tile; a cut wave is modelled as
+1 / S of a wave plus a fixed cost, `SPLIT_FIXUP_KB` k-blocks, fitted on this GPU), and `wave_busy` counts such a
 wave as 1 / S of one; a last wave between half and fully busy is left whole — evening it out needs the finer-grained
 division of stream-K proper, which the lab's kernel does not do.
 """),
