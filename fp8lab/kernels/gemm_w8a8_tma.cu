@@ -123,6 +123,24 @@ __device__ __forceinline__ bool split_fixup(float (&acc)[A][64], float* __restri
     return true;
 }
 
+// Every k-block of this CTA's (cluster's) work items, in order, with the pipeline stage it goes through: the
+// producer thread and the scale warp walk the same schedule. fn(kb, s, ph, m0, n0): k-block, stage, phase, origin.
+template <int CL, int TBN, int ST, class Fn>
+__device__ __forceinline__ void walk_kblocks(const TileMap& tiles, int cid, int P, int items, int F, int S, int KB,
+                                             int rank, Fn&& fn) {
+    int s = 0;
+    u32 ph = 0;
+    for (int i = cid; i < items; i += P) {
+        int t, kb0, kb1, piece, m0, n0;
+        work_item(i, F, S, KB, t, kb0, kb1, piece);
+        tiles.origin<CL, TBN>(t, rank, m0, n0);
+        for (int kb = kb0; kb < kb1; ++kb) {
+            fn(kb, s, ph, m0, n0);
+            if (++s == ST) { s = 0; ph ^= 1; }
+        }
+    }
+}
+
 template <int TBN, int NWG, int ST, int CL, int EPI, int PIPE, int SS>
 __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc* tmB, const TmaDesc* tmC,
                                               const float* __restrict__ sa, long long sa_sm, long long sa_sk,
@@ -168,52 +186,36 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
     if (wg == NWG) {  // ---------------- producer warpgroup: one thread issues every copy ----------------
         if (NWG == 2) setmaxnreg_dec<40>();
         if (warp == NWG * 4 && lane == 0) {
-            int s = 0;
-            u32 ph = 0;
-            for (int i = cid; i < items; i += P) {
-                int t, kb0, kb1, piece, m0, n0;
-                work_item(i, F, S, KB, t, kb0, kb1, piece);
-                tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
+            walk_kblocks<CL, TBN, ST>(tiles, cid, P, items, F, S, KB, (int)rank, [&](int kb, int s, u32 ph, int m0, int n0) {
                 // A box past the last row (a cluster's second m-block when the m-blocks are odd; the second half of
                 // B when N % 256 == 128) reads rows 0.. instead: those rows get zero scales or are never stored, and
                 // no box is ever wholly outside the tensor. Partial boxes are zero-filled by the copy engine.
                 const int ma = m0 < M ? m0 : 0, nbr = n0 + (int)rank * (TBN / CL) < N ? n0 + (int)rank * (TBN / CL) : 0;
-                for (int kb = kb0; kb < kb1; ++kb) {
-                    mbar_wait(empty0 + 8 * s, ph ^ 1);  // consumers (of both CTAs) released this stage
-                    const u32 fb = full0 + 8 * s, sA = base + s * STAGE, sB = sA + A_BYTES;
-                    mbar_expect_tx(fb, STAGE);
-                    tma_load_2d(sA, tmA, fb, kb * 128, ma);
-                    if (CL == 1) tma_load_2d(sB, tmB, fb, kb * 128, nbr);
-                    else tma_load_2d_mc(sB + rank * (B_BYTES / 2), tmB, fb, kb * 128, nbr, (u16)3);
-                    if (++s == ST) { s = 0; ph ^= 1; }
-                }
-            }
+                mbar_wait(empty0 + 8 * s, ph ^ 1);  // consumers (of both CTAs) released this stage
+                const u32 fb = full0 + 8 * s, sA = base + s * STAGE, sB = sA + A_BYTES;
+                mbar_expect_tx(fb, STAGE);
+                tma_load_2d(sA, tmA, fb, kb * 128, ma);
+                if (CL == 1) tma_load_2d(sB, tmB, fb, kb * 128, nbr);
+                else tma_load_2d_mc(sB + rank * (B_BYTES / 2), tmB, fb, kb * 128, nbr, (u16)3);
+            });
         }
         if (SS && warp == NWG * 4 + 1) {
             // The scale warp: the stage's sa column (128 rows, one 4-byte cp.async per row, zero past M) and sb
             // entries (lanes < NH, zero past the last n-block) into the stage's slot; each lane's copies arrive on
             // the stage's `full` barrier when they land (cp.async.mbarrier.arrive.noinc), so the consumers find the
             // scales beside the tiles and no global load sits in their loop.
-            int s = 0;
-            u32 ph = 0;
-            for (int i = cid; i < items; i += P) {
-                int t, kb0, kb1, piece, m0, n0;
-                work_item(i, F, S, KB, t, kb0, kb1, piece);
-                tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
-                for (int kb = kb0; kb < kb1; ++kb) {
-                    mbar_wait(empty0 + 8 * s, ph ^ 1);
-                    const u32 slot = sbase + s * SLOT;
+            walk_kblocks<CL, TBN, ST>(tiles, cid, P, items, F, S, KB, (int)rank, [&](int kb, int s, u32 ph, int m0, int n0) {
+                mbar_wait(empty0 + 8 * s, ph ^ 1);
+                const u32 slot = sbase + s * SLOT;
 #pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        const int row = m0 + lane + 32 * j;
-                        cp_async4_zfill(slot + 4 * (lane + 32 * j), row < M ? sa + row * sa_sm + kb * sa_sk : sa, row < M);
-                    }
-                    const int nbk = n0 / 128 + lane;
-                    if (lane < NH) cp_async4_zfill(slot + 512 + 4 * lane, nbk < NBS ? sb + (size_t)nbk * KB + kb : sb, nbk < NBS);
-                    cp_async_mbar_arrive_noinc(full0 + 8 * s);
-                    if (++s == ST) { s = 0; ph ^= 1; }
+                for (int j = 0; j < 4; ++j) {
+                    const int row = m0 + lane + 32 * j;
+                    cp_async4_zfill(slot + 4 * (lane + 32 * j), row < M ? sa + row * sa_sm + kb * sa_sk : sa, row < M);
                 }
-            }
+                const int nbk = n0 / 128 + lane;
+                if (lane < NH) cp_async4_zfill(slot + 512 + 4 * lane, nbk < NBS ? sb + (size_t)nbk * KB + kb : sb, nbk < NBS);
+                cp_async_mbar_arrive_noinc(full0 + 8 * s);
+            });
         }
         __syncwarp();
     } else {  // ---------------- consumer warpgroups ----------------
