@@ -125,5 +125,28 @@ def exercise_5() -> dict:
     return {"written": out}
 
 
+def exercise_7() -> dict:
+    """Waves and the split of the recorded prefill grid: per shape with M >= 2048, the default's tiles T, units P, how
+    many waves, what split_plan cut, and the recorded ratio to `_scaled_mm` blockwise. Where the last wave is more
+    than half full nothing is cut (`wave_busy` < 1 stays): those are the shapes stream-K proper would still help."""
+    from fp8lab.kernels import gemm_report
+    from fp8lab.kernels import gemm_w8a8 as G
+
+    d = _data()
+    if d is None:
+        return {"answer": "outputs/kernels/gemm.json is not recorded"}
+    out = {}
+    for r in gemm_report._prefill(d):
+        if gemm_report._short(r["kernel"]) != "wgmma_tma" or r.get("M", 0) < 2048 or not r.get("grid_units"):
+            continue
+        T = -(-(-(-r["M"] // 128)) // r["cluster"]) * -(-r["N"] // r["bn"])
+        P, KB = r["grid_units"], -(-r["K"] // 128)
+        F, S = G.split_plan(T, P, KB, 4)
+        out[r["shape"]] = {"tiles": T, "units": P, "waves": round(T / P, 2), "cut": f"{T - F} tiles in {S}" if S > 1
+                           else "none", "wave_busy": round(gemm_report.wave_busy(r), 3),
+                           "x_blockwise": round(r["speedup_vs_scaled_mm_blockwise"], 3)}
+    return out
+
+
 if __name__ == "__main__":
     nb.run_exercises(globals())

@@ -423,5 +423,8 @@ Worked answers: `notebooks/solutions/07_kernel_speedups_gemm.py` (the CPU parts 
 5. On a GPU: `python -m fp8lab.kernels.bench gemm --only decode` and compare with the recorded run.
 6. From the recorded decode layer: how many microseconds does each step of fusion (fused, PDL, norm folded in) save
    at batch 1, and how much of the remaining time above the ceiling do the GEMVs account for?
+7. For each recorded prefill shape with M ≥ 2048: how many tiles and waves does the default run, what does
+   `gemm_w8a8.split_plan` cut, and do the shapes with the emptiest last wave sit lowest against `_scaled_mm`
+   blockwise? Which ones would stream-K proper (an even split of all the work, not only the last wave) still help?
 """),
 ]
