@@ -174,10 +174,12 @@ def wave_busy(r: dict) -> float | None:
 
     wave_busy({"M": 2048, "N": 7168, "bn": 256, "cluster": 2, "grid_units": 66}) -> 0.848 (224 tiles, 4 waves of 66)
     ... with "split": 2, "split_whole_tiles": 198 -> 0.970 (3 waves + one of half tiles)"""
+    from .gemm_w8a8 import TmaConfig, tile_counts
+
     if not all(r.get(k) for k in ("M", "N", "bn", "cluster", "grid_units")) or r.get("persistent") is False:
         return None
-    T = -(-(-(-r["M"] // 128)) // r["cluster"]) * -(-r["N"] // r["bn"])
-    P = r["grid_units"]
+    mu, nb = tile_counts(r["M"], r["N"], TmaConfig(bn=r["bn"], cluster=r["cluster"]))
+    T, P = mu * nb, r["grid_units"]
     if (r.get("split") or 1) > 1:
         return T / (r["split_whole_tiles"] + P / r["split"])
     return T / (-(-T // P) * P)

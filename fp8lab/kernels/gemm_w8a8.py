@@ -296,6 +296,11 @@ def group_size(M: int, N: int, cfg: TmaConfig, units: int) -> int:
 SPLIT_FIXUP_KB = 16
 
 
+def cut_wave_time(S: int, KB: int) -> float:
+    """The modelled time of a wave whose tiles are cut into S pieces along K, in waves: 1 / S + SPLIT_FIXUP_KB / KB."""
+    return 1 / S + SPLIT_FIXUP_KB / KB
+
+
 def split_plan(T: int, P: int, KB: int, most: int, min_kb: int = 4) -> tuple[int, int]:
     """(F, S): of T tiles on P CTAs (clusters), the first F run whole and the remaining T - F (the last wave) in S
     pieces along K, each of at least `min_kb` k-blocks; (T, 1) where nothing is gained: the last wave more than half
@@ -310,7 +315,7 @@ def split_plan(T: int, P: int, KB: int, most: int, min_kb: int = 4) -> tuple[int
     waves = -(-T // P)
     F = (waves - 1) * P
     S = min(P // (T - F), most, KB // min_kb)
-    if S < 2 or 1 / S + SPLIT_FIXUP_KB / KB >= 0.9:
+    if S < 2 or cut_wave_time(S, KB) >= 0.9:
         return T, 1
     return F, S
 
@@ -346,7 +351,7 @@ def tma_default(M: int, N: int, K: int, units: dict | None = None) -> TmaConfig:
         P = units.get((cfg.bn, cfg.cluster), 132 // cfg.cluster)
         T, KB = mu * nb, -(-K // BK)
         F, S = split_plan(T, P, KB, cfg.split)
-        waves = F / P + 1 / S + SPLIT_FIXUP_KB / KB if S > 1 else -(-T // P)
+        waves = F / P + cut_wave_time(S, KB) if S > 1 else -(-T // P)
         speed = T / (waves * P) * per_tile  # busy fraction of the waves x relative speed of a full wave
         if best is None or speed > best[0] + 1e-9:
             best = (speed, cfg)
@@ -379,10 +384,11 @@ def _prepare_tma(a, sa, b, sb, M, N, K, cfg: TmaConfig, out) -> Launch:
     units = min(F + (mu * nb - F) * S, most) if cfg.persistent else mu * nb
     group = min(cfg.group or group_size(M, N, cfg, units), mu)
     # the split tiles' partial sums (one slot per piece, CTA and consumer warpgroup) and their arrival counters
+    # (none unsplit: F = T); a one-element placeholder keeps the pointers valid
+    slots = (mu * nb - F) * cfg.cluster * cfg.nwg
     acc_regs = (cfg.bn // 128) * cfg.mh * 64
-    ws = torch.empty(max(1, (mu * nb - F) * cfg.cluster * cfg.nwg * S * acc_regs * 128) if S > 1 else 1,
-                     dtype=torch.float32, device=a.device)
-    cnt = torch.zeros(max(1, (mu * nb - F) * cfg.cluster * cfg.nwg), dtype=torch.int32, device=a.device)
+    ws = torch.empty(max(1, slots * S * acc_regs * 128), dtype=torch.float32, device=a.device)
+    cnt = torch.zeros(max(1, slots), dtype=torch.int32, device=a.device)
     args = (*descs, _sa_arg(sa), cp.int64(sa.stride(0)), cp.int64(sa.stride(1)), _cuda.as_cupy(sb),
             _cuda.as_cupy(out), cp.int32(M), cp.int32(N), cp.int32(K), cp.int32(group), cp.int32(F), cp.int32(S),
             _cuda.as_cupy(ws), _cuda.as_cupy(cnt))

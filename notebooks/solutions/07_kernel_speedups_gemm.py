@@ -127,8 +127,9 @@ def exercise_5() -> dict:
 
 def exercise_7() -> dict:
     """Waves and the split of the recorded prefill grid: per shape with M >= 2048, the default's tiles T, units P, how
-    many waves, what split_plan cut, and the recorded ratio to `_scaled_mm` blockwise. Where the last wave is more
-    than half full nothing is cut (`wave_busy` < 1 stays): those are the shapes stream-K proper would still help."""
+    many waves, what the run cut (the record's split, chosen by `gemm_w8a8.split_plan`), and the recorded ratio to
+    `_scaled_mm` blockwise. Where the last wave is more than half full nothing is cut (`wave_busy` < 1 stays): those
+    are the shapes stream-K proper would still help."""
     from fp8lab.kernels import gemm_report
     from fp8lab.kernels import gemm_w8a8 as G
 
@@ -139,11 +140,11 @@ def exercise_7() -> dict:
     for r in gemm_report._prefill(d):
         if gemm_report._short(r["kernel"]) != "wgmma_tma" or r.get("M", 0) < 2048 or not r.get("grid_units"):
             continue
-        T = -(-(-(-r["M"] // 128)) // r["cluster"]) * -(-r["N"] // r["bn"])
-        P, KB = r["grid_units"], -(-r["K"] // 128)
-        F, S = G.split_plan(T, P, KB, 4)
-        out[r["shape"]] = {"tiles": T, "units": P, "waves": round(T / P, 2), "cut": f"{T - F} tiles in {S}" if S > 1
-                           else "none", "wave_busy": round(gemm_report.wave_busy(r), 3),
+        mu, nb = G.tile_counts(r["M"], r["N"], G.TmaConfig(bn=r["bn"], cluster=r["cluster"]))
+        T, P, S = mu * nb, r["grid_units"], r.get("split") or 1
+        out[r["shape"]] = {"tiles": T, "units": P, "waves": round(T / P, 2),
+                           "cut": f"{T - r['split_whole_tiles']} tiles in {S}" if S > 1 else "none",
+                           "wave_busy": round(gemm_report.wave_busy(r), 3),
                            "x_blockwise": round(r["speedup_vs_scaled_mm_blockwise"], 3)}
     return out
 

@@ -2,8 +2,9 @@
 
     ncu --section SpeedOfLight --section MemoryWorkloadAnalysis ... python3 tools/gpu/ncu_decode.py 18944x3584
 
-Per shape: gemv_v3 FP8 per-channel (default config), torch._scaled_mm tensorwise (cuBLASLt, padded to M = 16 as the
-bench pads it) and bf16 F.linear, each called twice on the same inputs; ncu picks launches by kernel-name regex.
+Per shape: gemv_v3 FP8 per-channel (default config, M = 1), torch._scaled_mm tensorwise (cuBLASLt, here at M = 16;
+the bench times it at the decode M itself) and bf16 F.linear (M = 1), each called twice on the same inputs; ncu
+picks launches by kernel-name regex.
 """
 import sys
 
@@ -27,4 +28,4 @@ for shape in sys.argv[1].split(","):
         for _ in range(2):
             fn()
     torch.cuda.synchronize()
-    print("ran", shape, launch.info if hasattr(launch, "info") else "", flush=True)
+    print("ran", shape, launch.info, flush=True)
