@@ -501,9 +501,18 @@ def test_v3_rejects_bad_arguments():
         V3.gemv_v3(x, p, norm=(torch.ones(128, dtype=torch.bfloat16), 1e-5))
     with pytest.raises(ValueError, match="M <= 16"):
         V3.gemv_v3(torch.zeros(17, 256, dtype=torch.bfloat16), p, norm=(torch.ones(256, dtype=torch.bfloat16), 1e-5))
+    with pytest.raises(ValueError, match="version must be one of"):
+        V3.gemv_v3(x, p, version=5)
+    with pytest.raises(ValueError, match=r"not compiled: \(format, R, NT, C, D"):
+        V3.gemv_v3(x, p, version=4, config=(2, 3, 8, 4))
     with pytest.raises(TypeError, match="CUDA"):
         V3.gemv_v3(x, p)  # everything checked: only then the device
+    with pytest.raises(TypeError, match="CUDA"):
+        V3.gemv_v3(x, p, version=4)
     assert V3.n_tiles(1) == 1 and V3.n_tiles(9) == 2 and V3.n_tiles(32) == 4
+    assert V3.ring_bytes("fp8c", 1, 2, 4, 8) == 8 * 4 * (2048 + 8)
+    assert V3.ring_bytes("nvfp4", 1, 2, 4, 8) == 8 * 4 * (2048 + 256 + 8)
+    assert V3.kernel_name("nvfp4", 1, 2, 2, 8, "store", version=4) == "gemv4_nvfp4_r1_nt2_c2_d8_e0_n0"
 
 
 def test_v3_compiled_list_is_the_python_set():
@@ -515,6 +524,16 @@ def test_v3_compiled_list_is_the_python_set():
     built = {(ids[int(a)], int(b), int(c), int(e), int(f), eps[int(h)], int(n))
              for a, b, c, e, f, h, n in re.findall(r"GEMV3\((\d),(\d),(\d),(\d),(\d),(\d),(\d)\)", d["FP8LAB_GEMV_V3"])}
     assert built == V3.KERNELS
+    d4 = dict(x.split("=", 1) for x in V3.cuda_defines4())
+    built4 = {(ids[int(a)], int(b), int(c), int(e), int(f), eps[int(h)], int(n))
+              for a, b, c, e, f, h, n in re.findall(r"GEMV4\((\d),(\d),(\d),(\d),(\d),(\d),(\d)\)", d4["FP8LAB_GEMV_V4"])}
+    assert built4 == V3.KERNELS4
+    for fmt in V3.FORMATS:  # version 4's defaults are compiled, and their ring fits with room for two CTAs per SM
+        for M in (1, 8, 16, 32):
+            R = 2 if M > 16 else 1
+            C, D, wpc, _ = V3.default_config(fmt, M, R, version=4)
+            assert (fmt, R, V3.n_tiles(M), C, D, "store", 0) in V3.KERNELS4, (fmt, M)
+            assert 2 * V3.ring_bytes(fmt, R, C, D, wpc) <= 227 * 1024
     for fmt in ("fp8c", "nvfp4"):  # the decode layer's defaults exist with every epilogue (and the fused norm)
         for M in (1, 8, 16, 32):
             C, P, _, _ = V3.default_config(fmt, M)
@@ -574,9 +593,32 @@ def test_v3_every_config_matches_reference(fmt, M):
 
 @gpu
 @pytest.mark.parametrize("fmt", V3.FORMATS)
+@pytest.mark.parametrize("M", [1, 3, 8, 9, 16, 17, 32])
+def test_v4_every_config_matches_reference(fmt, M):
+    """Version 4 (the shared-memory ring the bulk copy engine fills): every compiled config of this M, outputs
+    poisoned, odd N and K, grids from one warp to many (a warp whose range is shorter than its ring included)."""
+    NT = V3.n_tiles(M)
+    for R in (1, 2):
+        cfgs = sorted({(C, D) for (f, r, nt, C, D, e, n) in V3.KERNELS4 if f == fmt and r == R and nt == NT})
+        if not cfgs:
+            continue
+        N, K = (400, 1000) if fmt != "nvfp4" else (400, 1008)
+        p = _v3_inputs(fmt, N, K, R, "normal", seed=M)
+        x = _activations(M, K, "normal", seed=M)
+        ref, terms = V3.reference(x, p)
+        for C, D in cfgs:
+            for wpc, cps in ((8, 4), (1, 1), (16, 2)):
+                launch = V3.prepare(x, p, config=(C, D, wpc, cps), out=_poison((M, N)), version=4)
+                assert launch.info["kernel"].startswith("gemv4_")
+                assert_close(launch(), ref, terms, "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", K)
+
+
+@gpu
+@pytest.mark.parametrize("fmt", V3.FORMATS)
 @pytest.mark.parametrize("dist", ["normal", "outliers", "tiny", "uniform"])
 @pytest.mark.parametrize("N,K", [(1, 256), (17, 4096), (4097, 512), (64, 9000)])
-def test_v3_distributions_and_odd_shapes(fmt, dist, N, K):
+@pytest.mark.parametrize("version", V3.VERSIONS)
+def test_v3_distributions_and_odd_shapes(fmt, dist, N, K, version):
     """bf16 activations go into the MMA unchanged (no f16 conversion): tiny and outlier activations are as exact
     as normal ones. N = 1 and 17 (partial tiles), K = 9000 (padded to whole units, x padded by the wrapper)."""
     if fmt == "nvfp4":
@@ -585,7 +627,8 @@ def test_v3_distributions_and_odd_shapes(fmt, dist, N, K):
     p = _v3_inputs(fmt, N, K, 1, dist, seed=N + K)
     x = _activations(M, K, dist, seed=N)
     ref, terms = V3.reference(x, p)
-    assert_close(V3.gemv_v3(x, p, out=_poison((M, N))), ref, terms, "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", K)
+    assert_close(V3.gemv_v3(x, p, out=_poison((M, N)), version=version), ref, terms,
+                 "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", K)
 
 
 @gpu
@@ -628,27 +671,33 @@ def test_v3_fused_rmsnorm(fmt, M):
 
 
 @gpu
-def test_v3_is_deterministic_and_reusable():
+@pytest.mark.parametrize("version,config", [(3, (2, 2, 8, 4)), (4, (2, 4, 8, 4))])
+def test_v3_is_deterministic_and_reusable(version, config):
     """Split row groups are summed in slot order by whichever warp finishes last: repeated calls (counters reset
-    by the kernel) give bit-identical results, for a split-heavy config (few groups, many warps)."""
+    by the kernel) give bit-identical results, for a split-heavy config (few groups, many warps); versions 3 and 4
+    (same arithmetic, different loads) give the same bits."""
     p = _v3_inputs("fp8b", 64, 16384, 1, "normal", seed=9)
     x = _activations(4, 16384, "normal", seed=9)
-    launch = V3.prepare(x, p, config=(2, 2, 8, 4))
+    launch = V3.prepare(x, p, config=config, version=version)
     assert launch.info["warps"] > p.groups  # every group split between warps
     ys = [launch().clone() for _ in range(5)]
     assert all(torch.equal(ys[0].view(torch.int16), y.view(torch.int16)) for y in ys[1:])
+    if version == 4:
+        y3 = V3.prepare(x, p, config=(2, 2, 8, 4), version=3)()
+        assert torch.equal(ys[0].view(torch.int16), y3.view(torch.int16))
     ref, terms = V3.reference(x, p)
     assert_close(ys[0], ref, terms, "gemv_fp8", 16384)
 
 
 @gpu
-def test_v3_pdl_launch_matches_plain_launch():
+@pytest.mark.parametrize("version", V3.VERSIONS)
+def test_v3_pdl_launch_matches_plain_launch(version):
     """The programmatic-dependent-launch path (cuLaunchKernelEx through ctypes) computes the same bits, also
-    when captured in a CUDA graph."""
+    when captured in a CUDA graph (version 4: with its dynamic shared memory)."""
     p = _v3_inputs("nvfp4", 272, 1024, 1, "normal", seed=11)
     x = _activations(2, 1024, "normal", seed=11)
-    y0 = V3.gemv_v3(x, p)
-    launch = V3.prepare(x, p, pdl=True, out=_poison((2, 272)))
+    y0 = V3.gemv_v3(x, p, version=version)
+    launch = V3.prepare(x, p, pdl=True, out=_poison((2, 272)), version=version)
     y1 = launch().clone()
     assert torch.equal(y0.view(torch.int16), y1.view(torch.int16))
     launch.out.fill_(float("nan"))

@@ -32,7 +32,8 @@ NATIVE = {"nvfp4_hw.cu": E2M1_CVT_REFUSED, "gemv_nvfp4_hw.cu": E2M1_CVT_REFUSED,
 # sm_89 has no clusters at all (the front end refuses __cluster_dims__); sm_120/121 have no wgmma/setmaxnreg, but for
 # gemm_w8a8_tma.cu ptxas' log there is filled by its advisory on TMA multicast before the errors
 _HOPPER_ONLY = "wgmma|setmaxnreg|__cluster_dims__ is not supported|'.multicast::cluster' modifier"
-REFUSAL = {"gemm_w8a8_wgmma.cu": _HOPPER_ONLY, "gemm_w8a8_tma.cu": _HOPPER_ONLY, **NATIVE}
+REFUSAL = {"gemm_w8a8_wgmma.cu": _HOPPER_ONLY, "gemm_w8a8_tma.cu": _HOPPER_ONLY,
+           "gemv_v4.cu": r"Feature 'cp.async.bulk' requires .target sm_90 or higher", **NATIVE}
 # (source, arch) pairs that must NOT build, each with its reason; everything else must build.
 NOT_BUILDABLE = {(f, cc): "wgmma / setmaxnreg exist only on sm_90a" for f in ("gemm_w8a8_wgmma.cu", "gemm_w8a8_tma.cu")
                  for cc in ARCHS if cc != 90}
@@ -40,6 +41,7 @@ NOT_BUILDABLE.update({(f, cc): "the E2M1 conversions exist only on sm_100a / sm_
                       for f in ("nvfp4_hw.cu", "gemv_nvfp4_hw.cu") for cc in ARCHS if cc not in (120, 121)})
 NOT_BUILDABLE.update({("gemm_w4a4.cu", cc): "the block-scaled FP4 mma.sync exists only on sm_120a / sm_121a"
                       for cc in ARCHS if cc not in (120, 121)})
+NOT_BUILDABLE[("gemv_v4.cu", 89)] = "the bulk copy engine (cp.async.bulk) exists from sm_90 on"
 # kernels that ask for a hardware E2M1 conversion, the SASS form it must take, and on which archs.
 GB10 = {120, 121}
 NVFP4_HW_KERNELS = ("nvfp4_quant_bf16_cvt_hw", "nvfp4_quant_f32_cvt_hw", "nvfp4_quant_scalar_bf16_cvt",
@@ -247,6 +249,27 @@ def test_w4a4_emulation_is_portable(built):
         assert k.count("HMMA") > 0 and k.count("OMMA") == 0
     omma = {(f, cc) for (f, cc), ks in built.items() for k in ks.values() if k.count("OMMA")}
     assert omma == {("gemm_w4a4.cu", cc) for cc in GB10}
+
+
+def test_gemv_v4_streams_through_the_bulk_copy_engine(built):
+    """Version 4's weights arrive by cp.async.bulk (UBLKCP) counted on mbarriers (SYNCS.ARRIVE.TRANS64 announces the
+    bytes), and the warp reads them back with shared loads: in the unit loop there is no 128-bit global load of the
+    weights (the only 128-bit LDGs left are the activations', C x 2 x NT per unit, and the fix-up's fp32 reads are
+    32-bit), on every arch it builds for -- the GB10's sm_121 included."""
+    from fp8lab.kernels import gemv_v3 as V3
+
+    for cc in (90, 120, 121):
+        ks = built[("gemv_v4.cu", cc)]
+        assert len(ks) == len(V3.KERNELS4)
+        for (fmt, R, NT, C, D, e, n) in V3.KERNELS4:
+            k = ks[V3.kernel_name(fmt, R, NT, C, D, e, n, version=4)]
+            assert k.count("UBLKCP") >= 1 and k.has(r"SYNCS\.ARRIVE\.TRANS64"), (cc, fmt, R, NT, C, D)
+            loop = k.loop()
+            wide = sum(1 for _, t in k.instrs if re.match(r"LDG\.E\S*\.128", t))  # version 3: 36 at fp8c c2 p3
+            act = C * NT * (4 if fmt == "nvfp4" else 2)
+            assert wide <= act, (cc, fmt, R, NT, C, D, wide, act)
+            assert loop["ops"].get("LDS", 0) >= 2 * C * R, (cc, fmt, loop["ops"].get("LDS"))
+            assert loop["ops"].get("HMMA", 0) == C * R * NT * (8 if fmt == "nvfp4" else 4), (cc, fmt)
 
 
 def test_gemv_and_gemm_kernels_build_for_sm89(built):

@@ -107,11 +107,23 @@ def compile_for(filename: str, cc: int, ptxas_verbose: bool = False) -> tuple[by
     return nvrtc.compile_cubin((KERNEL_DIR / filename).read_text(), opts, name=filename)
 
 
+def headers_stamp() -> str:
+    """A comment naming the hash of every shared header (*.cuh) of this folder. CuPy's on-disk cache is keyed by
+    the source text and the options, not by what the source includes: appended to the source, the stamp makes an
+    edited header compile afresh instead of loading a stale cubin."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(KERNEL_DIR.glob("*.cuh")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return f"\n// fp8lab headers {h.hexdigest()[:16]}\n"
+
+
 @functools.lru_cache(maxsize=None)
 def load_module(filename: str):
     """Compile `fp8lab/kernels/<filename>` with NVRTC for this device and return a `cupy.RawModule`."""
     cp = _cupy()
-    src = (KERNEL_DIR / filename).read_text()
+    src = (KERNEL_DIR / filename).read_text() + headers_stamp()
     opts = compile_options(filename, device_arch(filename))
     return cp.RawModule(code=src, options=opts, backend="nvrtc", name_expressions=None)
 

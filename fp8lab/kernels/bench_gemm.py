@@ -89,9 +89,9 @@ def main(argv=None) -> int:
     p.add_argument("--m", type=lambda t: harness.int_list(t, 1, 16, "decode token counts"), default=None,
                    help="decode token counts: 1,8,16")
     p.add_argument("--prefill-shapes", type=lambda t: _dims(t, 3), default=None, help="prefill MxNxK,...")
-    p.add_argument("--versions", type=lambda t: harness.int_list(t, 1, 3, "GEMV versions"), default=[1, 2, 3],
-                   help="GEMV versions to time (default all three: 1,2,3)")
-    p.add_argument("--tune", type=lambda t: harness.int_list(t, 1, 3, "versions to tune"), default=[],
+    p.add_argument("--versions", type=lambda t: harness.int_list(t, 1, 4, "GEMV versions"), default=[1, 2, 3, 4],
+                   help="GEMV versions to time (default all four: 1,2,3,4)")
+    p.add_argument("--tune", type=lambda t: harness.int_list(t, 1, 4, "versions to tune"), default=[],
                    help="versions whose every compiled config is validated and timed, e.g. 3 or 1,2,3 "
                         "(default none: each version at its default config, the recording run)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (median and quartiles over them)")

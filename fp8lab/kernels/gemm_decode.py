@@ -1,4 +1,4 @@
-"""Decode (M = 1..16 tokens): the W8A16 FP8 and W4A16 NVFP4 GEMVs, versions 1, 2 and 3, against cuBLAS bf16 and
+"""Decode (M = 1..16 tokens): the W8A16 FP8 and W4A16 NVFP4 GEMVs, versions 1 to 4, against cuBLAS bf16 and
 torch._scaled_mm (tensorwise, blockwise), in interleaved rounds.
 
     records = bench_decode(bench, skip=set(), shapes=[(28672, 8192)], Ms=(1, 16))            # defaults only
@@ -59,18 +59,21 @@ def v2_candidates(M: int, N: int, K: int) -> tuple[list, list]:
     return c8, c4
 
 
-def v3_candidates(fmt: str, M: int, tune: bool) -> list[tuple]:
-    """Version-3 configs ((C, P, WPC, CPS), R) to validate and time: the default, or (tune) every compiled (C, P) of
-    this M at a few grid shapes. R = 2 (32 rows per unit) is a separate packing."""
+def v3_candidates(fmt: str, M: int, tune: bool, version: int = 3) -> list[tuple]:
+    """Version-3 (or 4) configs ((C, P or D, WPC, CPS), R) to validate and time: the default, or (tune) every
+    compiled (C, P) of this M at a few grid shapes. R = 2 (32 rows per unit) is a separate packing."""
     from . import gemv_v3 as V3
 
     NT = V3.n_tiles(M)
     R0 = 2 if NT == 4 else 1
-    out = [(V3.default_config(fmt, M, R0), R0)]
+    out = [(V3.default_config(fmt, M, R0, version), R0)]
     if tune:
-        for (f, R, nt, C, P, e, norm) in sorted(V3.KERNELS):
+        grids = ((4, 4), (4, 2), (8, 2)) if version == 3 else ((8, 4), (4, 8), (16, 2))
+        for (f, R, nt, C, P, e, norm) in sorted(V3.KERNELS if version == 3 else V3.KERNELS4):
             if f == fmt and nt == NT and e == "store" and not norm:
-                for wpc, cps in ((4, 4), (4, 2), (8, 2)):
+                for wpc, cps in grids:
+                    if version == 4 and V3.ring_bytes(f, R, C, P, wpc) > 227 * 1024:
+                        continue
                     out.append(((C, P, wpc, cps), R))
     seen, uniq = set(), []
     for c in out:
@@ -117,11 +120,11 @@ def _print_napkin(d: dict) -> None:
           f"({100 * d['cuda_core_fma_share']:.0f} % of fp32 CUDA-core FMA peak)", flush=True)
 
 
-def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECODE_M, versions=(1, 2, 3),
+def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECODE_M, versions=(1, 2, 3, 4),
                  tune=False, anchors=("tensorwise", "blockwise"), on_shape_done=None, pdl: bool = True) -> None:
     """tune: False (each version at its default config), True (every version's candidates), or the versions to tune.
     on_shape_done(): called after each shape (the CLI writes the JSON then, so a run cut short keeps what it has).
-    pdl: also time version 3 (channel, NVFP4) launched with programmatic dependent launch (label suffix _pdl)."""
+    pdl: also time versions 3 and 4 (channel, NVFP4) launched with programmatic dependent launch (suffix _pdl)."""
     tune_v = set(versions) if tune is True else set(tune or ())
     import torch
 
@@ -143,7 +146,7 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
         wbf = [(torch.randn(N, K, device="cuda") * 0.02).to(torch.bfloat16) for _ in range(n_sets(2 * N * K))]
         v3_packs: dict = {}
 
-        def packs(fmt, R):  # version-3 packings of the same weight sets, made once per shape
+        def packs(fmt, R):  # version-3 packings (versions 3 and 4) of the same weight sets, made once per shape
             if (fmt, R) not in v3_packs:
                 if fmt == "nvfp4":
                     v3_packs[(fmt, R)] = [V3.pack_nvfp4(wp, sc, gs, R=R) for wp, sc in w4]
@@ -194,15 +197,18 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
                 ours.append((f"gemv_nvfp4{suffix}", "gemv_nvfp4", N * K // 2 + N * K // 16,
                              lambda cfg, v=v: [F4.prepare(x, wp, sc, gs, config=cfg, version=v) for wp, sc in w4],
                              (c4_1 if v == 1 else c4_2) if v in tune_v else [], wd4))
-            if 3 in versions:
-                for fmt, label, wbytes, wdeq in (("fp8c", "gemv_fp8_channel_v3", N * K + 4 * N, wd["channel"]),
-                                                 ("fp8b", "gemv_fp8_block_v3", N * K + sbl.numel() * 4, wd["block"]),
-                                                 ("nvfp4", "gemv_nvfp4_v3", N * K // 2 + N * K // 16, wd4)):
-                    cands = v3_candidates(fmt, M, 3 in tune_v)
-                    if 3 not in tune_v and fmt == "fp8b" and M not in (1, 16):
+            for ver in (3, 4):
+                if ver not in versions:
+                    continue
+                for fmt, label, wbytes, wdeq in (("fp8c", f"gemv_fp8_channel_v{ver}", N * K + 4 * N, wd["channel"]),
+                                                 ("fp8b", f"gemv_fp8_block_v{ver}", N * K + sbl.numel() * 4, wd["block"]),
+                                                 ("nvfp4", f"gemv_nvfp4_v{ver}", N * K // 2 + N * K // 16, wd4)):
+                    cands = v3_candidates(fmt, M, ver in tune_v, ver)
+                    if ver not in tune_v and fmt == "fp8b" and M not in (1, 16):
                         continue  # the recording run: block scales at M = 1 and 16 only
                     ours.append((label, "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", wbytes,
-                                 lambda cfg, fmt=fmt: [V3.prepare(x, p, config=cfg[0]) for p in packs(fmt, cfg[1])],
+                                 lambda cfg, fmt=fmt, ver=ver: [V3.prepare(x, p, config=cfg[0], version=ver)
+                                                                for p in packs(fmt, cfg[1])],
                                  cands, wdeq))
             for kname, smoke_name, wbytes, make, cands, wdeq in ours:
                 if smoke_name in skip:
@@ -210,7 +216,7 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
                     continue
                 ref, terms = x.double() @ wdeq.T, x.double().abs() @ wdeq.abs().T
                 tol = tolerances.matmul(smoke_name, K)
-                v3 = kname.endswith("_v3")
+                v3 = kname.endswith(("_v3", "_v4"))  # the packed versions: configs ((C, P|D, WPC, CPS), R)
                 good = []
                 for cfg in ([] if v3 else [None]) + list(cands):  # every config validated before any is timed
                     try:
@@ -230,8 +236,8 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
                 name = f"{kname} {shape}"
                 bench.validation[name] = bench.validation[f"{kname} {best} {shape}"]
                 timers[name] = lambda make=make, best=best: harness.graph_time_us(make(best), rep=30)
-                version = 3 if v3 else 2 if kname.endswith("_v2") else 1
-                cfg_key = {1: "config_RSPF", 2: "config_RSCD", 3: "config_CPWC_R"}[version]
+                version = int(kname[-1]) if v3 else 2 if kname.endswith("_v2") else 1
+                cfg_key = {1: "config_RSPF", 2: "config_RSCD", 3: "config_CPWC_R", 4: "config_CDWC_R"}[version]
                 info = {}
                 if v3:
                     li = make(best)[0].info
@@ -240,7 +246,7 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
                               {"version": version, cfg_key: (list(best) if not v3 else [list(best[0]), best[1]])
                                if best is not None else "default",
                                "tuned_us": {str(c): t for c, t in tuned.items()}, "weight_bytes": wbytes, **info})
-                if v3 and pdl and kname != "gemv_fp8_block_v3":
+                if v3 and pdl and "_block_" not in kname:
                     # the same kernel and config launched with programmatic dependent launch: consecutive calls
                     # overlap (the next one's weight loads during this one's tail), as in a decode layer. Reported
                     # beside the plain launch; the goals use the plain launch, like the anchors'.

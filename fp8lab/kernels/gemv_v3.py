@@ -56,14 +56,30 @@ KERNELS = (
 )
 
 
+#: version 4 (gemv_v4.cu): (format, R, NT, C, D, epilogue, norm) -- D: ring slots (units in flight) per warp
+KERNELS4 = (
+    {(f, 1, nt, C, D, "store", 0) for f in FORMATS for nt in (1, 2) for C, D in ((2, 4), (2, 8), (4, 4))}
+    | {(f, 2, 4, 2, 4, "store", 0) for f in FORMATS}
+)
+VERSIONS = (3, 4)
+
+
 def cuda_defines() -> tuple[str, ...]:
     """The instantiation list as the -D define gemv_v3.cu expects: GEMV3(fmt id, R, NT, C, P, epilogue id, norm)..."""
     items = sorted((_FMT_ID[f], R, NT, C, P, EPILOGUES[e], n) for f, R, NT, C, P, e, n in KERNELS)
     return ("FP8LAB_GEMV_V3=" + "".join(f"GEMV3({','.join(map(str, c))})" for c in items),)
 
 
-def kernel_name(fmt: str, R: int, NT: int, C: int, P: int, epilogue: str, norm: int = 0) -> str:
-    return f"gemv3_{fmt}_r{R}_nt{NT}_c{C}_p{P}_e{EPILOGUES[epilogue]}_n{norm}"
+def cuda_defines4() -> tuple[str, ...]:
+    """Version 4's instantiation list: GEMV4(fmt id, R, NT, C, D, epilogue id, norm)..."""
+    items = sorted((_FMT_ID[f], R, NT, C, D, EPILOGUES[e], n) for f, R, NT, C, D, e, n in KERNELS4)
+    return ("FP8LAB_GEMV_V4=" + "".join(f"GEMV4({','.join(map(str, c))})" for c in items),)
+
+
+def kernel_name(fmt: str, R: int, NT: int, C: int, P: int, epilogue: str, norm: int = 0, version: int = 3) -> str:
+    """gemv3_..._p{P}_... (version 3: P units in registers) or gemv4_..._d{D}_... (version 4: D ring slots)."""
+    ring = "p" if version == 3 else "d"
+    return f"gemv{version}_{fmt}_r{R}_nt{NT}_c{C}_{ring}{P}_e{EPILOGUES[epilogue]}_n{norm}"
 
 
 def n_tiles(M: int) -> int:
@@ -321,10 +337,24 @@ DEFAULT_CONFIG = {  # (C, P, WPC, CPS) by format and token tiles; chosen by the 
 }
 
 
-def default_config(fmt: str, M: int, R: int = 1) -> tuple[int, int, int, int]:
-    """(C, P, WPC, CPS) for this format and M; R = 2 packings at NT <= 2 use P = 2 (twice the bytes per unit)."""
-    C, P, wpc, cps = DEFAULT_CONFIG[("nvfp4" if fmt == "nvfp4" else "fp8", n_tiles(M))]
+#: version 4: (C, D, WPC, CPS) -- D ring slots of one unit per warp; CPS is capped by what fits (shared memory)
+DEFAULT_CONFIG4 = {("fp8", 1): (2, 4, 8, 4), ("fp8", 2): (2, 4, 8, 4), ("fp8", 4): (2, 4, 4, 4),
+                   ("nvfp4", 1): (2, 4, 8, 4), ("nvfp4", 2): (2, 4, 8, 4), ("nvfp4", 4): (2, 4, 4, 4)}
+
+
+def default_config(fmt: str, M: int, R: int = 1, version: int = 3) -> tuple[int, int, int, int]:
+    """(C, P, WPC, CPS) for this format and M (version 4: (C, D, WPC, CPS)); R = 2 packings at NT <= 2 use P = 2
+    (twice the bytes per unit)."""
+    table = DEFAULT_CONFIG if version == 3 else DEFAULT_CONFIG4
+    C, P, wpc, cps = table[("nvfp4" if fmt == "nvfp4" else "fp8", n_tiles(M))]
     return C, P, wpc, cps
+
+
+def ring_bytes(fmt: str, R: int, C: int, D: int, wpc: int) -> int:
+    """Version 4's shared memory per CTA for the ring: WPC warps x D slots of one unit (+ NVFP4 scale codes), and
+    one 8-byte mbarrier per slot.  ring_bytes("fp8c", 1, 2, 4, 8) -> 65792"""
+    slot = C * R * 1024 + (C * R * 128 if fmt == "nvfp4" else 0)
+    return wpc * D * (slot + 8)
 
 
 def sm_count(device=None) -> int:
@@ -362,8 +392,12 @@ def check_x(x, K: int) -> int:
 
 def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue: str = "store",
             residual: torch.Tensor | None = None, out: torch.Tensor | None = None, pdl: bool = False,
-            norm: tuple | None = None, sms: int | None = None) -> Launch:
+            norm: tuple | None = None, sms: int | None = None, version: int = 3) -> Launch:
     """Validate (before any CUDA call), pick the config, allocate the workspace; returns a Launch computing y.
+
+    version 3 (gemv_v3.cu): config (C, P, WPC, CPS), P units in flight per warp in registers; version 4
+    (gemv_v4.cu, sm_90+): config (C, D, WPC, CPS), D units per warp in a shared-memory ring the bulk copy engine
+    fills. Same packing, same arithmetic, same bits.
 
     norm = (gamma bf16 [K], eps): y = RMSNorm(x) . W^T with the normalization done inside the kernel, once per CTA
     (bf16(x * rsqrt(mean(x^2) + eps) * gamma), decode_layer.cu's arithmetic); M <= 16."""
@@ -381,7 +415,9 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
             raise ValueError(f"epilogue='residual' needs a bf16 residual of shape {(M, nout)}")
     elif residual is not None:
         raise ValueError("a residual is only read by epilogue='residual'")
-    C, P, wpc, cps = config if config is not None else default_config(p.fmt, M, p.R)
+    if version not in VERSIONS:
+        raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
+    C, P, wpc, cps = config if config is not None else default_config(p.fmt, M, p.R, version)
     smem = 0
     if norm is not None:
         gamma, eps = norm
@@ -393,8 +429,9 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
         if smem > 64 * 1024:
             wpc = max(wpc, 8)  # one or two CTAs per SM fit: make them 8 warps each
     key = (p.fmt, p.R, NT, C, P, epilogue, 1 if norm is not None else 0)
-    if key not in KERNELS:
-        raise ValueError(f"not compiled: (format, R, NT, C, P, epilogue, norm) = {key}; see gemv_v3.KERNELS")
+    if key not in (KERNELS if version == 3 else KERNELS4):
+        what, table = ("P", "KERNELS") if version == 3 else ("D", "KERNELS4")
+        raise ValueError(f"not compiled: (format, R, NT, C, {what}, epilogue, norm) = {key}; see gemv_v3.{table}")
     if p.Kp % (CHUNK_K[p.fmt] * C):
         raise ValueError(f"K padded to {p.Kp} is not a whole number of {C}-chunk units")
     for name, t in (("x", x), ("weights", p.data)):
@@ -411,12 +448,17 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
         xk = torch.nn.functional.pad(xk, (0, p.Kp - p.K))
     G, KU = p.groups, p.Kp // (CHUNK_K[p.fmt] * C)
     U = G * KU
-    cp = _cuda._cupy()
-    fn = _cuda.load_module("gemv_v3.cu").get_function(kernel_name(*key))
-    from .launch_ex import resident_ctas
-
     sms = sms or sm_count(x.device)
     wpc = max(1, min(wpc, U))
+    if version == 4:  # the ring after the normalized activations (rounded to 128 bytes)
+        smem = -(-smem // 128) * 128 + ring_bytes(p.fmt, p.R, C, P, wpc)
+        if smem > 227 * 1024:
+            raise ValueError(f"version 4's ring needs {smem} bytes of shared memory per CTA (> 227 KiB): fewer warps "
+                             f"per CTA (WPC = {wpc}) or ring slots (D = {P})")
+    cp = _cuda._cupy()
+    fn = _cuda.load_module(f"gemv_v{version}.cu").get_function(kernel_name(*key, version=version))
+    from .launch_ex import resident_ctas
+
     if smem > 48 * 1024:
         fn.max_dynamic_shared_size_bytes = smem
     cps = min(cps, resident_ctas(fn, 32 * wpc, smem))   # the whole grid resident at once (stream-K: no late CTAs)
@@ -434,8 +476,9 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     a = [_cuda.as_cupy(t) for t in keep]
     args = (*a[:8], cp.int32(M), cp.int32(nout), cp.int32(p.Kp), cp.int32(KU), cp.int32(U), cp.int32(smax), a[8],
             cp.float32(norm[1] if norm is not None else 0.0), cp.int32(p.K))
-    info = {"kernel": kernel_name(*key), "config": (C, P, wpc, cps), "grid": grid, "warps": Wt, "units": U,
-            "bytes_per_unit": C * p.R * 1024, "smax": smax, "weight_bytes": p.weight_bytes()}
+    info = {"kernel": kernel_name(*key, version=version), "version": version, "config": (C, P, wpc, cps), "grid": grid,
+            "warps": Wt, "units": U, "bytes_per_unit": C * p.R * 1024, "smax": smax, "weight_bytes": p.weight_bytes(),
+            "smem": smem}
     return Launch(fn, (grid,), (32 * wpc,), args, out, info, pdl=pdl, keep=keep, smem=smem)
 
 

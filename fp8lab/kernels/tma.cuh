@@ -15,7 +15,10 @@
 //   cluster_sync            barrier.cluster arrive(release) + wait(acquire) over every thread of the cluster.
 //   setmaxnreg_inc / _dec   move registers between warpgroups (needs __launch_bounds__(threads, 1)).
 //
-// Needs sm_90 (TMA, clusters) and sm_90a (setmaxnreg, multicast): only gemm_w8a8_tma.cu includes it (sources.py).
+//   bulk_load_1d            a contiguous byte run -> shared memory (no tensor map), counted on an mbarrier.
+//
+// Needs sm_90 (TMA, clusters) and sm_90a (setmaxnreg, multicast): gemm_w8a8_tma.cu includes it (sources.py);
+// gemv_v4.cu uses only bulk_load_1d, l2_evict_first and the mbarrier helpers, which sm_120 / sm_121 have too.
 #pragma once
 
 #include "ptx.cuh"
@@ -46,6 +49,20 @@ __device__ __forceinline__ void tma_load_2d_mc(u32 dst, const TmaDesc* d, u32 ba
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
         " [%0], [%1, {%4, %5}], [%2], %3;"
         ::"r"(dst), "l"(desc_addr(d)), "r"(bar), "h"(mask), "r"(c0), "r"(c1) : "memory");
+}
+
+// A contiguous run of `bytes` (a multiple of 16; both addresses 16-byte aligned) global -> shared, no tensor map:
+// the 1-D bulk copy (sm_90+, also sm_120 / sm_121). `policy` is an L2 cache policy (l2_evict_first()).
+__device__ __forceinline__ void bulk_load_1d(u32 dst, const void* src, u32 bytes, u32 bar, u64 policy) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+        ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(policy) : "memory");
+}
+// An L2 policy for bytes read once (streamed weights): evicted first, so they do not push out what is reused.
+__device__ __forceinline__ u64 l2_evict_first() {
+    u64 p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
 }
 
 // ---- stores: shared -> global (bulk groups) -----------------------------------------------------------------

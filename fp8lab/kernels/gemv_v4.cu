@@ -1,0 +1,139 @@
+// gemv_v4.cu -- decode GEMV / skinny GEMM, version 4: version 3's packed stream and stream-K split, with the bytes
+// in flight held in a shared-memory ring that the bulk copy engine fills, instead of in registers.
+//
+//   y[M, N] (bf16) = x[M, K] (bf16) . dequant(W)^T,   M = 1..32 tokens, fp32 accumulation on mma.sync bf16
+//   W: a gemv_v3.Packed matrix (the same packing: FP8 E4M3 per-channel or 128x128 blocks, or NVFP4).
+//
+// Why a version 4 (version 3, gemv_v3.cu, stays beside it and is timed with it): an Nsight Compute reading of
+// version 3 at the 68 MB shapes (tools/gpu/decode_notes.md) found its warps capped by registers (141 per thread:
+// P = 3 units of 2 KB in flight per warp live in registers -> 12 warps per SM) and 54 % of their stalls waiting on
+// global loads. Here the bytes in flight cost shared memory, not registers:
+//  1. Each warp owns a ring of D slots of one unit each (C R KiB of weights, + C R 128 bytes of NVFP4 scale codes)
+//     and one mbarrier per slot. A warp's stream-K range is contiguous in the packed stream, so one
+//     cp.async.bulk (1-D, no tensor map) per unit brings its bytes in: lane 0 announces the bytes
+//     (mbarrier.arrive.expect_tx) and issues the copy; the copy engine counts them in (complete_tx). D units are in
+//     flight per warp from the first instruction on, D - 1 while it multiplies.
+//  2. The warp waits on the slot's barrier (phase parity i / D), reads its 2 C R 16-byte words from the slot (512
+//     contiguous bytes per warp load: no bank conflicts), __syncwarp()s, and lane 0 refills the slot with the unit
+//     D ahead before the multiply starts: the slot is free again as soon as the words are in registers.
+//  3. The multiply, epilogues and fix-up are version 3's (gemv_v3_common.cuh): same arithmetic, same bits.
+//  4. L2 policy evict_first on the streamed weights; activations through L1 as in version 3.
+// Shared memory per CTA: WPC D (C R 1024 [+ C R 128]) bytes of ring + 8 WPC D bytes of barriers (+ the fused
+// RMSNorm's M (Kp + 8) 2 bytes first, rounded to 128). Registers: one unit (2 C R uint4) instead of P + 1.
+//
+// Launch: as version 3 (grid = ceil(Wt / WPC) CTAs of 32 WPC threads, resident at once), dynamic shared memory
+// from gemv_v3.py prepare(version=4). Kernel names: gemv4_{fp8c|fp8b|nvfp4}_r{R}_nt{NT}_c{C}_d{D}_e{EPI}_n{NORM};
+// the instantiation list comes from gemv_v3.py KERNELS4 as a -D define. Needs the bulk copy engine: sm_90+.
+#include "gemv_v3_common.cuh"
+#include "tma.cuh"  // bulk_load_1d, l2_evict_first, mbar_expect_tx
+
+template <int FMT, int R, int NT, int C, int D, int EPI, int NORM>
+__device__ __forceinline__ void gemv4_body(const u8* __restrict__ W, const void* __restrict__ S, const float* __restrict__ CS,
+                                           const u16* __restrict__ X, u16* __restrict__ Y, const u16* __restrict__ RES,
+                                           float* __restrict__ WS, int* __restrict__ CNT, int M, int nout, int Kp, int KU,
+                                           int U, int smax, const u16* __restrict__ G, float eps, int Kn) {
+    constexpr bool NV = FMT == V3_NVFP4;
+    constexpr int NW = 2 * C * R;            // 16-byte weight words per lane per unit
+    constexpr int NS = NV ? C * R : 1;       // NVFP4: 4-byte scale words per lane per unit
+    constexpr int UB = C * R * 1024;         // weight bytes per unit
+    constexpr int SB = NV ? C * R * 128 : 0; // NVFP4 scale-code bytes per unit
+    constexpr int SLOT = UB + SB;            // one ring slot (a multiple of 128 bytes)
+    constexpr int CK = NV ? 128 : 64;        // k per chunk
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
+    const int wpc = blockDim.x >> 5;
+    const int wg = blockIdx.x * wpc + warp;
+    const int Wt = gridDim.x * wpc;
+    pdl_launch_dependents();
+    const long long u0 = (long long)wg * U / Wt, u1 = (long long)(wg + 1) * U / Wt;
+    if (!NORM && u0 >= u1) return;  // (NORM: every warp joins the CTA's barriers; the Python side never makes empty warps)
+
+    extern __shared__ __align__(128) uint4 v4_smem[];
+    const int xs_bytes = NORM ? ((M * (Kp + 8) * 2 + 127) & ~127) : 0;
+    u8* const ring = reinterpret_cast<u8*>(v4_smem) + xs_bytes + warp * (D * SLOT);
+    const u32 ring_s = smem_addr(ring);
+    const u32 bar0 = smem_addr(reinterpret_cast<u8*>(v4_smem) + xs_bytes + wpc * (D * SLOT)) + warp * (D * 8);
+    const u64 policy = l2_evict_first();
+    auto fill = [&](int slot, long long u) {  // lane 0: unit u -> slot, counted on the slot's barrier
+        mbar_expect_tx(bar0 + 8 * slot, SLOT);
+        bulk_load_1d(ring_s + slot * SLOT, W + (size_t)u * UB, UB, bar0 + 8 * slot, policy);
+        if constexpr (NV) bulk_load_1d(ring_s + slot * SLOT + UB, reinterpret_cast<const u8*>(S) + (size_t)u * SB, SB,
+                                       bar0 + 8 * slot, policy);
+    };
+    // weights first: they do not depend on earlier kernels, so they fly during pdl_wait()
+    if (u0 < u1 && lane == 0) {
+#pragma unroll
+        for (int j = 0; j < D; ++j) mbar_init(bar0 + 8 * j, 1);
+        fence_proxy_async();  // the initialized barriers, visible to the copy engine
+#pragma unroll
+        for (int j = 0; j < D; ++j)
+            if (u0 + j < u1) fill(j, u0 + j);
+    }
+    __syncwarp();
+    pdl_wait();
+
+    const V3Out o{CS, RES, Y, M, nout};
+    const u16* xrow[NT];
+    if constexpr (NORM) {
+        u16* xs = reinterpret_cast<u16*>(v4_smem);
+        v3_stage_normed<NT * 8>(X, G, eps, M, Kp, Kn, xs);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) xrow[nt] = xs + (size_t)(nt * 8 + g < M ? nt * 8 + g : 0) * (Kp + 8) + t * (CK / 4);
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) xrow[nt] = X + (size_t)(nt * 8 + g < M ? nt * 8 + g : 0) * Kp + t * (CK / 4);
+    }
+    const int KB = Kp >> 7;  // FP8 block scales: float2 [group][Kp / 128][R] (rows 0-7, rows 8-15 of the tile)
+
+    float acc[R][NT][4];
+    zero_tiles(acc);
+    int grp = (int)(u0 / KU), kk = (int)(u0 - (long long)grp * KU);
+    if (u0 >= u1) return;
+
+    int slot = 0;
+    u32 phase = 0;
+    for (long long u = u0; u < u1; ++u) {
+        mbar_wait(bar0 + 8 * slot, phase);
+        uint4 cur[NW];
+        u32 scur[NS];
+        const uint4* sw = reinterpret_cast<const uint4*>(ring + slot * SLOT) + lane;
+#pragma unroll
+        for (int i = 0; i < NW; ++i) cur[i] = sw[i * 32];
+        if constexpr (NV) {
+            const u32* ss = reinterpret_cast<const u32*>(ring + slot * SLOT + UB) + lane;
+#pragma unroll
+            for (int i = 0; i < NS; ++i) scur[i] = ss[i * 32];
+        }
+        __syncwarp();  // every lane holds its words: the slot may be overwritten
+        if (lane == 0 && u + D < u1) fill(slot, u + D);
+        if (++slot == D) {
+            slot = 0;
+            phase ^= 1u;
+        }
+        v3_unit<FMT, R, NT, C, NORM>(acc, cur, scur, xrow, kk * C * CK, S, grp, kk, KB);
+        if (++kk == KU || u + 1 == u1) {  // the group ends here (or our range does)
+            v3_finish<FMT, R, NT, EPI>(o, acc, grp, u0, u1, KU, U, Wt, wg, lane, WS, CNT, smax);
+            zero_tiles(acc);
+            kk = 0;
+            ++grp;
+        }
+    }
+}
+
+#define V4_FMT_NAME_0 fp8c
+#define V4_FMT_NAME_1 fp8b
+#define V4_FMT_NAME_2 nvfp4
+#define V4_CAT2(a, b) a##b
+#define V4_CAT(a, b) V4_CAT2(a, b)
+#define GEMV4(FMT, R, NT, C, D, EPI, NORM)                                                                         \
+    extern "C" __global__ void __launch_bounds__(256) V4_CAT(gemv4_, V4_CAT(V4_FMT_NAME_##FMT,                     \
+        _r##R##_nt##NT##_c##C##_d##D##_e##EPI##_n##NORM))(                                                          \
+        const u8* __restrict__ W, const void* __restrict__ S, const float* __restrict__ CS, const u16* __restrict__ X, \
+        u16* __restrict__ Y, const u16* __restrict__ RES, float* __restrict__ WS, int* __restrict__ CNT, int M,      \
+        int nout, int Kp, int KU, int U, int smax, const u16* __restrict__ G, float eps, int Kn) {                  \
+        gemv4_body<FMT, R, NT, C, D, EPI, NORM>(W, S, CS, X, Y, RES, WS, CNT, M, nout, Kp, KU, U, smax, G, eps, Kn); \
+    }
+
+#ifndef FP8LAB_GEMV_V4
+#error "the loader passes the instantiation list (gemv_v3.py KERNELS4) as a -D define"
+#endif
+FP8LAB_GEMV_V4
