@@ -68,7 +68,7 @@ def v3_candidates(fmt: str, M: int, tune: bool, version: int = 3) -> list[tuple]
     R0 = 2 if NT == 4 else 1
     out = [(V3.default_config(fmt, M, R0, version), R0)]
     if tune:
-        grids = ((4, 4), (4, 2), (8, 2)) if version == 3 else ((8, 4), (4, 8), (16, 2))
+        grids = ((4, 4), (4, 2), (8, 2)) if version == 3 else ((8, 4), (4, 8), (8, 2))
         for (f, R, nt, C, P, e, norm) in sorted(V3.KERNELS if version == 3 else V3.KERNELS4):
             if f == fmt and nt == NT and e == "store" and not norm:
                 for wpc, cps in grids:

@@ -418,6 +418,9 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     if version not in VERSIONS:
         raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
     C, P, wpc, cps = config if config is not None else default_config(p.fmt, M, p.R, version)
+    if not (1 <= wpc <= 8 and cps >= 1):
+        raise ValueError(f"config: 1..8 warps per CTA (the kernels' launch bound is 256 threads) and >= 1 CTA per SM, "
+                         f"got WPC = {wpc}, CPS = {cps}")
     smem = 0
     if norm is not None:
         gamma, eps = norm
