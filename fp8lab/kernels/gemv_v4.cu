@@ -12,10 +12,10 @@
 //     and one mbarrier per slot. A warp's stream-K range is contiguous in the packed stream, so one
 //     cp.async.bulk (1-D, no tensor map) per unit brings its bytes in: lane 0 announces the bytes
 //     (mbarrier.arrive.expect_tx) and issues the copy; the copy engine counts them in (complete_tx). D units are in
-//     flight per warp from the first instruction on, D - 1 while it multiplies.
+//     flight per warp from the first instruction on.
 //  2. The warp waits on the slot's barrier (phase parity i / D), reads its 2 C R 16-byte words from the slot (512
-//     contiguous bytes per warp load: no bank conflicts), __syncwarp()s, and lane 0 refills the slot with the unit
-//     D ahead before the multiply starts: the slot is free again as soon as the words are in registers.
+//     contiguous bytes per warp load: no bank conflicts) and multiplies them; then (__syncwarp) lane 0 refills the
+//     slot with the unit D ahead. D - 1 units are in flight while a warp multiplies.
 //  3. The multiply, epilogues and fix-up are version 3's (gemv_v3_common.cuh): same arithmetic, same bits.
 //  4. L2 policy evict_first on the streamed weights; activations through L1 as in version 3.
 // Shared memory per CTA: WPC D (C R 1024 [+ C R 128]) bytes of ring + 8 WPC D bytes of barriers (+ the fused
@@ -103,13 +103,16 @@ __device__ __forceinline__ void gemv4_body(const u8* __restrict__ W, const void*
 #pragma unroll
             for (int i = 0; i < NS; ++i) scur[i] = ss[i * 32];
         }
-        __syncwarp();  // every lane holds its words: the slot may be overwritten
+        v3_unit<FMT, R, NT, C, NORM>(acc, cur, scur, xrow, kk * C * CK, S, grp, kk, KB);
+        // Every lane's MMAs have consumed its words, so no read of the slot is outstanding: only now may the copy
+        // engine overwrite it. (Refilling right after the reads, behind a __syncwarp alone, raced: the shared loads
+        // of a busy SM could still be queued when the bulk copy landed -- wrong sums on the H200 at 4-warp CTAs.)
+        __syncwarp();
         if (lane == 0 && u + D < u1) fill(slot, u + D);
         if (++slot == D) {
             slot = 0;
             phase ^= 1u;
         }
-        v3_unit<FMT, R, NT, C, NORM>(acc, cur, scur, xrow, kk * C * CK, S, grp, kk, KB);
         if (++kk == KU || u + 1 == u1) {  // the group ends here (or our range does)
             v3_finish<FMT, R, NT, EPI>(o, acc, grp, u0, u1, KU, U, Wt, wg, lane, WS, CNT, smax);
             zero_tiles(acc);
