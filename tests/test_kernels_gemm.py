@@ -673,6 +673,21 @@ def test_v3_fused_rmsnorm(fmt, M):
 
 
 @gpu
+def test_v4_launches_of_one_kernel_with_different_shared_memory():
+    """Two launches of the same kernel prepared in turn, the larger first: the smaller one's preparation must not
+    lower the kernel's dynamic shared-memory limit under the larger one's (CUDA_ERROR_INVALID_VALUE at launch)."""
+    p = _v3_inputs("fp8c", 1024, 4096, 1, "normal", seed=12)
+    x = _activations(1, 4096, "normal", seed=12)
+    big = V3.prepare(x, p, config=(2, 8, 8, 1), version=4)     # 131 KB of ring
+    small = V3.prepare(x, p, config=(2, 8, 4, 1), version=4)   # 66 KB, same kernel
+    assert big.info["kernel"] == small.info["kernel"] and big.smem > small.smem > 48 * 1024
+    ref, terms = V3.reference(x, p)
+    for launch in (big, small, big):
+        launch.out.fill_(float("nan"))
+        assert_close(launch(), ref, terms, "gemv_fp8", 4096)
+
+
+@gpu
 @pytest.mark.parametrize("version,config", [(3, (2, 2, 8, 4)), (4, (2, 4, 8, 4))])
 def test_v3_is_deterministic_and_reusable(version, config):
     """Split row groups are summed in slot order by whichever warp finishes last: repeated calls (counters reset

@@ -107,6 +107,14 @@ def compile_for(filename: str, cc: int, ptxas_verbose: bool = False) -> tuple[by
     return nvrtc.compile_cubin((KERNEL_DIR / filename).read_text(), opts, name=filename)
 
 
+def allow_dynamic_smem(fn, smem: int) -> None:
+    """Let `fn` (a CuPy kernel) launch with `smem` bytes of dynamic shared memory. The limit belongs to the kernel,
+    not to one launch: it is only ever raised, so preparing a smaller launch of the same kernel later does not break
+    a larger one prepared earlier (as assigning it each time did)."""
+    if smem > 48 * 1024 and smem > fn.max_dynamic_shared_size_bytes:
+        fn.max_dynamic_shared_size_bytes = smem
+
+
 def headers_stamp() -> str:
     """A comment naming the hash of every shared header (*.cuh) of this folder. CuPy's on-disk cache is keyed by
     the source text and the options, not by what the source includes: appended to the source, the stamp makes an

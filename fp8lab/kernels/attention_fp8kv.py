@@ -368,7 +368,6 @@ def _warps_per_sm(fn) -> int:
 
 
 SMEM_PER_SM = 228 * 1024       # H100 / H200: 228 KB per SM, 227 KB per block with the opt-in, 1 KB reserved per block
-SMEM_STATIC_LIMIT = 48 * 1024  # above this a kernel must raise its dynamic shared-memory limit
 
 
 def blocks_per_sm(fn, smem: int, warps_per_block: int, device=None) -> int:
@@ -433,8 +432,7 @@ def launch_v2(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, bt,
     name = v2_kernel_name(fmt, p.D, g, cfg)
     main = mod.get_function(name)
     smem = v2_smem(fmt, p.D, cfg[0], cfg[1])
-    if smem > SMEM_STATIC_LIMIT:
-        main.max_dynamic_shared_size_bytes = smem
+    _cuda.allow_dynamic_smem(main, smem)
     S, split_len, part_o, part_ml = _splits(
         lambda sms: plan_splits_v2(max_len, p.B, p.Hk, sms, blocks_per_sm(main, smem, WARPS_PER_BLOCK_V2, dev)),
         max_len, num_splits, p, dev)

@@ -147,8 +147,7 @@ def prepare(q, k_cache, v_cache, prefix_len: int, *, k_scale=None, v_scale=None,
     name = kernel_name(a["kv"], D, nw, pk)
     fn = mod.get_function(name)
     smem = smem_bytes(a["kv"], D)
-    if smem > att.SMEM_STATIC_LIMIT:
-        fn.max_dynamic_shared_size_bytes = smem
+    _cuda.allow_dynamic_smem(fn, smem)
     BM = 16 * nw
     grid_x = -(-Mq * pk // BM)
     n_blocks = grid_x * (Hq // pk) * B

@@ -183,8 +183,7 @@ def _launch_v2(mode, x, w, scale, M, N, K, config, out):
     cp = _cuda._cupy()
     fn = _cuda.load_module("gemv_fp8.cu").get_function(f"gemv_fp8_v2_{mode}_r{R}_nt{NT}_c{C}_d{D}")
     smem = smem_v2(R, S, NT, C, D)
-    if smem > _SMEM_LIMIT:
-        fn.max_dynamic_shared_size_bytes = smem
+    _cuda.allow_dynamic_smem(fn, smem)
     args = (_cuda.as_cupy(w), _cuda.as_cupy(scale.contiguous()), _cuda.as_cupy(x.contiguous()),
             _cuda.as_cupy(out), cp.int32(M), cp.int32(N), cp.int32(K))
     return Launch(fn, (math.ceil(N / (16 * R)),), (32 * S,), args, smem, out)

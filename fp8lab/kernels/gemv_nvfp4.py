@@ -153,8 +153,7 @@ def prepare(x, w_packed, scale_codes, global_scale, *, config=None, out=None, ve
     gs, out = scale_and_out(x, global_scale, M, N, out)
     cp = _cuda._cupy()
     fn = _cuda.load_module("gemv_nvfp4.cu").get_function(name)
-    if smem > _SMEM_LIMIT:
-        fn.max_dynamic_shared_size_bytes = smem
+    _cuda.allow_dynamic_smem(fn, smem)
     args = (_cuda.as_cupy(w_packed), _cuda.as_cupy(scale_codes), _cuda.as_cupy(gs), _cuda.as_cupy(x.contiguous()),
             _cuda.as_cupy(out), cp.int32(M), cp.int32(N), cp.int32(K))
     return Launch(fn, (math.ceil(N / (16 * R)),), (32 * S,), args, smem, out)

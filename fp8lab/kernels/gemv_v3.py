@@ -462,8 +462,7 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     fn = _cuda.load_module(f"gemv_v{version}.cu").get_function(kernel_name(*key, version=version))
     from .launch_ex import resident_ctas
 
-    if smem > 48 * 1024:
-        fn.max_dynamic_shared_size_bytes = smem
+    _cuda.allow_dynamic_smem(fn, smem)
     cps = min(cps, resident_ctas(fn, 32 * wpc, smem))   # the whole grid resident at once (stream-K: no late CTAs)
     grid = max(1, min(sms * cps, U // wpc))       # every warp gets >= 1 unit
     Wt = grid * wpc
