@@ -503,6 +503,11 @@ def test_v3_rejects_bad_arguments():
         V3.gemv_v3(torch.zeros(17, 256, dtype=torch.bfloat16), p, norm=(torch.ones(256, dtype=torch.bfloat16), 1e-5))
     with pytest.raises(ValueError, match="1..8 warps per CTA"):
         V3.gemv_v3(x, p, config=(2, 3, 16, 2))
+    with pytest.raises(ValueError, match="0 or 1"):
+        V3.gemv_v3(x, p, config=(2, 3, 4, 4, 2))
+    with pytest.raises(ValueError, match=r"\(C, P, WPC, CPS\)"):
+        V3.gemv_v3(x, p, config=(2, 3, 4))
+    assert V3.whole_groups_pays(1184, 132) and not V3.whole_groups_pays(896, 132)
     with pytest.raises(ValueError, match="version must be one of"):
         V3.gemv_v3(x, p, version=5)
     with pytest.raises(ValueError, match=r"not compiled: \(format, R, NT, C, D"):
@@ -588,8 +593,8 @@ def test_v3_every_config_matches_reference(fmt, M):
         x = _activations(M, K, "normal", seed=M)
         ref, terms = V3.reference(x, p)
         for C, P in cfgs:
-            for wpc, cps in ((4, 4), (1, 1), (8, 2)):
-                y = V3.gemv_v3(x, p, config=(C, P, wpc, cps), out=_poison((M, N)))
+            for wpc, cps, whole in ((4, 4, 0), (1, 1, 0), (8, 2, 0), (4, 4, 1), (1, 1, 1)):
+                y = V3.gemv_v3(x, p, config=(C, P, wpc, cps, whole), out=_poison((M, N)))
                 assert_close(y, ref, terms, "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", K)
 
 
@@ -609,9 +614,9 @@ def test_v4_every_config_matches_reference(fmt, M):
         x = _activations(M, K, "normal", seed=M)
         ref, terms = V3.reference(x, p)
         for C, D in cfgs:
-            for wpc, cps in ((8, 4), (1, 1), (4, 8)):
-                launch = V3.prepare(x, p, config=(C, D, wpc, cps), out=_poison((M, N)), version=4)
-                assert launch.info["kernel"].startswith("gemv4_")
+            for wpc, cps, whole in ((8, 4, 0), (1, 1, 0), (4, 8, 0), (8, 4, 1), (1, 1, 1)):
+                launch = V3.prepare(x, p, config=(C, D, wpc, cps, whole), out=_poison((M, N)), version=4)
+                assert launch.info["kernel"].startswith("gemv4_") and launch.info["whole_groups"] == bool(whole)
                 assert_close(launch(), ref, terms, "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", K)
 
 
@@ -670,6 +675,24 @@ def test_v3_fused_rmsnorm(fmt, M):
         tol = tolerances.matmul(name, K)
         bound = tol.bound(ref, terms) + 2.0**-8 * terms
         assert bool(((y.double() - ref).abs() <= bound).all()), (epilogue, float(((y.double() - ref).abs() / bound).max()))
+
+
+@gpu
+@pytest.mark.parametrize("version", V3.VERSIONS)
+@pytest.mark.parametrize("fmt", V3.FORMATS)
+def test_v3_whole_groups_by_default_at_large_n(version, fmt):
+    """N large enough for whole row groups per warp (the default there): no group is split, several groups per warp
+    where the resident grid is smaller than the groups, and the result is the reference's."""
+    N, K, M = 16 * V3.WHOLE_MIN_GROUPS_PER_SM * V3.sm_count() + 40, 512, 3
+    p = _v3_inputs(fmt, N, K, 1, "normal", seed=13)
+    x = _activations(M, K, "normal", seed=13)
+    ref, terms = V3.reference(x, p)
+    for cfg in (None, (2, 2 if version == 3 else 4, 1, 1)):
+        launch = V3.prepare(x, p, config=cfg, version=version, out=_poison((M, N)))
+        assert launch.info["whole_groups"]
+        if cfg is not None:
+            assert launch.info["warps"] < p.groups  # one warp per SM: several groups each
+        assert_close(launch(), ref, terms, "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", K)
 
 
 @gpu

@@ -60,8 +60,9 @@ def v2_candidates(M: int, N: int, K: int) -> tuple[list, list]:
 
 
 def v3_candidates(fmt: str, M: int, tune: bool, version: int = 3) -> list[tuple]:
-    """Version-3 (or 4) configs ((C, P or D, WPC, CPS), R) to validate and time: the default, or (tune) every
-    compiled (C, P) of this M at a few grid shapes. R = 2 (32 rows per unit) is a separate packing."""
+    """Version-3 (or 4) configs ((C, P or D, WPC, CPS[, whole]), R) to validate and time: the default, or (tune)
+    every compiled (C, P) of this M at a few grid shapes, split stream-K (whole = 0) and by whole row groups
+    (whole = 1). R = 2 (32 rows per unit) is a separate packing."""
     from . import gemv_v3 as V3
 
     NT = V3.n_tiles(M)
@@ -74,7 +75,8 @@ def v3_candidates(fmt: str, M: int, tune: bool, version: int = 3) -> list[tuple]
                 for wpc, cps in grids:
                     if version == 4 and V3.ring_bytes(f, R, C, P, wpc) > 227 * 1024:
                         continue
-                    out.append(((C, P, wpc, cps), R))
+                    for whole in (0, 1):  # stream-K, whole row groups per warp (the default picks by N)
+                        out.append(((C, P, wpc, cps, whole), R))
     seen, uniq = set(), []
     for c in out:
         if c not in seen:

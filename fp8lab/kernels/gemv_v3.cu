@@ -27,6 +27,8 @@
 //     split between warps is finished by the last of them: each writes its fp32 partial sums to its slot of a
 //     workspace, fences, and bumps the group's counter; the warp that sees the count complete sums the slots
 //     IN SLOT ORDER (deterministic, bit-reproducible) and runs the epilogue, then resets the counter.
+//     Where N is large (gemv_v3.py whole_groups_pays) the ranges are cut at row-group boundaries instead (gran = KU
+//     units): no group is split, and no warp ends in a fix-up (its fence, atomic and workspace reads).
 //  5. P units of weight loads in flight per warp (a register ring: P * 2CR 16-byte loads issued before their
 //     first use), ld.global.nc.L1::no_allocate (read once), activations through L1 (shared by every row).
 //  6. Epilogues: plain store (x the per-channel scale, or the NVFP4 global scale), + residual (the decode
@@ -52,7 +54,8 @@ template <int FMT, int R, int NT, int C, int P, int EPI, int NORM>
 __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void* __restrict__ S, const float* __restrict__ CS,
                                            const u16* __restrict__ X, u16* __restrict__ Y, const u16* __restrict__ RES,
                                            float* __restrict__ WS, int* __restrict__ CNT, int M, int nout, int Kp, int KU,
-                                           int U, int smax, const u16* __restrict__ G, float eps, int Kn) {
+                                           int U, int smax, const u16* __restrict__ G, float eps, int Kn,
+                                           int gran) {
     constexpr bool NV = FMT == V3_NVFP4;
     constexpr int NW = 2 * C * R;            // 16-byte weight loads per lane per unit
     constexpr int NS = NV ? C * R : 1;       // NVFP4: 4-byte scale words per lane per unit
@@ -65,7 +68,8 @@ __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void*
     const int wg = blockIdx.x * wpc + (threadIdx.x >> 5);
     const int Wt = gridDim.x * wpc;
     pdl_launch_dependents();
-    const long long u0 = (long long)wg * U / Wt, u1 = (long long)(wg + 1) * U / Wt;
+    long long u0, u1;
+    v3_range(wg, Wt, U, gran, u0, u1);
     if (!NORM && u0 >= u1) return;  // (NORM: every warp joins the CTA's barriers; the Python side never makes empty warps)
 
     const u8* wbase = W + lane * 16;
@@ -141,8 +145,9 @@ __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void*
         _r##R##_nt##NT##_c##C##_p##P##_e##EPI##_n##NORM))(                                                          \
         const u8* __restrict__ W, const void* __restrict__ S, const float* __restrict__ CS, const u16* __restrict__ X, \
         u16* __restrict__ Y, const u16* __restrict__ RES, float* __restrict__ WS, int* __restrict__ CNT, int M,      \
-        int nout, int Kp, int KU, int U, int smax, const u16* __restrict__ G, float eps, int Kn) {                  \
-        gemv3_body<FMT, R, NT, C, P, EPI, NORM>(W, S, CS, X, Y, RES, WS, CNT, M, nout, Kp, KU, U, smax, G, eps, Kn); \
+        int nout, int Kp, int KU, int U, int smax, const u16* __restrict__ G, float eps, int Kn, int gran) {        \
+        gemv3_body<FMT, R, NT, C, P, EPI, NORM>(W, S, CS, X, Y, RES, WS, CNT, M, nout, Kp, KU, U, smax, G, eps, Kn, \
+                                                gran);                                                         \
     }
 
 #ifndef FP8LAB_GEMV_V3

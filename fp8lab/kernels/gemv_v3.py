@@ -20,9 +20,11 @@ rounded again; `unpack_fp8` / `unpack_nvfp4` give the originals back (tested).
 Work split (stream-K): the matrix is U units (C chunks of R 16-row tiles); warp w of the persistent grid takes
 units [floor(w U / Wt), floor((w + 1) U / Wt)), so every warp streams the same bytes, whatever N / 16 is. A row
 group split between warps is finished by the last one to arrive, from a workspace, summing in slot order: the
-result does not depend on timing (bit-reproducible). `streamk_plan` is the same arithmetic in Python.
+result does not depend on timing (bit-reproducible). `streamk_plan` is the same arithmetic in Python. Where N is
+large (`whole_groups_pays`: >= 8 row groups per SM) the ranges are whole row groups instead, and nothing is split.
 
-Config (C, P, WPC, CPS): C chunks per unit, P units of loads in flight per warp, WPC warps per CTA, CPS CTAs per SM.
+Config (C, P, WPC, CPS[, whole]): C chunks per unit, P units of loads in flight per warp (version 4: D ring slots),
+WPC warps per CTA, CPS CTAs per SM, whole = 1 / 0 to force whole row groups / stream-K (default: by N).
 The compiled kernels (format, R, NT, C, P, epilogue) are KERNELS; R (16-row tiles per unit) is fixed at packing.
 """
 from __future__ import annotations
@@ -324,6 +326,19 @@ def streamk_plan(G: int, KU: int, Wt: int) -> dict:
             "split_groups": sum(c > 1 for c in contrib), "starts": starts, "contributors": contrib}
 
 
+#: whole row groups per warp (no stream-K split) once there are this many groups per SM: the H200 probe
+#: (tools/gpu/v4_probe.py, 18944 x 3584 = 1184 groups, ~9 per SM) ran version 3 at 21.4 us whole vs 25.0 split and
+#: version 4 at 22.8 vs 24.3: the split's fix-up (fence, atomic, workspace reads) sits at the end of every warp.
+WHOLE_MIN_GROUPS_PER_SM = 8
+
+
+def whole_groups_pays(G: int, sms: int) -> bool:
+    """The split rule when the config does not say: whole row groups per warp where there are enough groups to give
+    every SM several warps (then no group is split and the kernel ends without a fix-up); stream-K otherwise (few
+    rows, long K: groups must be split to keep every SM busy).  whole_groups_pays(1184, 132) -> True"""
+    return G >= WHOLE_MIN_GROUPS_PER_SM * sms
+
+
 def smax_bound(G: int, KU: int, Wt: int) -> int:
     """An upper bound of streamk_plan's smax without the loop: ranges hold >= q = U // Wt units."""
     q = (G * KU) // Wt
@@ -417,7 +432,13 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
         raise ValueError("a residual is only read by epilogue='residual'")
     if version not in VERSIONS:
         raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
-    C, P, wpc, cps = config if config is not None else default_config(p.fmt, M, p.R, version)
+    cfg = tuple(config) if config is not None else default_config(p.fmt, M, p.R, version)
+    if len(cfg) not in (4, 5):
+        raise ValueError(f"config is (C, P, WPC, CPS) or (C, P, WPC, CPS, whole), got {cfg}")
+    C, P, wpc, cps = cfg[:4]
+    whole = cfg[4] if len(cfg) == 5 else None
+    if whole not in (None, 0, 1):
+        raise ValueError(f"config's 5th element (whole row groups per warp) must be 0 or 1, got {whole!r}")
     if not (1 <= wpc <= 8 and cps >= 1):
         raise ValueError(f"config: 1..8 warps per CTA (the kernels' launch bound is 256 threads) and >= 1 CTA per SM, "
                          f"got WPC = {wpc}, CPS = {cps}")
@@ -464,7 +485,10 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
 
     _cuda.allow_dynamic_smem(fn, smem)
     cps = min(cps, resident_ctas(fn, 32 * wpc, smem))   # the whole grid resident at once (stream-K: no late CTAs)
-    grid = max(1, min(sms * cps, U // wpc))       # every warp gets >= 1 unit
+    if whole is None:
+        whole = whole_groups_pays(G, sms)
+    gran = KU if whole else 1                     # units per grain: whole row groups, or any unit (stream-K)
+    grid = max(1, min(sms * cps, (U // gran) // wpc))  # every warp gets >= 1 grain
     Wt = grid * wpc
     smax = smax_bound(G, KU, Wt)
     # the stream-K workspace: smax slots of R*NT*4*32 fp32 partial sums per row group (a few MB at most)
@@ -477,9 +501,9 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     keep = (p.data, S, cs, xk, out, res, ws, cnt, g)
     a = [_cuda.as_cupy(t) for t in keep]
     args = (*a[:8], cp.int32(M), cp.int32(nout), cp.int32(p.Kp), cp.int32(KU), cp.int32(U), cp.int32(smax), a[8],
-            cp.float32(norm[1] if norm is not None else 0.0), cp.int32(p.K))
+            cp.float32(norm[1] if norm is not None else 0.0), cp.int32(p.K), cp.int32(gran))
     info = {"kernel": kernel_name(*key, version=version), "version": version, "config": (C, P, wpc, cps), "grid": grid,
-            "warps": Wt, "units": U, "bytes_per_unit": C * p.R * 1024, "smax": smax, "weight_bytes": p.weight_bytes(),
+            "warps": Wt, "units": U, "whole_groups": bool(whole), "bytes_per_unit": C * p.R * 1024, "smax": smax, "weight_bytes": p.weight_bytes(),
             "smem": smem}
     return Launch(fn, (grid,), (32 * wpc,), args, out, info, pdl=pdl, keep=keep, smem=smem)
 

@@ -112,7 +112,17 @@ __device__ __forceinline__ void v3_store(const V3Out& o, const float (&v)[R][NT]
         }
 }
 
-// The warp whose range holds unit u: the largest w with floor(w U / Wt) <= u.
+// Warp wg's range of units [u0, u1): the U units cut into grains of `gran` units, grain ranges split evenly over the
+// Wt warps. gran = 1: stream-K (any unit boundary; row groups split between warps are finished by v3_finish's fix-up);
+// gran = KU: whole row groups per warp (no group is ever split: no workspace, no fence, no atomic).
+__device__ __forceinline__ void v3_range(int wg, int Wt, int U, int gran, long long& u0, long long& u1) {
+    const long long NG = U / gran;
+    u0 = (long long)wg * NG / Wt * gran;
+    u1 = (long long)(wg + 1) * NG / Wt * gran;
+}
+
+// The warp whose range holds unit u: the largest w with floor(w U / Wt) <= u (stream-K, gran = 1: the only split
+// whose groups reach the fix-up).
 __device__ __forceinline__ int v3_owner(long long u, int U, int Wt) { return (int)(((u + 1) * Wt - 1) / U); }
 
 // Group `grp` ends in this warp's range: store it, or (split between warps) the stream-K fixup.

@@ -31,7 +31,8 @@ template <int FMT, int R, int NT, int C, int D, int EPI, int NORM>
 __device__ __forceinline__ void gemv4_body(const u8* __restrict__ W, const void* __restrict__ S, const float* __restrict__ CS,
                                            const u16* __restrict__ X, u16* __restrict__ Y, const u16* __restrict__ RES,
                                            float* __restrict__ WS, int* __restrict__ CNT, int M, int nout, int Kp, int KU,
-                                           int U, int smax, const u16* __restrict__ G, float eps, int Kn) {
+                                           int U, int smax, const u16* __restrict__ G, float eps, int Kn,
+                                           int gran) {
     constexpr bool NV = FMT == V3_NVFP4;
     constexpr int NW = 2 * C * R;            // 16-byte weight words per lane per unit
     constexpr int NS = NV ? C * R : 1;       // NVFP4: 4-byte scale words per lane per unit
@@ -44,7 +45,8 @@ __device__ __forceinline__ void gemv4_body(const u8* __restrict__ W, const void*
     const int wg = blockIdx.x * wpc + warp;
     const int Wt = gridDim.x * wpc;
     pdl_launch_dependents();
-    const long long u0 = (long long)wg * U / Wt, u1 = (long long)(wg + 1) * U / Wt;
+    long long u0, u1;
+    v3_range(wg, Wt, U, gran, u0, u1);
     if (!NORM && u0 >= u1) return;  // (NORM: every warp joins the CTA's barriers; the Python side never makes empty warps)
 
     extern __shared__ __align__(128) uint4 v4_smem[];
@@ -132,8 +134,9 @@ __device__ __forceinline__ void gemv4_body(const u8* __restrict__ W, const void*
         _r##R##_nt##NT##_c##C##_d##D##_e##EPI##_n##NORM))(                                                          \
         const u8* __restrict__ W, const void* __restrict__ S, const float* __restrict__ CS, const u16* __restrict__ X, \
         u16* __restrict__ Y, const u16* __restrict__ RES, float* __restrict__ WS, int* __restrict__ CNT, int M,      \
-        int nout, int Kp, int KU, int U, int smax, const u16* __restrict__ G, float eps, int Kn) {                  \
-        gemv4_body<FMT, R, NT, C, D, EPI, NORM>(W, S, CS, X, Y, RES, WS, CNT, M, nout, Kp, KU, U, smax, G, eps, Kn); \
+        int nout, int Kp, int KU, int U, int smax, const u16* __restrict__ G, float eps, int Kn, int gran) {        \
+        gemv4_body<FMT, R, NT, C, D, EPI, NORM>(W, S, CS, X, Y, RES, WS, CNT, M, nout, Kp, KU, U, smax, G, eps, Kn, \
+                                                gran);                                                         \
     }
 
 #ifndef FP8LAB_GEMV_V4
