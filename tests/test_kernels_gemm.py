@@ -507,7 +507,9 @@ def test_v3_rejects_bad_arguments():
         V3.gemv_v3(x, p, config=(2, 3, 4, 4, 2))
     with pytest.raises(ValueError, match=r"\(C, P, WPC, CPS\)"):
         V3.gemv_v3(x, p, config=(2, 3, 4))
-    assert V3.whole_groups_pays(1184, 132) and not V3.whole_groups_pays(896, 132)
+    assert V3.whole_groups_pays(1184, 132, 2112) and V3.whole_groups_pays(896, 132, 2112)
+    assert not V3.whole_groups_pays(1792, 132, 1584) and not V3.whole_groups_pays(224, 132, 2112)
+    assert not V3.whole_groups_pays(1184, 132, 2112, NT=2)
     with pytest.raises(ValueError, match="version must be one of"):
         V3.gemv_v3(x, p, version=5)
     with pytest.raises(ValueError, match=r"not compiled: \(format, R, NT, C, D"):
@@ -683,15 +685,17 @@ def test_v3_fused_rmsnorm(fmt, M):
 def test_v3_whole_groups_by_default_at_large_n(version, fmt):
     """N large enough for whole row groups per warp (the default there): no group is split, several groups per warp
     where the resident grid is smaller than the groups, and the result is the reference's."""
-    N, K, M = 16 * V3.WHOLE_MIN_GROUPS_PER_SM * V3.sm_count() + 40, 512, 3
+    N, K, M = 16 * (V3.WHOLE_MIN_GROUPS_PER_SM * V3.sm_count() + 3), 512, 3
     p = _v3_inputs(fmt, N, K, 1, "normal", seed=13)
     x = _activations(M, K, "normal", seed=13)
     ref, terms = V3.reference(x, p)
-    for cfg in (None, (2, 2 if version == 3 else 4, 1, 1)):
+    for cfg in (None, (2, 2 if version == 3 else 4, 1, 1, 1)):
         launch = V3.prepare(x, p, config=cfg, version=version, out=_poison((M, N)))
         assert launch.info["whole_groups"]
         if cfg is not None:
             assert launch.info["warps"] < p.groups  # one warp per SM: several groups each
+        else:
+            assert launch.info["warps"] >= p.groups  # one group per warp (idle warps in the last CTA)
         assert_close(launch(), ref, terms, "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", K)
 
 

@@ -34,7 +34,8 @@ SASS_KERNELS = {"gemm_w8a8.cu": ("w8a8_mma_fp8", "w8a8_mma_bf16"),
                 "gemv_fp8.cu": ("gemv_fp8_block_r1_nt1_pf0", "gemv_fp8_v2_block_r1_nt1_c2_d2"),
                 "gemv_nvfp4.cu": ("gemv_nvfp4_r1_nt1_pf0", "gemv_nvfp4_v2_r1_nt1_c2_d2"),
                 "gemv_v3.cu": ("gemv3_fp8c_r1_nt1_c2_p3_e0_n0", "gemv3_fp8b_r1_nt1_c2_p3_e0_n0", "gemv3_nvfp4_r1_nt1_c2_p3_e0_n0",
-                               "gemv3_fp8c_r1_nt2_c2_p2_e0_n0", "gemv3_nvfp4_r1_nt2_c2_p2_e0_n0")}
+                               "gemv3_fp8c_r1_nt2_c2_p2_e0_n0", "gemv3_nvfp4_r1_nt2_c2_p2_e0_n0"),
+                "gemv_v4.cu": ("gemv4_fp8c_r1_nt1_c2_d4_e0_n0", "gemv4_nvfp4_r1_nt1_c2_d4_e0_n0")}
 
 
 def _dims(text: str, n: int) -> list[tuple]:

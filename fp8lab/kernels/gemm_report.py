@@ -11,7 +11,7 @@ Prefill (the W8A8 block-scaled GEMM, gemm_prefill):
     prefill_goals(data)      the prefill goals, each with its measured ratio (also part of goals(data))
 
 Decode (the W8A16 / NVFP4 GEMVs, gemm_decode):
-    decode_versions(data)    per shape and M: the anchors and every version (v1, v2, v3) of each kernel, in us
+    decode_versions(data)    per shape and M: the anchors and every version (v1 to v4) of each kernel, in us
     goal_reasons(data)       each missed decode goal at its worst shape: the bytes, the rates, the time left over
     plot_prefill(data)       TFLOP/s against M for each (N, K), ours and the anchors
 
@@ -26,7 +26,7 @@ from . import harness
 
 KDIR = harness.REPO / "fp8lab" / "kernels"
 DEFAULT_OUT = harness.REPO / "outputs" / "kernels" / "gemm.json"
-SOURCES = ("gemv_fp8.cu", "gemv_nvfp4.cu", "gemv_v3.cu", "gemv_v3.py", "launch_ex.py", "gemm_w8a8.cu", "gemm_w8a8_wgmma.cu", "gemv_common.cuh", "gemm_w8a8_common.cuh",
+SOURCES = ("gemv_fp8.cu", "gemv_nvfp4.cu", "gemv_v3.cu", "gemv_v4.cu", "gemv_v3_common.cuh", "gemv_v3.py", "launch_ex.py", "gemm_w8a8.cu", "gemm_w8a8_wgmma.cu", "gemv_common.cuh", "gemm_w8a8_common.cuh",
            "ptx.cuh", "fp8_decode.cuh", "formats.cuh", "gemv_fp8.py", "gemv_nvfp4.py", "gemm_w8a8.py", "bench_gemm.py",
            "gemm_decode.py", "gemm_prefill.py", "gemm_w8a8_tma.cu", "tma.cuh", "wgmma.cuh", "tma.py")
 
@@ -97,14 +97,14 @@ def prefill_table(data: dict, kernels=None, min_m: int = 0) -> list[dict]:
     return rows
 
 
-W8A16_KERNELS = ("gemv_fp8_channel_v3", "gemv_fp8_block_v3", "gemv_fp8_channel_v2", "gemv_fp8_block_v2",
-                 "gemv_fp8_channel", "gemv_fp8_block")
-NVFP4_KERNELS = ("gemv_nvfp4_v3", "gemv_nvfp4_v2", "gemv_nvfp4")
+W8A16_KERNELS = ("gemv_fp8_channel_v4", "gemv_fp8_block_v4", "gemv_fp8_channel_v3", "gemv_fp8_block_v3",
+                 "gemv_fp8_channel_v2", "gemv_fp8_block_v2", "gemv_fp8_channel", "gemv_fp8_block")
+NVFP4_KERNELS = ("gemv_nvfp4_v4", "gemv_nvfp4_v3", "gemv_nvfp4_v2", "gemv_nvfp4")
 # version 3 records carry their compiled configuration as the kernel name (gemv3_fp8c_r1_nt1_c2_p3_e0_n0: FP8
 # per-channel; fp8b: 128x128 blocks; nvfp4); the copy launched with programmatic dependent launch (pdl) is reported
 # beside and left out of the goals (a layer can use PDL; a lone GEMV has nothing to overlap with)
-W8A16_V3 = ("gemv3_fp8c_", "gemv3_fp8b_")
-NVFP4_V3 = ("gemv3_nvfp4_",)
+W8A16_V3 = ("gemv3_fp8c_", "gemv3_fp8b_", "gemv4_fp8c_", "gemv4_fp8b_")    # versions 3 and 4 (same packing)
+NVFP4_V3 = ("gemv3_nvfp4_", "gemv4_nvfp4_")
 #: the decode goals apply to shapes whose FP8 weights are at least this many bytes
 GOAL_MIN_FP8_BYTES = 32 * 2**20
 
@@ -292,16 +292,18 @@ VERSION_FAMILIES = (("fp8 channel", "gemv_fp8_channel"), ("fp8 block", "gemv_fp8
 
 
 def _version_label(r: dict) -> str | None:
-    """'fp8 channel v3' for a decode record of ours (v3 records are named by their configuration), None otherwise."""
+    """'fp8 channel v3' for a decode record of ours (v3 and v4 records are named by their configuration: gemv3_...,
+    gemv4_...), None otherwise."""
     k = r["kernel"]
     for label, base in VERSION_FAMILIES:
         if k == base:
             return f"{label} v1"
-        if k in (base + "_v2", base + "_v3"):
+        if k in (base + "_v2", base + "_v3", base + "_v4"):
             return f"{label} v{k[-1]}"
-    for prefix, label in (("gemv3_fp8c_", "fp8 channel"), ("gemv3_fp8b_", "fp8 block"), ("gemv3_nvfp4_", "nvfp4")):
-        if k.startswith(prefix):
-            return f"{label} v3"
+    for v in (3, 4):
+        for prefix, label in ((f"gemv{v}_fp8c_", "fp8 channel"), (f"gemv{v}_fp8b_", "fp8 block"), (f"gemv{v}_nvfp4_", "nvfp4")):
+            if k.startswith(prefix):
+                return f"{label} v{v}"
     return None
 
 
@@ -320,7 +322,7 @@ def decode_versions(data: dict) -> list[dict]:
         row = {"N": N, "K": K, "M": M, "bf16 cuBLAS": best(lambda r: r["kernel"].startswith("bf16_cublas")),
                "_scaled_mm tw": best(lambda r: r["kernel"].startswith("scaled_mm_tensorwise"))}
         for label, _ in VERSION_FAMILIES:
-            for v in (1, 2, 3):
+            for v in (1, 2, 3, 4):
                 row[f"{label} v{v}"] = best(lambda r, t=f"{label} v{v}": _version_label(r) == t)
         fp8 = [r.get("speedup_vs_scaled_mm_tensorwise") for r in at
                if (_version_label(r) or "").startswith("fp8") and r.get("speedup_vs_scaled_mm_tensorwise")]

@@ -55,6 +55,9 @@ KERNELS = (
     | {(f, 1, 2, 2, 2, e, 0) for f in ("fp8c", "nvfp4") for e in ("store", "residual", "silu_mul")}
     | {(f, 2, 4, 2, 2, e, 0) for f in ("fp8c", "nvfp4") for e in ("store", "residual", "silu_mul")}
     | {(f, 1, nt, 2, p, e, 1) for f in ("fp8c", "nvfp4") for nt, p in ((1, 3), (2, 2)) for e in ("store", "silu_mul")}
+    # the M <= 8 defaults (DEFAULT_CONFIG) with every epilogue, and the fused norm where it exists (not residual)
+    | {(f, 1, 1, C, P, e, n) for f, (C, P) in (("fp8c", (4, 2)), ("nvfp4", (2, 2))) for e in EPILOGUES for n in (0, 1)
+       if not (n and e == "residual")}
 )
 
 
@@ -326,17 +329,19 @@ def streamk_plan(G: int, KU: int, Wt: int) -> dict:
             "split_groups": sum(c > 1 for c in contrib), "starts": starts, "contributors": contrib}
 
 
-#: whole row groups per warp (no stream-K split) once there are this many groups per SM: the H200 probe
-#: (tools/gpu/v4_probe.py, 18944 x 3584 = 1184 groups, ~9 per SM) ran version 3 at 21.4 us whole vs 25.0 split and
-#: version 4 at 22.8 vs 24.3: the split's fix-up (fence, atomic, workspace reads) sits at the end of every warp.
-WHOLE_MIN_GROUPS_PER_SM = 8
+#: whole row groups per warp (no stream-K split) from this many groups per SM: the H200 tuning run (bench gemm
+#: --tune 3,4, M = 1) ran version 3 at 18944 x 3584 (1184 groups, ~9 per SM) at 21.0 us whole vs 24.1 split, and at
+#: 14336 x 4096 (896, ~6.8 per SM) at 19.3 vs 21.3: the split's fix-up (fence, atomic, workspace reads) sits at the end
+#: of every warp. At M = 16 (two MMAs per step) the split's extra warps won at every shape.
+WHOLE_MIN_GROUPS_PER_SM = 6
 
 
-def whole_groups_pays(G: int, sms: int) -> bool:
-    """The split rule when the config does not say: whole row groups per warp where there are enough groups to give
-    every SM several warps (then no group is split and the kernel ends without a fix-up); stream-K otherwise (few
-    rows, long K: groups must be split to keep every SM busy).  whole_groups_pays(1184, 132) -> True"""
-    return G >= WHOLE_MIN_GROUPS_PER_SM * sms
+def whole_groups_pays(G: int, sms: int, resident_warps: int, NT: int = 1) -> bool:
+    """The split rule when the config does not say: whole row groups per warp (one each, no group split, no fix-up
+    at the kernel's end) where M <= 8 and there are enough groups to give every SM several warps but no more than
+    the resident warps (beyond that some warps would get two groups and the rest wait for them); stream-K otherwise.
+    whole_groups_pays(1184, 132, 2112) -> True;  whole_groups_pays(1792, 132, 1584) -> False"""
+    return NT == 1 and WHOLE_MIN_GROUPS_PER_SM * sms <= G <= resident_warps
 
 
 def smax_bound(G: int, KU: int, Wt: int) -> int:
@@ -346,9 +351,10 @@ def smax_bound(G: int, KU: int, Wt: int) -> int:
 
 
 # ---- launching ---------------------------------------------------------------------------------------------------
-DEFAULT_CONFIG = {  # (C, P, WPC, CPS) by format and token tiles; chosen by the H200 sweep (tools/gpu/decode.sh)
-    ("fp8", 1): (2, 3, 4, 4), ("fp8", 2): (2, 2, 4, 4), ("fp8", 4): (2, 2, 4, 2),
-    ("nvfp4", 1): (2, 3, 4, 4), ("nvfp4", 2): (2, 2, 4, 4), ("nvfp4", 4): (2, 2, 4, 2),
+DEFAULT_CONFIG = {  # (C, P, WPC, CPS) by format and token tiles; chosen by H200 sweeps (tools/gpu/decode.sh; the
+    # M <= 8 ones by the tuning run with whole-group ranges, bench gemm --tune 3,4, 2026-12-02)
+    ("fp8", 1): (4, 2, 4, 4), ("fp8", 2): (2, 2, 4, 4), ("fp8", 4): (2, 2, 4, 2),
+    ("nvfp4", 1): (2, 2, 4, 4), ("nvfp4", 2): (2, 2, 4, 4), ("nvfp4", 4): (2, 2, 4, 2),
 }
 
 
@@ -486,11 +492,13 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     _cuda.allow_dynamic_smem(fn, smem)
     cps = min(cps, resident_ctas(fn, 32 * wpc, smem))   # the whole grid resident at once (stream-K: no late CTAs)
     if whole is None:
-        whole = whole_groups_pays(G, sms)
-    gran = KU if whole else 1                     # units per grain: whole row groups, or any unit (stream-K)
-    grid = max(1, min(sms * cps, (U // gran) // wpc))  # every warp gets >= 1 grain
+        whole = whole_groups_pays(G, sms, sms * cps * wpc, NT)
+    if whole:  # units per grain: whole row groups, one per warp where they fit (a few warps of the last CTA idle)
+        gran, grid = KU, max(1, min(sms * cps, -(-G // wpc)))
+    else:      # any unit (stream-K): every warp gets >= 1 unit
+        gran, grid = 1, max(1, min(sms * cps, U // wpc))
     Wt = grid * wpc
-    smax = smax_bound(G, KU, Wt)
+    smax = 1 if whole else smax_bound(G, KU, Wt)
     # the stream-K workspace: smax slots of R*NT*4*32 fp32 partial sums per row group (a few MB at most)
     ws = torch.empty(G * smax * p.R * NT * 4 * 32, dtype=torch.float32, device=x.device)
     cnt = torch.zeros(G, dtype=torch.int32, device=x.device)

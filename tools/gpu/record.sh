@@ -6,6 +6,8 @@
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2     # gemm (decode, SASS), attention, prefill attention, layer,
 #                                                          # accumulation (~5 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 3     # gemm: the prefill climb and grid, the W8A8 gate (<= 9 min)
+#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2d    # part 2's decode path only: GEMV + layer GPU tests, the
+#                                                          # decode gemm bench and the layer bench (~6 min)
 #
 # Parts 2 and 3 each write a gemm file (gemm.json, gemm_prefill.json); join them here with
 #   python -c "from fp8lab.kernels import harness; harness.merge_runs(['gemm.json', 'gemm_prefill.json'],
@@ -44,7 +46,7 @@ if [ "$PART" = 1 ]; then
 elif [ "$PART" = 2 ]; then
   stage "GPU test of the accumulation bench"
   timeout 40 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_accumulation.py > "$L/pytest_accumulation.log" 2>&1; echo "rc=$?" >> "$L/pytest_accumulation.log"
-  stage "gemm bench (anchors, decode v1-v3, prefill ladder)"
+  stage "gemm bench (anchors, decode v1-v4, SASS)"
   timeout 180 python3 -m fp8lab.kernels.bench gemm --no-pytest --only decode,sass --budget-s 140 --out "$K/gemm.json" > "$K/gemm_bench_log.txt" 2>&1; echo "gemm rc=$?" >> "$L/steps_2.txt"
   stage "attention bench"
   timeout 130 python3 -m fp8lab.kernels.bench attention --budget-s 100 --out "$K/attention.json" > "$L/attention.log" 2>&1; echo "attention rc=$?" >> "$L/steps_2.txt"
@@ -54,6 +56,17 @@ elif [ "$PART" = 2 ]; then
   timeout 90 python3 -m fp8lab.kernels.bench layer --budget-s 60 --out "$K/layer.json" > "$L/layer.log" 2>&1; echo "layer rc=$?" >> "$L/steps_2.txt"
   stage "accumulation (torch._scaled_mm fast accumulation)"
   timeout 50 python3 -m fp8lab.accumulation --gpu --out "$S/outputs/accumulation/scaled_mm_fast_accum.json" > "$L/accumulation.log" 2>&1; echo "accumulation rc=$?" >> "$L/steps_2.txt"
+elif [ "$PART" = 2d ]; then
+  # the decode path alone (the GEMVs and the decode layer re-recorded after a GEMV change; the attention, prefill
+  # attention and accumulation files of part 2 stay as recorded): its GPU tests, then the two benches
+  stage "GPU tests: GEMVs and the decode layer"
+  timeout 150 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider -k "gemv or v3 or v4 or decode" tests/test_kernels_gemm.py \
+      tests/test_decode_layer.py > "$L/pytest_decode.log" 2>&1; echo "rc=$?" >> "$L/pytest_decode.log"
+  cp "$L/pytest_decode.log" "$K/gpu_tests_decode.log"
+  stage "gemm bench (anchors, decode v1-v4, SASS)"
+  timeout 240 python3 -m fp8lab.kernels.bench gemm --no-pytest --only decode,sass --budget-s 200 --out "$K/gemm.json" > "$K/gemm_bench_log.txt" 2>&1; echo "gemm rc=$?" >> "$L/steps_2d.txt"
+  stage "decode layer bench"
+  timeout 90 python3 -m fp8lab.kernels.bench layer --budget-s 60 --out "$K/layer.json" > "$L/layer.log" 2>&1; echo "layer rc=$?" >> "$L/steps_2d.txt"
 elif [ "$PART" = 3 ]; then
   stage "gemm bench (prefill climb and grid, W8A8 gate)"
   timeout 560 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only prefill,gate --budget-s 480 --out "$K/gemm_prefill.json" > "$K/gemm_prefill_bench_log.txt" 2>&1; echo "gemm prefill rc=$?" >> "$L/steps_3.txt"
