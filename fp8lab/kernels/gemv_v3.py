@@ -329,8 +329,8 @@ def streamk_plan(G: int, KU: int, Wt: int) -> dict:
             "split_groups": sum(c > 1 for c in contrib), "starts": starts, "contributors": contrib}
 
 
-#: whole row groups per warp (no stream-K split) from this many groups per SM: the H200 tuning run (bench gemm
-#: --tune 3,4, M = 1) ran version 3 at 18944 x 3584 (1184 groups, ~9 per SM) at 21.0 us whole vs 24.1 split, and at
+#: whole row groups per warp (no stream-K split) from this many groups per SM: an exploratory H200 tuning run (bench
+#: gemm --tune 3,4, M = 1; not a committed result) ran version 3 at 18944 x 3584 (1184 groups, ~9 per SM) at 21.0 us whole vs 24.1 split, and at
 #: 14336 x 4096 (896, ~6.8 per SM) at 19.3 vs 21.3: the split's fix-up (fence, atomic, workspace reads) sits at the end
 #: of every warp. At M = 16 (two MMAs per step) the split's extra warps won at every shape.
 WHOLE_MIN_GROUPS_PER_SM = 6

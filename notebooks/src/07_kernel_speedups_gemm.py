@@ -22,9 +22,11 @@ HMMA — the disassembly says so, and the timings agree. Hopper's FP8 tensor-cor
 their provenance; a file not recorded yet says so and its cells show nothing. It never invents a timing. On a GPU
 machine the same commands re-measure everything.
 
-**Versions.** A kernel name ending in `_v2` or `_v3` is a later version of the same kernel: the same arithmetic and
-the same tests, a different way of keeping bytes in flight (version 3 packs the weights once, at load time, into the
-order the lanes consume them and streams them over a persistent grid). Every version is kept and timed side by side
+**Versions.** A kernel name ending in `_v2`, `_v3` or `_v4` is a later version of the same kernel: the same
+arithmetic and the same tests, a different way of keeping bytes in flight (version 3 packs the weights once, at load
+time, into the order the lanes consume them and streams them over a persistent grid, with the bytes in flight held
+in registers; version 4 streams the same packing through a shared-memory ring that the bulk copy engine fills, so the
+bytes in flight cost shared memory instead of registers). Every version is kept and timed side by side
 in the same run, as llm.c does, so what each change bought is a measurement, not a memory. The last section puts the
 kernels together: one Llama-3-8B decode layer, timed as one CUDA graph, against the bandwidth ceiling of its bytes.
 """),
@@ -88,6 +90,20 @@ if data:
         nb.md("Against its first version, version 3 is " + "; ".join(
             f"{label} {findings.ratio_range(g)}×" for label, g in gain.items()) +
             " as fast (time of v1 over time of v3, at the points where both were timed).")
+    v4 = {}
+    for label, _ in gemm_report.VERSION_FAMILIES:
+        for r in vt:
+            t3, t4 = r.get(f"{label} v3"), r.get(f"{label} v4")
+            if t3 and t4:
+                v4.setdefault(label, []).append(t3 / t4)
+    if v4:
+        allv = [x for g in v4.values() for x in g]
+        nb.md("Version 4 (the shared-memory ring) against version 3 (registers), each at its default configuration: " +
+              "; ".join(f"{label} {findings.ratio_range(g)}×" for label, g in v4.items()) +
+              " as fast (time of v3 over time of v4; below 1, version 4 is slower). " +
+              (f"Version 4 is slower at all {len(allv)} points: freeing the registers did not buy bandwidth, so the "
+               "bytes in flight were not what held version 3 back." if max(allv) < 1 else
+               f"Version 4 is faster at {sum(x > 1 for x in allv)} of {len(allv)} points."))
     if best:
         nb.md(f"The best FP8 GEMV of the run is {findings.ratio_range(best)}× as fast as `_scaled_mm` tensorwise "
               f"across the decode points (faster at {sum(b >= 1 for b in best)} of {len(best)}).")
