@@ -66,7 +66,8 @@ def v3_candidates(fmt: str, M: int, tune: bool, version: int = 3) -> list[tuple]
     from . import gemv_v3 as V3
 
     NT = V3.n_tiles(M)
-    R0 = 2 if NT == 4 or (fmt == "nvfp4" and NT == 2) else 1  # NVFP4 at M = 16: R = 2 won every tuned shape
+    # NVFP4 at M = 16: R = 2 won every tuned shape of version 3 (version 4 compiles R = 2 only at M > 16)
+    R0 = 2 if NT == 4 or (fmt == "nvfp4" and NT == 2 and version == 3) else 1
     out = [(V3.default_config(fmt, M, R0, version), R0)]
     if tune:
         grids = ((4, 4), (4, 2), (8, 2)) if version == 3 else ((8, 4), (4, 8), (8, 2))
