@@ -165,8 +165,17 @@ def describe(prov: dict, short: int = 12) -> str:
     """One line for tables and notebooks: the commit *with* its clean/dirty state, device, date, command."""
     commit, dirty = _legacy(prov)
     state = {False: "clean", True: "DIRTY tree"}.get(dirty, "tree state unknown")
+    runs = prov.get("merged_from")
+    if runs:  # a file joined from several runs (harness.merge_runs): every run's commit, as joined
+        parts = [_legacy(r) for r in runs]
+        commits = list(dict.fromkeys(c[:short] for c, _ in parts))
+        dirt = {d for _, d in parts}
+        state = "clean" if dirt == {False} else "DIRTY tree" if True in dirt else "tree state unknown"
+        commit = " + ".join(commits)
+        state = f"runs merged, {state}"
     dev = prov.get("device") or "?"
     if isinstance(dev, dict):
         dev = dev.get("device", "?")
     date = str(prov.get("date", "?"))[:10]
-    return f"commit {commit[:short]} ({state}) · {dev} · {date} · {prov.get('command', '?')}"
+    label = "commits" if runs and " + " in commit else "commit"
+    return f"{label} {commit if runs else commit[:short]} ({state}) · {dev} · {date} · {prov.get('command', '?')}"

@@ -255,7 +255,8 @@ def test_gemv_v4_streams_through_the_bulk_copy_engine(built):
     """Version 4's weights arrive by cp.async.bulk (UBLKCP) counted on mbarriers (SYNCS.ARRIVE.TRANS64 announces the
     bytes), and the warp reads them back with shared loads: in the unit loop there is no 128-bit global load of the
     weights (the only 128-bit LDGs left are the activations', C x 2 x NT per unit, and the fix-up's fp32 reads are
-    32-bit), on every arch it builds for -- the GB10's sm_121 included."""
+    32-bit), on every arch it builds for -- the GB10's sm_121 included. The slot's refill follows the MMAs that
+    consumed its words (the order the source asks for; a copy issued before them raced on the H200)."""
     from fp8lab.kernels import gemv_v3 as V3
 
     for cc in (90, 120, 121):
@@ -270,6 +271,13 @@ def test_gemv_v4_streams_through_the_bulk_copy_engine(built):
             assert wide <= act, (cc, fmt, R, NT, C, D, wide, act)
             assert loop["ops"].get("LDS", 0) >= 2 * C * R, (cc, fmt, loop["ops"].get("LDS"))
             assert loop["ops"].get("HMMA", 0) == C * R * NT * (8 if fmt == "nvfp4" else 4), (cc, fmt)
+            # the refill may overwrite the slot only once every lane has consumed its words: in the unit loop every
+            # shared load and every MMA (which waits for the loaded registers) comes before the bulk copy
+            # (`LDS RZ, [RZ]`: the fence idiom ptxas emits in the fix-up on sm_120, not a read of the slot)
+            body = [t for t in k.loop_body() if t]
+            first_copy = next(i for i, t in enumerate(body) if t.startswith("UBLKCP"))
+            reads = [i for i, t in enumerate(body) if t.startswith("HMMA") or (t.startswith("LDS") and " RZ," not in t)]
+            assert max(reads) < first_copy, (cc, fmt, R, NT, C, D)
 
 
 def test_gemv_and_gemm_kernels_build_for_sm89(built):

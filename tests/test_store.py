@@ -156,6 +156,10 @@ def test_git_state_of_a_scratch_repo(tmp_path):
      "(clean)"),
     ({"git_commit": "c" * 40 + "+dirty", "device": "cpu", "date": "2026-12-01", "command": "x"}, "DIRTY"),
     ({"git": {"commit": "c" * 40, "dirty": True}, "date": "2026", "command": "x"}, "DIRTY"),  # the sweep's old schema
+    # a merged file (harness.merge_runs): the last run clean, an earlier one dirty -> DIRTY, and every commit named
+    ({"git_commit": "b" * 40, "dirty": False, "merged_from": [{"git_commit": "a" * 40, "dirty": True},
+                                                             {"git_commit": "b" * 40, "dirty": False}]},
+     "commits aaaaaaaaaaaa + bbbbbbbbbbbb (runs merged, DIRTY tree)"),
 ])
 def test_describe_never_hides_a_dirty_tree(prov, want):
     assert want in P.describe(prov)

@@ -107,10 +107,23 @@ def compile_for(filename: str, cc: int, ptxas_verbose: bool = False) -> tuple[by
     return nvrtc.compile_cubin((KERNEL_DIR / filename).read_text(), opts, name=filename)
 
 
+@functools.lru_cache(maxsize=None)
+def smem_limits(device: int | None = None) -> tuple[int, int]:
+    """(shared memory one block may opt in to, shared memory per SM) of this device, in bytes: 232448 and 233472
+    on an H100 / H200, 101376 and 102400 on sm_120 / sm_121 (the GB10) and sm_89."""
+    dev = _cupy().cuda.Device(device)
+    a = dev.attributes
+    return int(a["MaxSharedMemoryPerBlockOptin"]), int(a["MaxSharedMemoryPerMultiprocessor"])
+
+
 def allow_dynamic_smem(fn, smem: int) -> None:
     """Let `fn` (a CuPy kernel) launch with `smem` bytes of dynamic shared memory. The limit belongs to the kernel,
     not to one launch: it is only ever raised, so preparing a smaller launch of the same kernel later does not break
-    a larger one prepared earlier (as assigning it each time did)."""
+    a larger one prepared earlier (as assigning it each time did). More than the device allows: a one-line error."""
+    optin = smem_limits()[0]
+    if smem > optin:
+        raise ValueError(f"{smem} bytes of shared memory per block: this device allows {optin} "
+                         f"(sm_{device_cc()}); pick a smaller configuration")
     if smem > 48 * 1024 and smem > fn.max_dynamic_shared_size_bytes:
         fn.max_dynamic_shared_size_bytes = smem
 

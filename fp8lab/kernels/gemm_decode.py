@@ -63,6 +63,7 @@ def v3_candidates(fmt: str, M: int, tune: bool, version: int = 3) -> list[tuple]
     """Version-3 (or 4) configs ((C, P or D, WPC, CPS[, whole]), R) to validate and time: the default, or (tune)
     every compiled (C, P) of this M at a few grid shapes, split stream-K (whole = 0) and by whole row groups
     (whole = 1). R = 2 (32 rows per unit) is a separate packing."""
+    from . import _cuda
     from . import gemv_v3 as V3
 
     NT = V3.n_tiles(M)
@@ -74,8 +75,8 @@ def v3_candidates(fmt: str, M: int, tune: bool, version: int = 3) -> list[tuple]
         for (f, R, nt, C, P, e, norm) in sorted(V3.KERNELS if version == 3 else V3.KERNELS4):
             if f == fmt and nt == NT and e == "store" and not norm:
                 for wpc, cps in grids:
-                    if version == 4 and V3.ring_bytes(f, R, C, P, wpc) > 227 * 1024:
-                        continue
+                    if version == 4 and V3.ring_bytes(f, R, C, P, wpc) > _cuda.smem_limits()[0]:
+                        continue  # more shared memory than one block may have on this device
                     for whole in (0, 1):  # stream-K, whole row groups per warp (the default picks by N)
                         out.append(((C, P, wpc, cps, whole), R))
     seen, uniq = set(), []
@@ -244,7 +245,8 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
                 info = {}
                 if v3:
                     li = make(best)[0].info
-                    info = {k: li[k] for k in ("kernel", "grid", "warps", "units", "bytes_per_unit", "smax")}
+                    info = {k: li[k] for k in ("kernel", "grid", "warps", "units", "bytes_per_unit", "smax",
+                                               "whole_groups", "smem")}
                 meta[name] = (kname, "e2m1+e4m3/16 x bf16" if "nvfp4" in kname else "e4m3 x bf16", wbytes + act_bytes,
                               {"version": version, cfg_key: (list(best) if not v3 else [list(best[0]), best[1]])
                                if best is not None else "default",

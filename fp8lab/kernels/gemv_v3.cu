@@ -51,11 +51,7 @@
 
 // ---- the kernel body -------------------------------------------------------------------------------------------
 template <int FMT, int R, int NT, int C, int P, int EPI, int NORM>
-__device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void* __restrict__ S, const float* __restrict__ CS,
-                                           const u16* __restrict__ X, u16* __restrict__ Y, const u16* __restrict__ RES,
-                                           float* __restrict__ WS, int* __restrict__ CNT, int M, int nout, int Kp, int KU,
-                                           int U, int smax, const u16* __restrict__ G, float eps, int Kn,
-                                           int gran) {
+__device__ __forceinline__ void gemv3_body(V3_PARAMS) {
     constexpr bool NV = FMT == V3_NVFP4;
     constexpr int NW = 2 * C * R;            // 16-byte weight loads per lane per unit
     constexpr int NS = NV ? C * R : 1;       // NVFP4: 4-byte scale words per lane per unit
@@ -70,7 +66,7 @@ __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void*
     pdl_launch_dependents();
     long long u0, u1;
     v3_range(wg, Wt, U, gran, u0, u1);
-    if (!NORM && u0 >= u1) return;  // (NORM: every warp joins the CTA's barriers; the Python side never makes empty warps)
+    if (!NORM && u0 >= u1) return;  // an idle warp (whole-group ranges leave a few; NORM: it joins the CTA's barrier first)
 
     const u8* wbase = W + lane * 16;
     const u8* sbase = reinterpret_cast<const u8*>(S) + lane * 4;  // NVFP4 scale words
@@ -124,30 +120,16 @@ __device__ __forceinline__ void gemv3_body(const u8* __restrict__ W, const void*
                 for (int i = 0; i < NS; ++i) scur[i] = sring[j][i];
                 if (u + P < u1) load_unit(ring[j], sring[j], u + P);  // keep P units in flight
                 v3_unit<FMT, R, NT, C, NORM>(acc, cur, scur, xrow, kk * C * CK, S, grp, kk, KB);
-                if (++kk == KU || u + 1 == u1) {  // the group ends here (or our range does)
-                    v3_finish<FMT, R, NT, EPI>(o, acc, grp, u0, u1, KU, U, Wt, wg, lane, WS, CNT, smax);
-                    zero_tiles(acc);
-                    kk = 0;
-                    ++grp;
-                }
+                v3_after_unit<FMT, R, NT, EPI>(o, acc, grp, kk, u, u0, u1, KU, U, Wt, wg, lane, WS, CNT, smax);
             }
         }
     }
 }
 
-#define V3_FMT_NAME_0 fp8c
-#define V3_FMT_NAME_1 fp8b
-#define V3_FMT_NAME_2 nvfp4
-#define V3_CAT2(a, b) a##b
-#define V3_CAT(a, b) V3_CAT2(a, b)
 #define GEMV3(FMT, R, NT, C, P, EPI, NORM)                                                                         \
     extern "C" __global__ void __launch_bounds__(256) V3_CAT(gemv3_, V3_CAT(V3_FMT_NAME_##FMT,                     \
-        _r##R##_nt##NT##_c##C##_p##P##_e##EPI##_n##NORM))(                                                          \
-        const u8* __restrict__ W, const void* __restrict__ S, const float* __restrict__ CS, const u16* __restrict__ X, \
-        u16* __restrict__ Y, const u16* __restrict__ RES, float* __restrict__ WS, int* __restrict__ CNT, int M,      \
-        int nout, int Kp, int KU, int U, int smax, const u16* __restrict__ G, float eps, int Kn, int gran) {        \
-        gemv3_body<FMT, R, NT, C, P, EPI, NORM>(W, S, CS, X, Y, RES, WS, CNT, M, nout, Kp, KU, U, smax, G, eps, Kn, \
-                                                gran);                                                         \
+        _r##R##_nt##NT##_c##C##_p##P##_e##EPI##_n##NORM))(V3_PARAMS) {                                              \
+        gemv3_body<FMT, R, NT, C, P, EPI, NORM>(V3_ARGS);                                                           \
     }
 
 #ifndef FP8LAB_GEMV_V3

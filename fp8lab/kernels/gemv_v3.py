@@ -20,8 +20,9 @@ rounded again; `unpack_fp8` / `unpack_nvfp4` give the originals back (tested).
 Work split (stream-K): the matrix is U units (C chunks of R 16-row tiles); warp w of the persistent grid takes
 units [floor(w U / Wt), floor((w + 1) U / Wt)), so every warp streams the same bytes, whatever N / 16 is. A row
 group split between warps is finished by the last one to arrive, from a workspace, summing in slot order: the
-result does not depend on timing (bit-reproducible). `streamk_plan` is the same arithmetic in Python. Where N is
-large (`whole_groups_pays`: >= 8 row groups per SM) the ranges are whole row groups instead, and nothing is split.
+result does not depend on timing (bit-reproducible). `warp_ranges` and `streamk_plan` are the same arithmetic in
+Python. At M <= 8 where the row groups fit the resident warps (`whole_groups_pays`) the ranges are whole row groups
+instead (gran = units per group), and nothing is split.
 
 Config (C, P, WPC, CPS[, whole]): C chunks per unit, P units of loads in flight per warp (version 4: D ring slots),
 WPC warps per CTA, CPS CTAs per SM, whole = 1 / 0 to force whole row groups / stream-K (default: by N).
@@ -71,14 +72,18 @@ VERSIONS = (3, 4)
 
 def cuda_defines() -> tuple[str, ...]:
     """The instantiation list as the -D define gemv_v3.cu expects: GEMV3(fmt id, R, NT, C, P, epilogue id, norm)..."""
-    items = sorted((_FMT_ID[f], R, NT, C, P, EPILOGUES[e], n) for f, R, NT, C, P, e, n in KERNELS)
-    return ("FP8LAB_GEMV_V3=" + "".join(f"GEMV3({','.join(map(str, c))})" for c in items),)
+    from .sources import instances
+
+    return (instances("FP8LAB_GEMV_V3", "GEMV3", {(_FMT_ID[f], R, NT, C, P, EPILOGUES[e], n)
+                                                  for f, R, NT, C, P, e, n in KERNELS}),)
 
 
 def cuda_defines4() -> tuple[str, ...]:
     """Version 4's instantiation list: GEMV4(fmt id, R, NT, C, D, epilogue id, norm)..."""
-    items = sorted((_FMT_ID[f], R, NT, C, D, EPILOGUES[e], n) for f, R, NT, C, D, e, n in KERNELS4)
-    return ("FP8LAB_GEMV_V4=" + "".join(f"GEMV4({','.join(map(str, c))})" for c in items),)
+    from .sources import instances
+
+    return (instances("FP8LAB_GEMV_V4", "GEMV4", {(_FMT_ID[f], R, NT, C, D, EPILOGUES[e], n)
+                                                  for f, R, NT, C, D, e, n in KERNELS4}),)
 
 
 def kernel_name(fmt: str, R: int, NT: int, C: int, P: int, epilogue: str, norm: int = 0, version: int = 3) -> str:
@@ -311,6 +316,15 @@ def _unorder(t: torch.Tensor, p: Packed) -> torch.Tensor:
 
 
 # ---- the work split (the kernel's arithmetic, in Python) ------------------------------------------------------
+def warp_ranges(U: int, Wt: int, gran: int = 1) -> list[tuple[int, int]]:
+    """Each warp's units [u0, u1): the kernels' v3_range. gran = 1: stream-K (any unit boundary); gran = KU (units
+    per row group): whole groups, one or more per warp, some warps idle (u0 == u1) when Wt exceeds the groups.
+
+    warp_ranges(12, 5) -> [(0, 2), (2, 4), (4, 7), (7, 9), (9, 12)];  warp_ranges(12, 5, gran=4) -> [(0, 0), (0, 4), (4, 4), (4, 8), (8, 12)]"""
+    NG = U // gran
+    return [(w * NG // Wt * gran, (w + 1) * NG // Wt * gran) for w in range(Wt)]
+
+
 def streamk_plan(G: int, KU: int, Wt: int) -> dict:
     """Warp ranges of the stream-K split: warp w gets units [w U // Wt, (w + 1) U // Wt), U = G * KU.
 
@@ -319,7 +333,7 @@ def streamk_plan(G: int, KU: int, Wt: int) -> dict:
     U = G * KU
     if not 1 <= Wt <= U:
         raise ValueError(f"need 1 <= warps ({Wt}) <= units ({U}): an empty warp would stall a split group")
-    starts = [w * U // Wt for w in range(Wt + 1)]
+    starts = [u0 for u0, _ in warp_ranges(U, Wt)] + [U]
 
     def owner(u):  # the kernel's v3_owner
         return ((u + 1) * Wt - 1) // U
@@ -329,10 +343,11 @@ def streamk_plan(G: int, KU: int, Wt: int) -> dict:
             "split_groups": sum(c > 1 for c in contrib), "starts": starts, "contributors": contrib}
 
 
-#: whole row groups per warp (no stream-K split) from this many groups per SM: an exploratory H200 tuning run (bench
-#: gemm --tune 3,4, M = 1; not a committed result) ran version 3 at 18944 x 3584 (1184 groups, ~9 per SM) at 21.0 us whole vs 24.1 split, and at
-#: 14336 x 4096 (896, ~6.8 per SM) at 19.3 vs 21.3: the split's fix-up (fence, atomic, workspace reads) sits at the end
-#: of every warp. At M = 16 (two MMAs per step) the split's extra warps won at every shape.
+#: whole row groups per warp (no stream-K split) from this many groups per SM. Chosen from exploratory H200 tuning
+#: runs at M = 1 (bench gemm --tune 3,4; not committed results), where whole groups beat the split at 18944 x 3584
+#: (~9 groups per SM) and 14336 x 4096 (~6.8): the split's fix-up (fence, atomic, workspace reads) sits at the end of
+#: every warp. At M = 16 (two MMAs per step) the split's extra warps won at every shape; the recorded decode run
+#: (outputs/kernels/gemm.json) times the defaults this rule picks.
 WHOLE_MIN_GROUPS_PER_SM = 6
 
 
@@ -364,8 +379,8 @@ DEFAULT_CONFIG4 = {("fp8", 1): (2, 4, 8, 4), ("fp8", 2): (2, 4, 8, 4), ("fp8", 4
 
 
 def default_config(fmt: str, M: int, R: int = 1, version: int = 3) -> tuple[int, int, int, int]:
-    """(C, P, WPC, CPS) for this format and M (version 4: (C, D, WPC, CPS)); R = 2 packings at NT <= 2 use P = 2
-    (twice the bytes per unit)."""
+    """(C, P, WPC, CPS) for this format and M (version 4: (C, D, WPC, CPS)). The table is by format and M only:
+    an R = 2 packing at M <= 8 has no compiled default (pass a config; gemv_v3.KERNELS lists them)."""
     table = DEFAULT_CONFIG if version == 3 else DEFAULT_CONFIG4
     C, P, wpc, cps = table[("nvfp4" if fmt == "nvfp4" else "fp8", n_tiles(M))]
     return C, P, wpc, cps
@@ -480,11 +495,11 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     U = G * KU
     sms = sms or sm_count(x.device)
     wpc = max(1, min(wpc, U))
-    if version == 4:  # the ring after the normalized activations (rounded to 128 bytes)
-        smem = -(-smem // 128) * 128 + ring_bytes(p.fmt, p.R, C, P, wpc)
-        if smem > 227 * 1024:
-            raise ValueError(f"version 4's ring needs {smem} bytes of shared memory per CTA (> 227 KiB): fewer warps "
-                             f"per CTA (WPC = {wpc}) or ring slots (D = {P})")
+    if version == 4:  # the ring (version 4 has no fused norm: checked above, not compiled)
+        smem = ring_bytes(p.fmt, p.R, C, P, wpc)
+        if smem > _cuda.smem_limits()[0]:
+            raise ValueError(f"version 4's ring needs {smem} bytes of shared memory per CTA (this device allows "
+                             f"{_cuda.smem_limits()[0]}): fewer warps per CTA (WPC = {wpc}) or ring slots (D = {P})")
     cp = _cuda._cupy()
     fn = _cuda.load_module(f"gemv_v{version}.cu").get_function(kernel_name(*key, version=version))
     from .launch_ex import resident_ctas
@@ -493,7 +508,7 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     cps = min(cps, resident_ctas(fn, 32 * wpc, smem))   # the whole grid resident at once (stream-K: no late CTAs)
     if whole is None:
         whole = whole_groups_pays(G, sms, sms * cps * wpc, NT)
-    if whole:  # units per grain: whole row groups, one per warp where they fit (a few warps of the last CTA idle)
+    if whole:  # units per grain: whole row groups, one per warp where they fit (a few warps idle, spread evenly)
         gran, grid = KU, max(1, min(sms * cps, -(-G // wpc)))
     else:      # any unit (stream-K): every warp gets >= 1 unit
         gran, grid = 1, max(1, min(sms * cps, U // wpc))

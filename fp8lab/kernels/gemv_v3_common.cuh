@@ -237,6 +237,32 @@ __device__ __forceinline__ void v3_unit(float (&acc)[R][NT][4], const uint4 (&cu
     }
 }
 
+// After unit u of the warp's range [u0, u1): where the row group ends here (or the range does), store it or run the
+// stream-K fix-up, and start the next group.
+template <int FMT, int R, int NT, int EPI>
+__device__ __forceinline__ void v3_after_unit(const V3Out& o, float (&acc)[R][NT][4], int& grp, int& kk, long long u,
+                                              long long u0, long long u1, int KU, int U, int Wt, int wg, int lane,
+                                              float* __restrict__ ws, int* __restrict__ cnt, int smax) {
+    if (++kk == KU || u + 1 == u1) {
+        v3_finish<FMT, R, NT, EPI>(o, acc, grp, u0, u1, KU, U, Wt, wg, lane, ws, cnt, smax);
+        zero_tiles(acc);
+        kk = 0;
+        ++grp;
+    }
+}
+
+// ---- the kernels' names and parameters (versions 3 and 4 take the same arguments) ----------------------------------
+#define V3_FMT_NAME_0 fp8c
+#define V3_FMT_NAME_1 fp8b
+#define V3_FMT_NAME_2 nvfp4
+#define V3_CAT2(a, b) a##b
+#define V3_CAT(a, b) V3_CAT2(a, b)
+#define V3_PARAMS                                                                                                   \
+    const u8* __restrict__ W, const void* __restrict__ S, const float* __restrict__ CS, const u16* __restrict__ X,  \
+        u16* __restrict__ Y, const u16* __restrict__ RES, float* __restrict__ WS, int* __restrict__ CNT, int M,   \
+        int nout, int Kp, int KU, int U, int smax, const u16* __restrict__ G, float eps, int Kn, int gran
+#define V3_ARGS W, S, CS, X, Y, RES, WS, CNT, M, nout, Kp, KU, U, smax, G, eps, Kn, gran
+
 // ---- the fused RMSNorm -------------------------------------------------------------------------------------------
 // NORM = 1: the activations are RMS-normalized once per CTA into shared memory (row stride Kp + 8: the 16-byte pad
 // keeps the 8 token rows of a warp's loads in different banks), y = bf16(x * rsqrt(mean(x^2) + eps) * gamma), exactly

@@ -18,8 +18,9 @@
 //     slot with the unit D ahead. D - 1 units are in flight while a warp multiplies.
 //  3. The multiply, epilogues and fix-up are version 3's (gemv_v3_common.cuh): same arithmetic, same bits.
 //  4. L2 policy evict_first on the streamed weights; activations through L1 as in version 3.
-// Shared memory per CTA: WPC D (C R 1024 [+ C R 128]) bytes of ring + 8 WPC D bytes of barriers (+ the fused
-// RMSNorm's M (Kp + 8) 2 bytes first, rounded to 128). Registers: one unit (2 C R uint4) instead of P + 1.
+// Shared memory per CTA: WPC D (C R 1024 [+ C R 128]) bytes of ring + 8 WPC D bytes of barriers. Registers: one
+// unit (2 C R uint4) instead of P + 1. No fused RMSNorm (NORM = 0 only): the decode layer's fused kernels are
+// version 3's.
 //
 // Launch: as version 3 (grid = ceil(Wt / WPC) CTAs of 32 WPC threads, resident at once), dynamic shared memory
 // from gemv_v3.py prepare(version=4). Kernel names: gemv4_{fp8c|fp8b|nvfp4}_r{R}_nt{NT}_c{C}_d{D}_e{EPI}_n{NORM};
@@ -28,11 +29,7 @@
 #include "tma.cuh"  // bulk_load_1d, l2_evict_first, mbar_expect_tx
 
 template <int FMT, int R, int NT, int C, int D, int EPI, int NORM>
-__device__ __forceinline__ void gemv4_body(const u8* __restrict__ W, const void* __restrict__ S, const float* __restrict__ CS,
-                                           const u16* __restrict__ X, u16* __restrict__ Y, const u16* __restrict__ RES,
-                                           float* __restrict__ WS, int* __restrict__ CNT, int M, int nout, int Kp, int KU,
-                                           int U, int smax, const u16* __restrict__ G, float eps, int Kn,
-                                           int gran) {
+__device__ __forceinline__ void gemv4_body(V3_PARAMS) {
     constexpr bool NV = FMT == V3_NVFP4;
     constexpr int NW = 2 * C * R;            // 16-byte weight words per lane per unit
     constexpr int NS = NV ? C * R : 1;       // NVFP4: 4-byte scale words per lane per unit
@@ -40,6 +37,7 @@ __device__ __forceinline__ void gemv4_body(const u8* __restrict__ W, const void*
     constexpr int SB = NV ? C * R * 128 : 0; // NVFP4 scale-code bytes per unit
     constexpr int SLOT = UB + SB;            // one ring slot (a multiple of 128 bytes)
     constexpr int CK = NV ? 128 : 64;        // k per chunk
+    static_assert(NORM == 0, "version 4 has no fused RMSNorm");
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
     const int wpc = blockDim.x >> 5;
     const int wg = blockIdx.x * wpc + warp;
@@ -47,13 +45,12 @@ __device__ __forceinline__ void gemv4_body(const u8* __restrict__ W, const void*
     pdl_launch_dependents();
     long long u0, u1;
     v3_range(wg, Wt, U, gran, u0, u1);
-    if (!NORM && u0 >= u1) return;  // (NORM: every warp joins the CTA's barriers; the Python side never makes empty warps)
+    if (u0 >= u1) return;  // an idle warp (whole-group ranges leave a few): no CTA-wide barrier follows
 
     extern __shared__ __align__(128) uint4 v4_smem[];
-    const int xs_bytes = NORM ? ((M * (Kp + 8) * 2 + 127) & ~127) : 0;
-    u8* const ring = reinterpret_cast<u8*>(v4_smem) + xs_bytes + warp * (D * SLOT);
+    u8* const ring = reinterpret_cast<u8*>(v4_smem) + warp * (D * SLOT);
     const u32 ring_s = smem_addr(ring);
-    const u32 bar0 = smem_addr(reinterpret_cast<u8*>(v4_smem) + xs_bytes + wpc * (D * SLOT)) + warp * (D * 8);
+    const u32 bar0 = smem_addr(reinterpret_cast<u8*>(v4_smem) + wpc * (D * SLOT)) + warp * (D * 8);
     const u64 policy = l2_evict_first();
     auto fill = [&](int slot, long long u) {  // lane 0: unit u -> slot, counted on the slot's barrier
         mbar_expect_tx(bar0 + 8 * slot, SLOT);
@@ -62,7 +59,7 @@ __device__ __forceinline__ void gemv4_body(const u8* __restrict__ W, const void*
                                        bar0 + 8 * slot, policy);
     };
     // weights first: they do not depend on earlier kernels, so they fly during pdl_wait()
-    if (u0 < u1 && lane == 0) {
+    if (lane == 0) {
 #pragma unroll
         for (int j = 0; j < D; ++j) mbar_init(bar0 + 8 * j, 1);
         fence_proxy_async();  // the initialized barriers, visible to the copy engine
@@ -75,21 +72,13 @@ __device__ __forceinline__ void gemv4_body(const u8* __restrict__ W, const void*
 
     const V3Out o{CS, RES, Y, M, nout};
     const u16* xrow[NT];
-    if constexpr (NORM) {
-        u16* xs = reinterpret_cast<u16*>(v4_smem);
-        v3_stage_normed<NT * 8>(X, G, eps, M, Kp, Kn, xs);
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) xrow[nt] = xs + (size_t)(nt * 8 + g < M ? nt * 8 + g : 0) * (Kp + 8) + t * (CK / 4);
-    } else {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) xrow[nt] = X + (size_t)(nt * 8 + g < M ? nt * 8 + g : 0) * Kp + t * (CK / 4);
-    }
+    for (int nt = 0; nt < NT; ++nt) xrow[nt] = X + (size_t)(nt * 8 + g < M ? nt * 8 + g : 0) * Kp + t * (CK / 4);
     const int KB = Kp >> 7;  // FP8 block scales: float2 [group][Kp / 128][R] (rows 0-7, rows 8-15 of the tile)
 
     float acc[R][NT][4];
     zero_tiles(acc);
     int grp = (int)(u0 / KU), kk = (int)(u0 - (long long)grp * KU);
-    if (u0 >= u1) return;
 
     int slot = 0;
     u32 phase = 0;
@@ -115,28 +104,14 @@ __device__ __forceinline__ void gemv4_body(const u8* __restrict__ W, const void*
             slot = 0;
             phase ^= 1u;
         }
-        if (++kk == KU || u + 1 == u1) {  // the group ends here (or our range does)
-            v3_finish<FMT, R, NT, EPI>(o, acc, grp, u0, u1, KU, U, Wt, wg, lane, WS, CNT, smax);
-            zero_tiles(acc);
-            kk = 0;
-            ++grp;
-        }
+        v3_after_unit<FMT, R, NT, EPI>(o, acc, grp, kk, u, u0, u1, KU, U, Wt, wg, lane, WS, CNT, smax);
     }
 }
 
-#define V4_FMT_NAME_0 fp8c
-#define V4_FMT_NAME_1 fp8b
-#define V4_FMT_NAME_2 nvfp4
-#define V4_CAT2(a, b) a##b
-#define V4_CAT(a, b) V4_CAT2(a, b)
 #define GEMV4(FMT, R, NT, C, D, EPI, NORM)                                                                         \
-    extern "C" __global__ void __launch_bounds__(256) V4_CAT(gemv4_, V4_CAT(V4_FMT_NAME_##FMT,                     \
-        _r##R##_nt##NT##_c##C##_d##D##_e##EPI##_n##NORM))(                                                          \
-        const u8* __restrict__ W, const void* __restrict__ S, const float* __restrict__ CS, const u16* __restrict__ X, \
-        u16* __restrict__ Y, const u16* __restrict__ RES, float* __restrict__ WS, int* __restrict__ CNT, int M,      \
-        int nout, int Kp, int KU, int U, int smax, const u16* __restrict__ G, float eps, int Kn, int gran) {        \
-        gemv4_body<FMT, R, NT, C, D, EPI, NORM>(W, S, CS, X, Y, RES, WS, CNT, M, nout, Kp, KU, U, smax, G, eps, Kn, \
-                                                gran);                                                         \
+    extern "C" __global__ void __launch_bounds__(256) V3_CAT(gemv4_, V3_CAT(V3_FMT_NAME_##FMT,                     \
+        _r##R##_nt##NT##_c##C##_d##D##_e##EPI##_n##NORM))(V3_PARAMS) {                                              \
+        gemv4_body<FMT, R, NT, C, D, EPI, NORM>(V3_ARGS);                                                           \
     }
 
 #ifndef FP8LAB_GEMV_V4

@@ -87,7 +87,7 @@ def launch(fn, grid, block, args, smem: int, stream: int, pdl: bool = True) -> N
 def resident_ctas(fn, threads: int, smem: int = 0, regs_per_sm: int = 65536, max_warps: int = 64,
                   max_ctas: int = 32) -> int:
     """CTAs of `threads` threads one SM holds at once, from the kernel's register count (allocated per warp in units
-    of 256) and shared memory (228 KiB per SM on sm_90, 1 KiB reserved per CTA).
+    of 256) and shared memory (the device's per-SM amount, 228 KiB on sm_90; 1 KiB reserved per CTA).
 
     A stream-K grid must fit at once: a CTA that waits for a free SM starts late and its range ends late."""
     try:
@@ -98,5 +98,7 @@ def resident_ctas(fn, threads: int, smem: int = 0, regs_per_sm: int = 65536, max
     per_warp = -(-regs * 32 // 256) * 256
     n = min(max_ctas, max_warps // warps, regs_per_sm // (per_warp * warps))
     if smem:
-        n = min(n, (228 * 1024) // (smem + 1024))
+        from ._cuda import smem_limits
+
+        n = min(n, smem_limits()[1] // (smem + 1024))
     return max(1, n)

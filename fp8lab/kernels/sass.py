@@ -86,10 +86,8 @@ class Kernel:
         rx = re.compile(pattern)
         return any(rx.search(t) for _, t in self.instrs)
 
-    def loop(self) -> dict | None:
-        """The largest loop (a backward branch) holding a matrix instruction: the work per iteration.
-
-        {"instructions": n, "matrix": m, "per_matrix_instruction": n / m, "ops": {opcode: count}}; None if none."""
+    def loop_body(self) -> list | None:
+        """The instructions (in order) of the largest loop (a backward branch) holding a matrix instruction."""
         best = None
         for addr, text in self.instrs:
             m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", text)
@@ -97,6 +95,13 @@ class Kernel:
                 body = [t for a, t in self.instrs if int(m.group(1), 16) <= a <= addr]
                 if any(t.split()[0].split(".")[0] in MATRIX_OPS for t in body if t) and (best is None or len(body) > len(best)):
                     best = body
+        return best
+
+    def loop(self) -> dict | None:
+        """The largest loop (a backward branch) holding a matrix instruction: the work per iteration.
+
+        {"instructions": n, "matrix": m, "per_matrix_instruction": n / m, "ops": {opcode: count}}; None if none."""
+        best = self.loop_body()
         if best is None:
             return None
         ops = Counter(t.split()[0].split(".")[0] for t in best if t)

@@ -98,12 +98,12 @@ if data:
                 v4.setdefault(label, []).append(t3 / t4)
     if v4:
         allv = [x for g in v4.values() for x in g]
-        nb.md("Version 4 (the shared-memory ring) against version 3 (registers), each at its default configuration: " +
-              "; ".join(f"{label} {findings.ratio_range(g)}×" for label, g in v4.items()) +
+        nb.md("Version 4 (the shared-memory ring) against version 3 (registers), the fastest record of each at each "
+              "point: " + "; ".join(f"{label} {findings.ratio_range(g)}×" for label, g in v4.items()) +
               " as fast (time of v3 over time of v4; below 1, version 4 is slower). " +
-              (f"Version 4 is slower at all {len(allv)} points: freeing the registers did not buy bandwidth, so the "
-               "bytes in flight were not what held version 3 back." if max(allv) < 1 else
-               f"Version 4 is faster at {sum(x > 1 for x in allv)} of {len(allv)} points."))
+              (f"Version 4 is slower at all {len(allv)} points: in this run, freeing the registers did not buy "
+               "bandwidth." if max(allv) < 1 else f"Version 4 is faster at {sum(x > 1 for x in allv)} of {len(allv)} "
+               "points: in this run, freeing the registers bought little."))
     if best:
         nb.md(f"The best FP8 GEMV of the run is {findings.ratio_range(best)}× as fast as `_scaled_mm` tensorwise "
               f"across the decode points (faster at {sum(b >= 1 for b in best)} of {len(best)}).")

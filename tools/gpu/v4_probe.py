@@ -1,7 +1,9 @@
 """Where version 4's time goes at a 68 MB decode shape (exploratory; prints, writes nothing).
 
-Same weights (3 rotating sets, > 4x the L2), M = 1, FP8 per channel: the stream-K grid as tuned, against grids whose
-warps own whole row groups (no split, no fix-up) -- prepare(sms=...) sets the warp count -- and the anchors."""
+Same weights (3 rotating sets, > 4x the L2), M = 1, FP8 per channel: version 3's default, version 4 at a tuned
+stream-K grid, and grids whose warps own whole row groups (prepare(sms=...) sets the warp count; the 5th config element
+is left to the default rule, so a grid's split is the one prepare picks -- the printed `smax` shows it), against the
+anchors. The probe that led to the whole-group ranges; its numbers are exploratory (printed, never committed)."""
 import math
 import sys
 
