@@ -27,6 +27,21 @@ def test_decode_versions_puts_each_version_beside_the_anchors():
     assert abs(r["best fp8 / _scaled_mm"] - 50 / 60) < 1e-12
 
 
+def test_version_four_records_and_speedups_between_versions():
+    """Version 4 records (named by configuration, gemv4_...) land in their own column and count in the FP8 family;
+    version_speedups is time(old) / time(new) where both ran."""
+    data = _gemm()
+    N, K = 28672, 8192
+    data["results"].append(_dec("gemv4_fp8c_r1_nt1_c2_d4_e0_n0", 1, N, K, 75.0, N * K,
+                                speedup_vs_scaled_mm_tensorwise=50 / 75))
+    r = gr.decode_versions(data)[0]
+    assert r["fp8 channel v4"] == 75.0 and r["nvfp4 v4"] is None
+    sp = gr.version_speedups([r], 3, 4)
+    assert set(sp) == {"fp8 channel"} and abs(sp["fp8 channel"][0] - 60 / 75) < 1e-12
+    assert abs(gr.version_speedups([r], 1, 3)["fp8 channel"][0] - 70 / 60) < 1e-12
+    assert gr._in_family(data["results"][-1], gr.W8A16_KERNELS)
+
+
 def test_goal_reasons_explain_a_missed_goal_from_the_run():
     why = {r["goal"]: r for r in gr.goal_reasons(_gemm())}
     g = next(r for k, r in why.items() if k.startswith("W8A16 M=1 >= 1.0x"))

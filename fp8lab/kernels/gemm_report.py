@@ -331,6 +331,18 @@ def decode_versions(data: dict) -> list[dict]:
     return rows
 
 
+def version_speedups(rows: list[dict], old: int, new: int) -> dict:
+    """{family label: [time of version `old` / time of version `new`, at each decode_versions row where both ran]}
+    (above 1: the newer version is faster).  version_speedups(decode_versions(data), 1, 3) -> {"fp8 channel": [...]}"""
+    out: dict = {}
+    for label, _ in VERSION_FAMILIES:
+        for r in rows:
+            a, b = r.get(f"{label} v{old}"), r.get(f"{label} v{new}")
+            if a and b:
+                out.setdefault(label, []).append(a / b)
+    return out
+
+
 def goal_reasons(data: dict) -> list[dict]:
     """For each decode goal that is not met: its worst shape, what the kernel read there and how fast, against the
     anchor (torch._scaled_mm tensorwise, or bf16 cuBLAS) and the copy bandwidth, and the time it would take at the

@@ -127,10 +127,8 @@ __device__ __forceinline__ void gemv3_body(V3_PARAMS) {
 }
 
 #define GEMV3(FMT, R, NT, C, P, EPI, NORM)                                                                         \
-    extern "C" __global__ void __launch_bounds__(256) V3_CAT(gemv3_, V3_CAT(V3_FMT_NAME_##FMT,                     \
-        _r##R##_nt##NT##_c##C##_p##P##_e##EPI##_n##NORM))(V3_PARAMS) {                                              \
-        gemv3_body<FMT, R, NT, C, P, EPI, NORM>(V3_ARGS);                                                           \
-    }
+    V3_DEFINE_KERNEL(V3_CAT(gemv3_, V3_CAT(V3_FMT_NAME_##FMT, _r##R##_nt##NT##_c##C##_p##P##_e##EPI##_n##NORM)), \
+                     (gemv3_body<FMT, R, NT, C, P, EPI, NORM>))
 
 #ifndef FP8LAB_GEMV_V3
 #error "the loader passes the instantiation list (gemv_v3.py KERNELS) as a -D define"

@@ -109,10 +109,8 @@ __device__ __forceinline__ void gemv4_body(V3_PARAMS) {
 }
 
 #define GEMV4(FMT, R, NT, C, D, EPI, NORM)                                                                         \
-    extern "C" __global__ void __launch_bounds__(256) V3_CAT(gemv4_, V3_CAT(V3_FMT_NAME_##FMT,                     \
-        _r##R##_nt##NT##_c##C##_d##D##_e##EPI##_n##NORM))(V3_PARAMS) {                                              \
-        gemv4_body<FMT, R, NT, C, D, EPI, NORM>(V3_ARGS);                                                           \
-    }
+    V3_DEFINE_KERNEL(V3_CAT(gemv4_, V3_CAT(V3_FMT_NAME_##FMT, _r##R##_nt##NT##_c##C##_d##D##_e##EPI##_n##NORM)), \
+                     (gemv4_body<FMT, R, NT, C, D, EPI, NORM>))
 
 #ifndef FP8LAB_GEMV_V4
 #error "the loader passes the instantiation list (gemv_v3.py KERNELS4) as a -D define"

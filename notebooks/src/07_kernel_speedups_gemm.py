@@ -79,23 +79,13 @@ if data:
     print()
     print(bg.format_rows([{k: v for k, v in r.items() if k in ("N", "K", "M", "bf16 cuBLAS") or k.startswith("nvfp4")}
                           for r in vt]))
-    gain = {}
-    for label, base in gemm_report.VERSION_FAMILIES:
-        for r in vt:
-            v1, v3 = r.get(f"{label} v1"), r.get(f"{label} v3")
-            if v1 and v3:
-                gain.setdefault(label, []).append(v1 / v3)
+    gain = gemm_report.version_speedups(vt, 1, 3)
     best = [r["best fp8 / _scaled_mm"] for r in vt if r["best fp8 / _scaled_mm"]]
     if gain:
         nb.md("Against its first version, version 3 is " + "; ".join(
             f"{label} {findings.ratio_range(g)}×" for label, g in gain.items()) +
             " as fast (time of v1 over time of v3, at the points where both were timed).")
-    v4 = {}
-    for label, _ in gemm_report.VERSION_FAMILIES:
-        for r in vt:
-            t3, t4 = r.get(f"{label} v3"), r.get(f"{label} v4")
-            if t3 and t4:
-                v4.setdefault(label, []).append(t3 / t4)
+    v4 = gemm_report.version_speedups(vt, 3, 4)
     if v4:
         allv = [x for g in v4.values() for x in g]
         nb.md("Version 4 (the shared-memory ring) against version 3 (registers), the fastest record of each at each "
