@@ -42,6 +42,26 @@ def test_version_four_records_and_speedups_between_versions():
     assert gr._in_family(data["results"][-1], gr.W8A16_KERNELS)
 
 
+def test_fixed_cost_fit_recovers_a_known_line():
+    """Records timed exactly as 5 us + bytes at 4 TB/s (ours as a version label, an anchor by name) give back 5 us and
+    4 TB/s with r2 = 1; a slower, PDL or other-M record does not enter; two shapes are too few for a fit."""
+    res = []
+    for N, K in ((4096, 4096), (14336, 4096), (28672, 8192)):
+        wb = N * K
+        res += [_dec("gemv3_fp8c_r1_nt1_c4_p2_e0_n0", 1, N, K, 5 + wb / 4e6, wb),
+                _dec("gemv3_fp8c_r1_nt1_c2_p3_e0_n0", 1, N, K, 9 + wb / 4e6, wb),      # a slower config: not the best
+                _dec("gemv3_fp8c_r1_nt1_c4_p2_e0_n0", 1, N, K, 1.0, wb, pdl=True),     # PDL: left out
+                _dec("gemv3_fp8c_r1_nt1_c4_p2_e0_n0", 16, N, K, 1.0, wb),              # other M
+                _dec("scaled_mm_tensorwise (torch._scaled_mm)", 1, N, K, 2 + wb / 5e6, wb)]
+    res.append(_dec("gemv_nvfp4_v2", 1, 4096, 4096, 3.0, 4096 * 4096 // 2))
+    res.append(_dec("gemv_nvfp4_v2", 1, 14336, 4096, 4.0, 14336 * 4096 // 2))
+    rows = {r["kernel"]: r for r in gr.fixed_cost_fit({"results": res}, M=1)}
+    assert set(rows) == {"fp8 channel v3", "scaled_mm_tensorwise"}
+    f = rows["fp8 channel v3"]
+    assert abs(f["fixed_us"] - 5) < 1e-6 and abs(f["rate_TBps"] - 4) < 1e-6 and abs(f["r2"] - 1) < 1e-9 and f["shapes"] == 3
+    assert abs(rows["scaled_mm_tensorwise"]["fixed_us"] - 2) < 1e-6 and abs(rows["scaled_mm_tensorwise"]["rate_TBps"] - 5) < 1e-6
+
+
 def test_goal_reasons_explain_a_missed_goal_from_the_run():
     why = {r["goal"]: r for r in gr.goal_reasons(_gemm())}
     g = next(r for k, r in why.items() if k.startswith("W8A16 M=1 >= 1.0x"))

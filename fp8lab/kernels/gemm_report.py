@@ -343,6 +343,41 @@ def version_speedups(rows: list[dict], old: int, new: int) -> dict:
     return out
 
 
+def fixed_cost_fit(data: dict, M: int = 1) -> list[dict]:
+    """time = fixed + weight bytes / rate, fitted by least squares over the run's decode shapes at M, per kernel (the
+    anchors by name; ours by version label, the fastest record of each version per shape; plain launches only).
+
+    `fixed_us`: the part of a call that does not grow with the bytes (launch, ramp-up, the tail, a split's fix-up);
+    `rate_TBps`: the streaming rate once running (a read-only kernel may exceed the copy test, which also writes);
+    `r2`: how well a straight line explains the times. Kernels timed at fewer than 3 shapes are left out.
+
+        fixed_cost_fit({"results": [records of t = 5 + bytes / 4e6 us]}) -> [{"fixed_us": 5.0, "rate_TBps": 4.0, ...}]
+    """
+    import numpy as np
+
+    best: dict = {}
+    for r in data.get("results", []):
+        if r.get("family") != "decode" or r.get("M") != M or r.get("pdl") or not r.get("weight_bytes"):
+            continue
+        name = _version_label(r) or r["kernel"].split(" (")[0]
+        key = (name, r["N"], r["K"])
+        if key not in best or r["time_us"] < best[key]["time_us"]:
+            best[key] = r
+    rows = []
+    for name in sorted({k[0] for k in best}):
+        pts = [(r["weight_bytes"] / 1e6, r["time_us"]) for k, r in best.items() if k[0] == name]
+        if len(pts) < 3:
+            continue
+        x, y = np.array(pts).T
+        (fixed, slope), *_ = np.linalg.lstsq(np.vstack([np.ones_like(x), x]).T, y, rcond=None)
+        pred = fixed + slope * x
+        ss = float(((y - y.mean()) ** 2).sum())
+        rows.append({"kernel": name, "M": M, "shapes": len(pts), "fixed_us": float(fixed),
+                     "rate_TBps": float(1 / slope) if slope > 0 else None,
+                     "r2": 1 - float(((y - pred) ** 2).sum()) / ss if ss > 0 else None})
+    return rows
+
+
 def goal_reasons(data: dict) -> list[dict]:
     """For each decode goal that is not met: its worst shape, what the kernel read there and how fast, against the
     anchor (torch._scaled_mm tensorwise, or bf16 cuBLAS) and the copy bandwidth, and the time it would take at the

@@ -169,6 +169,29 @@ What the columns point at (the mechanisms; the numbers are above):
   for every token, so the arithmetic per byte grows with M while the bytes do not.
 """),
 ("md", r"""
+### The fixed cost and the streaming rate, fitted
+
+The first bullet can be measured rather than described: over the run's decode shapes, each kernel's time is fitted
+by a straight line, time = `fixed_us` + weight bytes / `rate_TBps` (least squares; `r2` says how straight the points
+lie). `fixed_us` is what a call pays whatever its size — launch, ramp-up, the tail, a split's fix-up; `rate_TBps` is
+how fast it reads once running. Two kernels can miss a goal for different reasons: one starts slowly, the other
+streams slowly. A fit over a handful of shapes is a summary, not a law: read it beside the per-shape times above.
+"""),
+("code", r"""
+if data:
+    for M in (1, 16):
+        fit = gemm_report.fixed_cost_fit(data, M)
+        print(f"M = {M}")
+        print(bg.format_rows(fit, ["kernel", "shapes", "fixed_us", "rate_TBps", "r2"]) if fit else "  (fewer than 3 shapes)")
+        by = {r["kernel"]: r for r in fit}
+        ours, anchor = by.get("fp8 channel v3"), by.get("scaled_mm_tensorwise")
+        if M == 1 and ours and anchor and ours["rate_TBps"] and anchor["rate_TBps"]:
+            nb.md(f"At M = 1, FP8 version 3 pays {ours['fixed_us'] - anchor['fixed_us']:+.1f} µs of fixed cost against "
+                  f"`_scaled_mm` tensorwise and streams at {ours['rate_TBps'] / anchor['rate_TBps']:.2f} of its rate: "
+                  + ("both gaps count." if ours["fixed_us"] > anchor["fixed_us"] and ours["rate_TBps"] < anchor["rate_TBps"]
+                     else "the gap is in " + ("the fixed cost." if ours["fixed_us"] > anchor["fixed_us"] else "the rate.")))
+"""),
+("md", r"""
 ## Decode against the memory roof
 
 `roofline_us` = max(bytes / read bandwidth, FLOPs / bf16 rate), both measured in this run; `of_roofline` is the share
