@@ -162,20 +162,18 @@ def _legacy(prov: dict) -> tuple[str, bool | None]:
 
 
 def describe(prov: dict, short: int = 12) -> str:
-    """One line for tables and notebooks: the commit *with* its clean/dirty state, device, date, command."""
-    commit, dirty = _legacy(prov)
-    state = {False: "clean", True: "DIRTY tree"}.get(dirty, "tree state unknown")
-    runs = prov.get("merged_from")
-    if runs:  # a file joined from several runs (harness.merge_runs): every run's commit, as joined
-        parts = [_legacy(r) for r in runs]
-        commits = list(dict.fromkeys(c[:short] for c, _ in parts))
-        dirt = {d for _, d in parts}
-        state = "clean" if dirt == {False} else "DIRTY tree" if True in dirt else "tree state unknown"
-        commit = " + ".join(commits)
+    """One line for tables and notebooks: the commit *with* its clean/dirty state, device, date, command. A file
+    joined from several runs (harness.merge_runs) names every run's commit, and is clean only if every run was."""
+    runs = prov.get("merged_from") or [prov]
+    parts = [_legacy(r) for r in runs]
+    commits = list(dict.fromkeys(c[:short] for c, _ in parts))
+    dirt = {d for _, d in parts}
+    state = "clean" if dirt == {False} else "DIRTY tree" if True in dirt else "tree state unknown"
+    if len(runs) > 1:
         state = f"runs merged, {state}"
     dev = prov.get("device") or "?"
     if isinstance(dev, dict):
         dev = dev.get("device", "?")
     date = str(prov.get("date", "?"))[:10]
-    label = "commits" if runs and " + " in commit else "commit"
-    return f"{label} {commit if runs else commit[:short]} ({state}) · {dev} · {date} · {prov.get('command', '?')}"
+    label = "commits" if len(commits) > 1 else "commit"
+    return f"{label} {' + '.join(commits)} ({state}) · {dev} · {date} · {prov.get('command', '?')}"

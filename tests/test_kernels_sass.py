@@ -182,17 +182,10 @@ def test_tma_kernels_are_qgmma_with_tma_loads_on_sm90a(built):
 
 def innermost_matrix_loop(k) -> dict:
     """Opcode counts of the shortest loop (a backward branch) that holds a matrix instruction (the k-loop)."""
-    import re
     from collections import Counter
 
-    best = None
-    for addr, text in k.instrs:
-        m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", text)
-        if m and int(m.group(1), 16) <= addr:
-            body = [t.split()[0].split(".")[0] for a, t in k.instrs if int(m.group(1), 16) <= a <= addr and t]
-            if any(op in ("QGMMA", "HGMMA") for op in body) and (best is None or len(body) < len(best)):
-                best = body
-    return dict(Counter(best)) if best else {}
+    body = k.loop_body(innermost=True)
+    return dict(Counter(t.split()[0].split(".")[0] for t in body if t)) if body else {}
 
 
 @pytest.mark.parametrize("src", [TMA_SRC, WGMMA[0]])

@@ -367,20 +367,15 @@ def _warps_per_sm(fn) -> int:
     return max(1, min(64, 65536 // per_warp))
 
 
-SMEM_PER_SM = 228 * 1024       # H100 / H200: 228 KB per SM, 227 KB per block with the opt-in, 1 KB reserved per block
-
-
-def blocks_per_sm(fn, smem: int, warps_per_block: int, device=None) -> int:
-    """Resident blocks per SM: the least of the register file, shared memory and the 64-warp limit.
+def blocks_per_sm(fn, smem: int, warps_per_block: int) -> int:
+    """Resident blocks per SM: the least of the register file, shared memory and the 64-warp limit
+    (launch_ex.resident_ctas, the one residency rule of the package's persistent grids).
 
     blocks_per_sm(fn with 128 registers, 49152, 4) -> 4   # 65536 / (128 x 128); 4 x 49 KB fits in 228 KB
     """
-    per_sm = SMEM_PER_SM
-    if device is not None:
-        per_sm = int(getattr(torch.cuda.get_device_properties(device), "shared_memory_per_multiprocessor", per_sm) or per_sm)
-    by_regs = _warps_per_sm(fn) // warps_per_block
-    by_smem = per_sm // (smem + 1024) if smem else 32
-    return max(1, min(by_regs, by_smem, 64 // warps_per_block, 32))
+    from .launch_ex import resident_ctas
+
+    return resident_ctas(fn, 32 * warps_per_block, smem)
 
 
 def _finish_args(p, q, dev, seq_lens, block_table, max_seq_len, check_values, k_scale, v_scale):
@@ -434,7 +429,7 @@ def launch_v2(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, bt,
     smem = v2_smem(fmt, p.D, cfg[0], cfg[1])
     _cuda.allow_dynamic_smem(main, smem)
     S, split_len, part_o, part_ml = _splits(
-        lambda sms: plan_splits_v2(max_len, p.B, p.Hk, sms, blocks_per_sm(main, smem, WARPS_PER_BLOCK_V2, dev)),
+        lambda sms: plan_splits_v2(max_len, p.B, p.Hk, sms, blocks_per_sm(main, smem, WARPS_PER_BLOCK_V2)),
         max_len, num_splits, p, dev)
     dummy = tensors["k"]  # scale pools of a format without them: never read
     keep = (tensors["q"].contiguous(), tensors["k"], tensors["v"], tensors.get("ksc", dummy), tensors.get("vsc", dummy),

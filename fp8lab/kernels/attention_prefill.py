@@ -154,7 +154,7 @@ def prepare(q, k_cache, v_cache, prefix_len: int, *, k_scale=None, v_scale=None,
     kv_len = prefix_len + Mq
     if num_splits is None:
         sms = torch.cuda.get_device_properties(dev).multi_processor_count
-        S, split_len = plan_splits(n_blocks, kv_len, sms, att.blocks_per_sm(fn, smem, nw, dev))
+        S, split_len = plan_splits(n_blocks, kv_len, sms, att.blocks_per_sm(fn, smem, nw))
     else:
         tiles = -(-kv_len // BN)
         S0 = max(1, min(int(num_splits), tiles))

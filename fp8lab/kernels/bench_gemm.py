@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import harness
 # what notebook 07 reads back, re-exported so `bench_gemm.load(...)` etc. keep working
-from .gemm_report import (DEFAULT_OUT, decode_roofline_points, decode_table, format_rows, gate_table,  # noqa: F401
+from .gemm_report import (DECODE_VERSIONS, DEFAULT_OUT, decode_roofline_points, decode_table, format_rows, gate_table,  # noqa: F401
                           goal_table, goals, load, plot_decode, plot_prefill, prefill_climb, prefill_gap,
                           prefill_goals, prefill_table, provenance_summary,
                           roofline_us, sass_table, source_digest)
@@ -90,9 +90,10 @@ def main(argv=None) -> int:
     p.add_argument("--m", type=lambda t: harness.int_list(t, 1, 16, "decode token counts"), default=None,
                    help="decode token counts: 1,8,16")
     p.add_argument("--prefill-shapes", type=lambda t: _dims(t, 3), default=None, help="prefill MxNxK,...")
-    p.add_argument("--versions", type=lambda t: harness.int_list(t, 1, 4, "GEMV versions"), default=[1, 2, 3, 4],
-                   help="GEMV versions to time (default all four: 1,2,3,4)")
-    p.add_argument("--tune", type=lambda t: harness.int_list(t, 1, 4, "versions to tune"), default=[],
+    last = DECODE_VERSIONS[-1]
+    p.add_argument("--versions", type=lambda t: harness.int_list(t, 1, last, "GEMV versions"), default=list(DECODE_VERSIONS),
+                   help=f"GEMV versions to time (default all: {','.join(map(str, DECODE_VERSIONS))})")
+    p.add_argument("--tune", type=lambda t: harness.int_list(t, 1, last, "versions to tune"), default=[],
                    help="versions whose every compiled config is validated and timed, e.g. 3 or 1,2,3 "
                         "(default none: each version at its default config, the recording run)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (median and quartiles over them)")

@@ -16,7 +16,9 @@ import math
 
 from . import harness, tolerances
 from .gemm_anchors import scaled_mm_calls
+from .gemm_report import DECODE_VERSIONS
 from .gemm_smoke import out_of_time
+from .sources import GEMV_PACKED_VERSIONS
 
 #: (N, K): the lab's own shapes, then Qwen2.5-7B's MLP, a 152064 x 3584 lm_head, Llama-3-70B-like MLP shapes
 DECODE_SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (28672, 8192), (18944, 3584), (3584, 18944),
@@ -124,7 +126,7 @@ def _print_napkin(d: dict) -> None:
           f"({100 * d['cuda_core_fma_share']:.0f} % of fp32 CUDA-core FMA peak)", flush=True)
 
 
-def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECODE_M, versions=(1, 2, 3, 4),
+def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECODE_M, versions=DECODE_VERSIONS,
                  tune=False, anchors=("tensorwise", "blockwise"), on_shape_done=None, pdl: bool = True) -> None:
     """tune: False (each version at its default config), True (every version's candidates), or the versions to tune.
     on_shape_done(): called after each shape (the CLI writes the JSON then, so a run cut short keeps what it has).
@@ -201,7 +203,7 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
                 ours.append((f"gemv_nvfp4{suffix}", "gemv_nvfp4", N * K // 2 + N * K // 16,
                              lambda cfg, v=v: [F4.prepare(x, wp, sc, gs, config=cfg, version=v) for wp, sc in w4],
                              (c4_1 if v == 1 else c4_2) if v in tune_v else [], wd4))
-            for ver in (3, 4):
+            for ver in GEMV_PACKED_VERSIONS:
                 if ver not in versions:
                     continue
                 for fmt, label, wbytes, wdeq in (("fp8c", f"gemv_fp8_channel_v{ver}", N * K + 4 * N, wd["channel"]),
@@ -220,9 +222,9 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
                     continue
                 ref, terms = x.double() @ wdeq.T, x.double().abs() @ wdeq.abs().T
                 tol = tolerances.matmul(smoke_name, K)
-                v3 = kname.endswith(("_v3", "_v4"))  # the packed versions: configs ((C, P|D, WPC, CPS), R)
+                packed = kname.endswith(tuple(f"_v{v}" for v in GEMV_PACKED_VERSIONS))  # configs ((C, P|D, WPC, CPS), R)
                 good = []
-                for cfg in ([] if v3 else [None]) + list(cands):  # every config validated before any is timed
+                for cfg in ([] if packed else [None]) + list(cands):  # every config validated before any is timed
                     try:
                         launch = make(cfg)[0]
                     except Exception as e:
@@ -240,18 +242,18 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
                 name = f"{kname} {shape}"
                 bench.validation[name] = bench.validation[f"{kname} {best} {shape}"]
                 timers[name] = lambda make=make, best=best: harness.graph_time_us(make(best), rep=30)
-                version = int(kname[-1]) if v3 else 2 if kname.endswith("_v2") else 1
+                version = int(kname[-1]) if packed else 2 if kname.endswith("_v2") else 1
                 cfg_key = {1: "config_RSPF", 2: "config_RSCD", 3: "config_CPWC_R", 4: "config_CDWC_R"}[version]
                 info = {}
-                if v3:
+                if packed:
                     li = make(best)[0].info
                     info = {k: li[k] for k in ("kernel", "grid", "warps", "units", "bytes_per_unit", "smax",
                                                "whole_groups", "smem")}
                 meta[name] = (kname, "e2m1+e4m3/16 x bf16" if "nvfp4" in kname else "e4m3 x bf16", wbytes + act_bytes,
-                              {"version": version, cfg_key: (list(best) if not v3 else [list(best[0]), best[1]])
+                              {"version": version, cfg_key: (list(best) if not packed else [list(best[0]), best[1]])
                                if best is not None else "default",
                                "tuned_us": {str(c): t for c, t in tuned.items()}, "weight_bytes": wbytes, **info})
-                if v3 and pdl and "_block_" not in kname:
+                if packed and pdl and "_block_" not in kname:
                     # the same kernel and config launched with programmatic dependent launch: consecutive calls
                     # overlap (the next one's weight loads during this one's tail), as in a decode layer. Reported
                     # beside the plain launch; the goals use the plain launch, like the anchors'.

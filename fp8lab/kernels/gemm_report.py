@@ -23,6 +23,7 @@ import hashlib
 import re
 
 from . import harness
+from .sources import GEMV_PACKED_VERSIONS
 
 KDIR = harness.REPO / "fp8lab" / "kernels"
 DEFAULT_OUT = harness.REPO / "outputs" / "kernels" / "gemm.json"
@@ -97,14 +98,29 @@ def prefill_table(data: dict, kernels=None, min_m: int = 0) -> list[dict]:
     return rows
 
 
-W8A16_KERNELS = ("gemv_fp8_channel_v4", "gemv_fp8_block_v4", "gemv_fp8_channel_v3", "gemv_fp8_block_v3",
-                 "gemv_fp8_channel_v2", "gemv_fp8_block_v2", "gemv_fp8_channel", "gemv_fp8_block")
-NVFP4_KERNELS = ("gemv_nvfp4_v4", "gemv_nvfp4_v3", "gemv_nvfp4_v2", "gemv_nvfp4")
-# version 3 records carry their compiled configuration as the kernel name (gemv3_fp8c_r1_nt1_c2_p3_e0_n0: FP8
-# per-channel; fp8b: 128x128 blocks; nvfp4); the copy launched with programmatic dependent launch (pdl) is reported
-# beside and left out of the goals (a layer can use PDL; a lone GEMV has nothing to overlap with)
-W8A16_V3 = ("gemv3_fp8c_", "gemv3_fp8b_", "gemv4_fp8c_", "gemv4_fp8b_")    # versions 3 and 4 (same packing)
-NVFP4_V3 = ("gemv3_nvfp4_", "gemv4_nvfp4_")
+#: every decode GEMV version: 1 and 2 (gemv_fp8.cu, gemv_nvfp4.cu), then the packed ones (gemv_v3.py)
+DECODE_VERSIONS = (1, 2) + GEMV_PACKED_VERSIONS
+#: the label of each of our decode kernels and its name in a record (version 1 bare, later ones `_vN`)
+VERSION_FAMILIES = (("fp8 channel", "gemv_fp8_channel"), ("fp8 block", "gemv_fp8_block"), ("nvfp4", "gemv_nvfp4"))
+#: the packed versions' records are named by their compiled configuration (gemv3_fp8c_r1_nt1_c2_p3_e0_n0): the
+#: format in the name -> the family label
+PACKED_FORMATS = {"fp8c": "fp8 channel", "fp8b": "fp8 block", "nvfp4": "nvfp4"}
+
+
+def _name(base: str, v: int) -> str:
+    return base if v == 1 else f"{base}_v{v}"
+
+
+def _names(*bases) -> tuple[str, ...]:
+    return tuple(_name(b, v) for b in bases for v in DECODE_VERSIONS)
+
+
+W8A16_KERNELS = _names("gemv_fp8_channel", "gemv_fp8_block")
+NVFP4_KERNELS = _names("gemv_nvfp4")
+# the copy launched with programmatic dependent launch (pdl) is reported beside and left out of the goals (a layer
+# can use PDL; a lone GEMV has nothing to overlap with)
+W8A16_V3 = tuple(f"gemv{v}_{f}_" for v in GEMV_PACKED_VERSIONS for f in ("fp8c", "fp8b"))
+NVFP4_V3 = tuple(f"gemv{v}_nvfp4_" for v in GEMV_PACKED_VERSIONS)
 #: the decode goals apply to shapes whose FP8 weights are at least this many bytes
 GOAL_MIN_FP8_BYTES = 32 * 2**20
 
@@ -288,21 +304,17 @@ def goals(data: dict) -> list[dict]:
     return out + prefill_goals(data)
 
 
-VERSION_FAMILIES = (("fp8 channel", "gemv_fp8_channel"), ("fp8 block", "gemv_fp8_block"), ("nvfp4", "gemv_nvfp4"))
-
-
 def _version_label(r: dict) -> str | None:
     """'fp8 channel v3' for a decode record of ours (v3 and v4 records are named by their configuration: gemv3_...,
     gemv4_...), None otherwise."""
     k = r["kernel"]
     for label, base in VERSION_FAMILIES:
-        if k == base:
-            return f"{label} v1"
-        if k in (base + "_v2", base + "_v3", base + "_v4"):
-            return f"{label} v{k[-1]}"
-    for v in (3, 4):
-        for prefix, label in ((f"gemv{v}_fp8c_", "fp8 channel"), (f"gemv{v}_fp8b_", "fp8 block"), (f"gemv{v}_nvfp4_", "nvfp4")):
-            if k.startswith(prefix):
+        for v in DECODE_VERSIONS:
+            if k == _name(base, v):
+                return f"{label} v{v}"
+    for v in GEMV_PACKED_VERSIONS:
+        for fmt, label in PACKED_FORMATS.items():
+            if k.startswith(f"gemv{v}_{fmt}_"):
                 return f"{label} v{v}"
     return None
 
@@ -322,7 +334,7 @@ def decode_versions(data: dict) -> list[dict]:
         row = {"N": N, "K": K, "M": M, "bf16 cuBLAS": best(lambda r: r["kernel"].startswith("bf16_cublas")),
                "_scaled_mm tw": best(lambda r: r["kernel"].startswith("scaled_mm_tensorwise"))}
         for label, _ in VERSION_FAMILIES:
-            for v in (1, 2, 3, 4):
+            for v in DECODE_VERSIONS:
                 row[f"{label} v{v}"] = best(lambda r, t=f"{label} v{v}": _version_label(r) == t)
         fp8 = [r.get("speedup_vs_scaled_mm_tensorwise") for r in at
                if (_version_label(r) or "").startswith("fp8") and r.get("speedup_vs_scaled_mm_tensorwise")]

@@ -37,6 +37,7 @@ import torch
 
 from . import _cuda
 from . import reference as reference_values
+from .sources import GEMV_PACKED_VERSIONS, instances
 
 MAX_M = 32
 FORMATS = ("fp8c", "fp8b", "nvfp4")       # FP8 per-channel, FP8 128x128 blocks, NVFP4
@@ -67,23 +68,22 @@ KERNELS4 = (
     {(f, 1, nt, C, D, "store", 0) for f in FORMATS for nt in (1, 2) for C, D in ((2, 4), (2, 8), (4, 4))}
     | {(f, 2, 4, 2, 4, "store", 0) for f in FORMATS}
 )
-VERSIONS = (3, 4)
+VERSIONS = GEMV_PACKED_VERSIONS   # gemv_v3.cu (P units in registers), gemv_v4.cu (D ring slots in shared memory)
+
+
+def _defines(version: int, table) -> tuple[str, ...]:
+    return (instances(f"FP8LAB_GEMV_V{version}", f"GEMV{version}", {(_FMT_ID[f], R, NT, C, P, EPILOGUES[e], n)
+                                                                   for f, R, NT, C, P, e, n in table}),)
 
 
 def cuda_defines() -> tuple[str, ...]:
     """The instantiation list as the -D define gemv_v3.cu expects: GEMV3(fmt id, R, NT, C, P, epilogue id, norm)..."""
-    from .sources import instances
-
-    return (instances("FP8LAB_GEMV_V3", "GEMV3", {(_FMT_ID[f], R, NT, C, P, EPILOGUES[e], n)
-                                                  for f, R, NT, C, P, e, n in KERNELS}),)
+    return _defines(3, KERNELS)
 
 
 def cuda_defines4() -> tuple[str, ...]:
     """Version 4's instantiation list: GEMV4(fmt id, R, NT, C, D, epilogue id, norm)..."""
-    from .sources import instances
-
-    return (instances("FP8LAB_GEMV_V4", "GEMV4", {(_FMT_ID[f], R, NT, C, D, EPILOGUES[e], n)
-                                                  for f, R, NT, C, D, e, n in KERNELS4}),)
+    return _defines(4, KERNELS4)
 
 
 def kernel_name(fmt: str, R: int, NT: int, C: int, P: int, epilogue: str, norm: int = 0, version: int = 3) -> str:
@@ -495,11 +495,8 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     U = G * KU
     sms = sms or sm_count(x.device)
     wpc = max(1, min(wpc, U))
-    if version == 4:  # the ring (version 4 has no fused norm: checked above, not compiled)
+    if version == 4:  # the ring (version 4 has no fused norm: not compiled); allow_dynamic_smem checks it fits
         smem = ring_bytes(p.fmt, p.R, C, P, wpc)
-        if smem > _cuda.smem_limits()[0]:
-            raise ValueError(f"version 4's ring needs {smem} bytes of shared memory per CTA (this device allows "
-                             f"{_cuda.smem_limits()[0]}): fewer warps per CTA (WPC = {wpc}) or ring slots (D = {P})")
     cp = _cuda._cupy()
     fn = _cuda.load_module(f"gemv_v{version}.cu").get_function(kernel_name(*key, version=version))
     from .launch_ex import resident_ctas
@@ -526,8 +523,8 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     args = (*a[:8], cp.int32(M), cp.int32(nout), cp.int32(p.Kp), cp.int32(KU), cp.int32(U), cp.int32(smax), a[8],
             cp.float32(norm[1] if norm is not None else 0.0), cp.int32(p.K), cp.int32(gran))
     info = {"kernel": kernel_name(*key, version=version), "version": version, "config": (C, P, wpc, cps), "grid": grid,
-            "warps": Wt, "units": U, "whole_groups": bool(whole), "bytes_per_unit": C * p.R * 1024, "smax": smax, "weight_bytes": p.weight_bytes(),
-            "smem": smem}
+            "warps": Wt, "units": U, "whole_groups": bool(whole), "bytes_per_unit": C * p.R * 1024, "smax": smax,
+            "weight_bytes": p.weight_bytes(), "smem": smem}
     return Launch(fn, (grid,), (32 * wpc,), args, out, info, pdl=pdl, keep=keep, smem=smem)
 
 

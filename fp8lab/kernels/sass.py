@@ -86,14 +86,16 @@ class Kernel:
         rx = re.compile(pattern)
         return any(rx.search(t) for _, t in self.instrs)
 
-    def loop_body(self) -> list | None:
-        """The instructions (in order) of the largest loop (a backward branch) holding a matrix instruction."""
+    def loop_body(self, innermost: bool = False) -> list | None:
+        """The instructions (in order) of the largest loop (a backward branch) holding a matrix instruction, or with
+        innermost=True the shortest such loop (a GEMM's k-loop inside its tile loop)."""
         best = None
         for addr, text in self.instrs:
             m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", text)
             if m and int(m.group(1), 16) <= addr:
                 body = [t for a, t in self.instrs if int(m.group(1), 16) <= a <= addr]
-                if any(t.split()[0].split(".")[0] in MATRIX_OPS for t in body if t) and (best is None or len(body) > len(best)):
+                if any(t.split()[0].split(".")[0] in MATRIX_OPS for t in body if t) and (
+                        best is None or (len(body) < len(best) if innermost else len(body) > len(best))):
                     best = body
         return best
 

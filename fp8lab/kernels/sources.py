@@ -27,6 +27,9 @@ HAS_A_TARGET = (90, 100, 101, 103, 110, 120, 121)
 SUMMARY_ARCHS = (89, 90, 100, 120, 121)
 #: archs with the hardware E2M1 conversions (cvt.rn.satfinite.e2m1x2.f32, cvt.rn.f16x2.e2m1x2), `a` target only
 E2M1_CVT_ARCHS = (100, 120, 121)
+#: the decode GEMV versions that share gemv_v3.py's packing, one .cu each (gemv_v3.cu, gemv_v4.cu); versions 1 and 2
+#: are gemv_fp8.cu / gemv_nvfp4.cu
+GEMV_PACKED_VERSIONS = (3, 4)
 #: archs with the block-scaled mma.sync (kind::mxf4nvf4 ... ue4m3 -> OMMA.SF): sm_120a / sm_121a only
 MMA_NVF4_ARCHS = (120, 121)
 

@@ -4,7 +4,7 @@
 #
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 1     # GPU tests, then the quant bench           (~2 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2     # gemm (decode, SASS), attention, prefill attention, layer,
-#                                                          # accumulation (~5 min)
+#                                                          # accumulation (~8 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 3     # gemm: the prefill climb and grid, the W8A8 gate (<= 9 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2d    # part 2's decode path only: GEMV + layer GPU tests, the
 #                                                          # decode gemm bench and the layer bench (~6 min)
@@ -28,6 +28,15 @@ K=$S/outputs/kernels
 L=$S/logs
 T0=$(date +%s)
 stage() { echo "== $1 at $(( $(date +%s) - T0 )) s" | tee -a "$L/steps_$PART.txt"; }
+# the decode benches, shared by parts 2 and 2d: the GEMVs (versions 1-4, anchors, SASS), then the decode layer
+decode_gemm() {
+  stage "gemm bench (anchors, decode v1-v4, SASS)"
+  timeout 240 python3 -m fp8lab.kernels.bench gemm --no-pytest --only decode,sass --budget-s 200 --out "$K/gemm.json" > "$K/gemm_bench_log.txt" 2>&1; echo "gemm rc=$?" >> "$L/steps_$PART.txt"
+}
+decode_layer() {
+  stage "decode layer bench"
+  timeout 90 python3 -m fp8lab.kernels.bench layer --budget-s 60 --out "$K/layer.json" > "$L/layer.log" 2>&1; echo "layer rc=$?" >> "$L/steps_$PART.txt"
+}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$L/nvidia_smi_$PART.txt" 2>&1
 
 if [ "$PART" = 1 ]; then
@@ -46,14 +55,12 @@ if [ "$PART" = 1 ]; then
 elif [ "$PART" = 2 ]; then
   stage "GPU test of the accumulation bench"
   timeout 40 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_accumulation.py > "$L/pytest_accumulation.log" 2>&1; echo "rc=$?" >> "$L/pytest_accumulation.log"
-  stage "gemm bench (anchors, decode v1-v4, SASS)"
-  timeout 180 python3 -m fp8lab.kernels.bench gemm --no-pytest --only decode,sass --budget-s 140 --out "$K/gemm.json" > "$K/gemm_bench_log.txt" 2>&1; echo "gemm rc=$?" >> "$L/steps_2.txt"
+  decode_gemm
   stage "attention bench"
   timeout 130 python3 -m fp8lab.kernels.bench attention --budget-s 100 --out "$K/attention.json" > "$L/attention.log" 2>&1; echo "attention rc=$?" >> "$L/steps_2.txt"
   stage "prefill attention bench"
   timeout 90 python3 -m fp8lab.kernels.bench prefill_attn --budget-s 65 --out "$K/prefill_attention.json" > "$L/prefill_attention.log" 2>&1; echo "prefill_attn rc=$?" >> "$L/steps_2.txt"
-  stage "decode layer bench"
-  timeout 90 python3 -m fp8lab.kernels.bench layer --budget-s 60 --out "$K/layer.json" > "$L/layer.log" 2>&1; echo "layer rc=$?" >> "$L/steps_2.txt"
+  decode_layer
   stage "accumulation (torch._scaled_mm fast accumulation)"
   timeout 50 python3 -m fp8lab.accumulation --gpu --out "$S/outputs/accumulation/scaled_mm_fast_accum.json" > "$L/accumulation.log" 2>&1; echo "accumulation rc=$?" >> "$L/steps_2.txt"
 elif [ "$PART" = 2d ]; then
@@ -63,10 +70,8 @@ elif [ "$PART" = 2d ]; then
   timeout 150 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider -k "gemv or v3 or v4 or decode" tests/test_kernels_gemm.py \
       tests/test_decode_layer.py > "$L/pytest_decode.log" 2>&1; echo "rc=$?" >> "$L/pytest_decode.log"
   cp "$L/pytest_decode.log" "$K/gpu_tests_decode.log"
-  stage "gemm bench (anchors, decode v1-v4, SASS)"
-  timeout 240 python3 -m fp8lab.kernels.bench gemm --no-pytest --only decode,sass --budget-s 200 --out "$K/gemm.json" > "$K/gemm_bench_log.txt" 2>&1; echo "gemm rc=$?" >> "$L/steps_2d.txt"
-  stage "decode layer bench"
-  timeout 90 python3 -m fp8lab.kernels.bench layer --budget-s 60 --out "$K/layer.json" > "$L/layer.log" 2>&1; echo "layer rc=$?" >> "$L/steps_2d.txt"
+  decode_gemm
+  decode_layer
 elif [ "$PART" = 3 ]; then
   stage "gemm bench (prefill climb and grid, W8A8 gate)"
   timeout 560 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only prefill,gate --budget-s 480 --out "$K/gemm_prefill.json" > "$K/gemm_prefill_bench_log.txt" 2>&1; echo "gemm prefill rc=$?" >> "$L/steps_3.txt"
