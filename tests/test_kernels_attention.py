@@ -205,9 +205,12 @@ BAD_ARGS = [
     ("unknown conversion", dict(conv="lut"), "conv must be one of"),
     ("unknown P.V layout", dict(pv="vc"), "pv must be one of"),
     ("paged, no seq_lens", dict(block_table=torch.zeros(2, 2, dtype=torch.int32), seq_lens=None), "needs seq_lens"),
-    ("unknown version", dict(version=3), "version must be one of"),
+    ("unknown version", dict(version=4), "version must be one of"),
     ("version 2 with vb", dict(version=2, pv="vb"), "only the 'va'"),
-    ("config for version 1", dict(version=1, config=(1, 3, 1, 4)), "config applies to version 2"),
+    ("config for version 1", dict(version=1, config=(1, 3, 1, 4)), "config applies to versions 2 and 3"),
+    ("version 3 with vb", dict(version=3, pv="vb"), "only the 'va'"),
+    ("a version-2 config for version 3", dict(version=3, config=(1, 3, 1, 4)), "config must be a tuple \\(NS, COPY, MINB\\)|not compiled"),
+    ("an uncompiled version-3 config", dict(version=3, config=(5, 0, 1)), "version-3 config .* is not compiled"),
 ]
 
 
@@ -271,8 +274,8 @@ def run_kernel(kw, conv="cvt", num_splits=None, pv=att.DEFAULT_PV, version=None,
 
 KINDS = [("fp8", "cvt"), ("fp8", "bit"), ("bf16", None)]
 LAYOUTS = [("contig", 0), ("paged", 16), ("paged", 64)]
-IMPLS = [(1, "va"), (1, "vb"), (2, "va")]  # (version, P.V layout): version 2 has only "va"
-IMPL_IDS = ["v1va", "v1vb", "v2"]
+IMPLS = [(1, "va"), (1, "vb"), (2, "va"), (3, "va")]  # (version, P.V layout): versions 2 and 3 have only "va"
+IMPL_IDS = ["v1va", "v1vb", "v2", "v3"]
 
 
 @GPU
@@ -336,6 +339,27 @@ def test_every_compiled_v2_config(cfg):
                          page=16, seed=zlib.crc32(repr(cfg).encode()) % 1000)
     for S in (None, 1, 37):
         assert_close(run_kernel(kw, conv, S, version=2, config=cfg[3:]), ref, vmax, kind, f"{cfg} S={S}")
+
+
+V3_CONFIGS = sorted(att.V3_KERNELS)
+
+
+@GPU
+@pytest.mark.parametrize("cfg", V3_CONFIGS, ids=["_".join(map(str, c)) for c in V3_CONFIGS])
+def test_every_compiled_v3_config(cfg):
+    """Each version-3 instantiation (ring depth, copy per row or per tile, register cap): pages of 16 and 64, a
+    contiguous cache whose length is not a multiple of 16 (the last tile's copy stops at the cache's end), lengths that
+    end inside a tile after full tiles went through the same ring stage (case() puts NaN codes past every sequence's
+    end, so a V row that is not zero-filled, or a stale one, shows in the output), one split and many."""
+    fmt, D, g, ns, copy, minb = cfg
+    kind, conv = ("bf16", "cvt") if fmt == "bf16" else ("fp8", fmt[3:])
+    Hq, Hk = (24, 2) if g == "g16" else (8, 2)
+    for layout, page, lens in (("paged", 16, (1, 31, 999, 2000)), ("paged", 64, (17, 64, 65, 1100)),
+                               ("contig", 0, (5, 333, 1001, 1001))):
+        kw, ref, vmax = case(B=4, Hq=Hq, Hk=Hk, D=D, lens=lens, kind=kind, dist="outlier", layout=layout, page=page or 16,
+                             seed=zlib.crc32(repr((cfg, layout, page)).encode()) % 1000)
+        for S in (None, 1, 37):
+            assert_close(run_kernel(kw, conv, S, version=3, config=cfg[3:]), ref, vmax, kind, f"{cfg} {layout}{page} S={S}")
 
 
 @GPU

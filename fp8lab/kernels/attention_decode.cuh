@@ -112,11 +112,24 @@ struct Geo {
     static_assert(TILE_BYTES % 16 == 0, "16-byte aligned tiles");
 };
 
-// First of the 4 consecutive dims that lane c contributes to k-chunk j of Q.K^T (FP8 / bf16, version 1's kdim).
-template <int D, int FMT>
+// Which 16-byte piece of a K row lane c holds as its piece slot pp (FP8 / bf16). KMAP 0 (versions 1 and 2): piece
+// 4 pp + c, so the 4 lanes of a row read 64 contiguous bytes per instruction (full sectors from global memory).
+// KMAP 1 (version 3, which reads K from a shared-memory copy of the rows): within each 128-byte block of the row,
+// lane c holds pieces 2c and 2c+1 -- with rows 16 bytes apart in the banks (attention_decode_v3.cu), the 8 lanes of
+// one shared-load phase (rows r, r+1) then hit 8 different 16-byte bank groups. A row of 64 bytes (FP8, D = 64) has
+// one piece per lane, the same under both maps.
+template <int D, int FMT, int KMAP>
+__device__ __forceinline__ int kpiece(int c, int pp) {
+    using G_ = Geo<D, FMT>;
+    if constexpr (KMAP == 1 && G_::ROWB >= 128) return (pp / 2) * 8 + 2 * c + (pp % 2);
+    else return pp * 4 + c;
+}
+// First of the 4 consecutive dims that lane c contributes to k-chunk j of Q.K^T (FP8 / bf16): chunk j lives in piece
+// slot j / CPP, words (j % CPP) of it.
+template <int D, int FMT, int KMAP = 0>
 __device__ __forceinline__ int kdim(int c, int j) {
     using G_ = Geo<D, FMT>;
-    return ((j / G_::CPP) * 4 + c) * G_::EPP + (j % G_::CPP) * 4;
+    return kpiece<D, FMT, KMAP>(c, j / G_::CPP) * G_::EPP + (j % G_::CPP) * 4;
 }
 
 template <int D, int FMT>
@@ -206,14 +219,14 @@ __device__ __forceinline__ void read_v(Tile<D, FMT>& t, const u8* src, int r, in
 // qa[j][2 + ri] = (2c+8, 2c+9). For f16 MMAs (FP8 K) the row is first scaled by the power of two qs = 2**(15 - e),
 // amax = m * 2**e, m in [0.5, 1), so amax * qs lies in [2**14, 2**15): exact, and f16's range costs the scores
 // nothing. Returns qs (1 for bf16, and for a zero or NaN row); the caller divides its score multiplier by it.
-template <int D, int FMT, int NCH>
+template <int D, int FMT, int NCH, int KMAP = 0>
 __device__ __forceinline__ float q_row(u32 (&qa)[NCH][4], int ri, const u16* qrow, bool ok, int c) {
     static_assert(FMT != FMT_NVFP4, "NVFP4's Q stays bf16 in its own layout (q_fragments)");
     u32 raw[NCH][2];
     float amax = 0.f;
 #pragma unroll
     for (int j = 0; j < NCH; ++j) {
-        uint2 x = ok ? *reinterpret_cast<const uint2*>(qrow + kdim<D, FMT>(c, j)) : make_uint2(0u, 0u);
+        uint2 x = ok ? *reinterpret_cast<const uint2*>(qrow + kdim<D, FMT, KMAP>(c, j)) : make_uint2(0u, 0u);
         raw[j][0] = x.x; raw[j][1] = x.y;
         amax = fmaxf(amax, fmaxf(fmaxf(fabsf(bf16_lo(x.x)), fabsf(bf16_hi(x.x))), fmaxf(fabsf(bf16_lo(x.y)), fabsf(bf16_hi(x.y)))));
     }
@@ -248,7 +261,7 @@ __device__ __forceinline__ float q_row(u32 (&qa)[NCH][4], int ri, const u16* qro
 // k_mult: what turns (raw MMA sum / q prescale) into the logit in log2 units: sm_scale * k_scale * LOG2E * unit.
 // (Version 1 calls q_row itself rather than this function: it reads k_scale after the prescale, and with the load
 // moved ptxas schedules its kernels differently.)
-template <int D, int FMT, bool TWO>
+template <int D, int FMT, bool TWO, int KMAP = 0>
 __device__ __forceinline__ void q_fragments(const u16* __restrict__ q, size_t qbase, int G, int r, int c, float k_mult,
                                             u32 (&qa)[D / 16][4], float (&sc)[2]) {
     using G_ = Geo<D, FMT>;
@@ -272,7 +285,7 @@ __device__ __forceinline__ void q_fragments(const u16* __restrict__ q, size_t qb
                 qa[j][2 + ri] = e1 | (e5 << 16);
             }
         } else {
-            sc[ri] = k_mult / q_row<D, FMT>(qa, ri, qrow, ok, c);
+            sc[ri] = k_mult / q_row<D, FMT, G_::NCH, KMAP>(qa, ri, qrow, ok, c);
         }
     }
 }
@@ -439,6 +452,50 @@ __device__ __forceinline__ bool split_range(const int* __restrict__ seq_lens, in
     return true;
 }
 
+// ---- the online softmax of one step of NSUB 16-token tiles (versions 2 and 3), per row ri < NR ------------------
+// s: the step's raw scores (lane: tokens 2c, 2c+1, 8+2c, 9+2c of each tile, rows r and r+8); sc: each row's score
+// multiplier (log2 units); nv: tokens left from the step's first one (tokens at or past it are masked, so stale or
+// zero-filled rows never count). Updates the running max m and sum l; pa: P as the B fragments of P.V (f16 for the
+// FP8 paths, bf16 otherwise); al: each row's rescale factor for O (exactly 1 when its max did not move).
+template <int NSUB, int NR, bool F16>
+__device__ __forceinline__ void softmax_step(const float (&s)[NSUB][2][4], const float (&sc)[2], int nv, int c,
+                                             float (&m)[2], float (&l)[2], u32 (&pa)[NSUB][4], float (&al)[2]) {
+    al[0] = al[1] = 1.f;
+#pragma unroll
+    for (int u = 0; u < NSUB; ++u) pa[u][0] = pa[u][1] = pa[u][2] = pa[u][3] = 0u;
+#pragma unroll
+    for (int ri = 0; ri < NR; ++ri) {
+        float x[NSUB][4];
+        float mx = neg_inf();
+#pragma unroll
+        for (int u = 0; u < NSUB; ++u) {
+            const int n = nv - 16 * u;
+            x[u][0] = (2 * c < n) ? s[u][0][2 * ri] * sc[ri] : neg_inf();
+            x[u][1] = (2 * c + 1 < n) ? s[u][0][2 * ri + 1] * sc[ri] : neg_inf();
+            x[u][2] = (2 * c + 8 < n) ? s[u][1][2 * ri] * sc[ri] : neg_inf();
+            x[u][3] = (2 * c + 9 < n) ? s[u][1][2 * ri + 1] * sc[ri] : neg_inf();
+            mx = fmaxf(mx, fmaxf(fmaxf(x[u][0], x[u][1]), fmaxf(x[u][2], x[u][3])));
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
+        const float mn = fmaxf(m[ri], mx);  // finite: every step holds a valid token
+        al[ri] = ex2(m[ri] - mn);
+        m[ri] = mn;
+        const float mo = mn - 15.0f;  // P in [0, 2**15]: clear of f16's subnormals
+        float sum = 0.f;
+#pragma unroll
+        for (int u = 0; u < NSUB; ++u) {
+            float p[4];
+#pragma unroll
+            for (int i2 = 0; i2 < 4; ++i2) p[i2] = ex2(x[u][i2] - mo);
+            sum += (p[0] + p[1]) + (p[2] + p[3]);
+            if constexpr (F16) { pa[u][ri] = f16x2_rn(p[0], p[1]); pa[u][2 + ri] = f16x2_rn(p[2], p[3]); }
+            else { pa[u][ri] = bf16x2_rn(p[0], p[1]); pa[u][2 + ri] = bf16x2_rn(p[2], p[3]); }
+        }
+        l[ri] = l[ri] * al[ri] + sum;
+    }
+}
+
 // ---- the decode kernel, version 2 ---------------------------------------------------------------------------------
 // grid = (ceil(S / warps per block), Hk, B); warp w of block x takes split x * WPB + w. Dynamic shared memory:
 // NS * NSUB * Geo::TILE_BYTES per warp. k_scale / v_scale: FP8 dequant multipliers, NVFP4 global scales (the bf16
@@ -548,42 +605,10 @@ __device__ __forceinline__ void decode_v2_body(
 #pragma unroll
         for (int u = 0; u < NSUB; ++u) qk_tile<D, FMT>(t[u], qa, s[u]);
 
-        // ---- online softmax over the step's 16 NSUB tokens, per row (lane: tokens 2c, 2c+1, 8+2c, 9+2c of each tile)
+        // ---- online softmax over the step's 16 NSUB tokens (softmax_step)
         u32 pa[NSUB][4];
-        float al[2] = {1.f, 1.f};
-#pragma unroll
-        for (int u = 0; u < NSUB; ++u) pa[u][0] = pa[u][1] = pa[u][2] = pa[u][3] = 0u;
-#pragma unroll
-        for (int ri = 0; ri < NR; ++ri) {
-            float x[NSUB][4];
-            float mx = neg_inf();
-#pragma unroll
-            for (int u = 0; u < NSUB; ++u) {
-                const int nv = t1 - (ts0 + 16 * u);
-                x[u][0] = (2 * c < nv) ? s[u][0][2 * ri] * sc[ri] : neg_inf();
-                x[u][1] = (2 * c + 1 < nv) ? s[u][0][2 * ri + 1] * sc[ri] : neg_inf();
-                x[u][2] = (2 * c + 8 < nv) ? s[u][1][2 * ri] * sc[ri] : neg_inf();
-                x[u][3] = (2 * c + 9 < nv) ? s[u][1][2 * ri + 1] * sc[ri] : neg_inf();
-                mx = fmaxf(mx, fmaxf(fmaxf(x[u][0], x[u][1]), fmaxf(x[u][2], x[u][3])));
-            }
-            mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, 2));
-            const float mn = fmaxf(m[ri], mx);  // finite: every step holds a valid token
-            al[ri] = ex2(m[ri] - mn);
-            m[ri] = mn;
-            const float mo = mn - 15.0f;  // P in [0, 2**15]: clear of f16's subnormals
-            float sum = 0.f;
-#pragma unroll
-            for (int u = 0; u < NSUB; ++u) {
-                float p[4];
-#pragma unroll
-                for (int i2 = 0; i2 < 4; ++i2) p[i2] = ex2(x[u][i2] - mo);
-                sum += (p[0] + p[1]) + (p[2] + p[3]);
-                if constexpr (G_::F16) { pa[u][ri] = f16x2_rn(p[0], p[1]); pa[u][2 + ri] = f16x2_rn(p[2], p[3]); }
-                else { pa[u][ri] = bf16x2_rn(p[0], p[1]); pa[u][2 + ri] = bf16x2_rn(p[2], p[3]); }
-            }
-            l[ri] = l[ri] * al[ri] + sum;
-        }
+        float al[2];
+        softmax_step<NSUB, NR, G_::F16>(s, sc, t1 - ts0, c, m, l, pa, al);
         // ---- rescale O when some row's max moved (alpha == 1 exactly otherwise: skipping is bit-identical) ----
         // Column 2c / 2c+1 of the accumulators is head 2c / 2c+1 (+8 nt), whose alpha lives in lane 8c / 8c+4.
         const bool moved = (al[0] != 1.f) || (NR > 1 && al[1] != 1.f);

@@ -1,4 +1,4 @@
-"""Decode attention over an FP8 (E4M3) or bf16 KV cache, contiguous or paged: two kernel versions.
+"""Decode attention over an FP8 (E4M3) or bf16 KV cache, contiguous or paged: three kernel versions.
 
     out = decode_attention(q, k_cache, v_cache, seq_lens, k_scale=ks, v_scale=vs)          # contiguous
     out = decode_attention(q, k_pool, v_pool, seq_lens, block_table=bt, k_scale=ks, v_scale=vs)  # paged
@@ -10,6 +10,10 @@
               SM; `config` = (NSUB tiles per softmax step, NS ring stages, ROT rotated visiting order, MINB blocks per
               SM) picks a compiled configuration (V2_KERNELS; default V2_DEFAULTS). The NVFP4 cache uses the same
               kernel: attention_nvfp4kv.py.
+    version 3 (attention_decode_v3.cu, sm_90+): version 2's ring and arithmetic, filled by the bulk copy engine
+              (whole K and V rows per copy, one mbarrier per stage) instead of per-lane cp.async; `config` = (NS ring
+              stages, COPY 0: a copy per row into padded rows / 1: a copy per tile, MINB blocks per SM)
+              (V3_KERNELS; default V3_DEFAULTS).
 
     q            bf16 [B, Hq, D]            one query token per sequence, D in (64, 128)
     k/v cache    [B, Hk, L, D]              contiguous, or
@@ -229,9 +233,13 @@ def check_args(q, k_cache, v_cache, seq_lens=None, block_table=None, k_scale=Non
 
 
 # ---- version 2: the compiled configurations -------------------------------------------------------------------
-VERSIONS = (1, 2)
+VERSIONS = (1, 2, 3)
 #: version 2 unless pv="vb" is asked for (only version 1 has that layout); measured choice: see DEFAULT_CONFIG_V2
 DEFAULT_VERSION = 2
+#: the versions whose tiles in flight live in a shared-memory ring (one launch function, launch_ring)
+RING_VERSIONS = (2, 3)
+#: version 3 needs the bulk copy engine (cp.async.bulk): compute capability 9.0 and later
+V3_MIN_CC = (9, 0)
 WARPS_PER_BLOCK_V2 = 4
 V2_FMTS = ("bf16", "fp8cvt", "fp8bit")
 #: (format, head_dim, group kind, NSUB tiles per softmax step, NS ring stages, ROT rotated order, MINB blocks/SM)
@@ -277,6 +285,66 @@ def v2_smem(fmt: str, D: int, nsub: int, ns: int, warps: int = WARPS_PER_BLOCK_V
 def v2_kernel_name(fmt: str, D: int, g: str, cfg: tuple) -> str:
     nsub, ns, rot, minb = cfg
     return f"decode_v2_{fmt}_d{D}_{g}_n{nsub}_s{ns}_r{rot}_b{minb}"
+
+
+# ---- version 3: the compiled configurations -------------------------------------------------------------------
+V3_FMTS = V2_FMTS
+#: (format, head_dim, group kind, NS ring stages, COPY (0: one bulk copy per row into padded rows, 1: one per tile's K
+#: and V into unpadded rows), MINB blocks/SM), passed as -DFP8LAB_ATTN_V3=DECODE_V3(...)... for attention_decode_v3.cu
+V3_DEFAULTS = {
+    ("fp8cvt", 128, "g8"): (3, 0, 4), ("fp8bit", 128, "g8"): (3, 0, 4), ("bf16", 128, "g8"): (2, 0, 3),
+    ("fp8cvt", 128, "g16"): (3, 0, 3), ("fp8bit", 128, "g16"): (3, 0, 3), ("bf16", 128, "g16"): (2, 0, 2),
+    ("fp8cvt", 64, "g8"): (4, 0, 4), ("fp8bit", 64, "g8"): (4, 0, 4), ("bf16", 64, "g8"): (3, 0, 4),
+    ("fp8cvt", 64, "g16"): (4, 0, 4), ("fp8bit", 64, "g16"): (4, 0, 4), ("bf16", 64, "g16"): (3, 0, 4),
+}
+#: the tuning sweep's extra candidates (head_dim 128, G <= 8: the benchmark's shape)
+V3_SWEEP = {
+    ("fp8cvt", 128, "g8"): [(3, 1, 4), (2, 0, 4), (4, 0, 3), (6, 0, 2)],
+    ("bf16", 128, "g8"): [(2, 1, 3), (3, 0, 2)],
+}
+V3_KERNELS = frozenset({(f, D, g) + cfg for (f, D, g), cfg in V3_DEFAULTS.items()}
+                       | {(f, D, g) + cfg for (f, D, g), cfgs in V3_SWEEP.items() for cfg in cfgs})
+
+
+def cuda_defines_v3() -> tuple[str, ...]:
+    """The version-3 instantiation list for attention_decode_v3.cu (sources.py names this function)."""
+    from .sources import instances
+
+    return (instances("FP8LAB_ATTN_V3", "DECODE_V3", V3_KERNELS),)
+
+
+def v3_stage_bytes(fmt: str, D: int, copy: int) -> int:
+    """Shared-memory bytes of one version-3 stage: 16 K rows and 16 V rows, padded by 16 bytes each when copy == 0
+    (attention_decode_v3.cu Geo3).
+
+    v3_stage_bytes("fp8cvt", 128, 0) -> 4608   # 32 rows x (128 + 16)
+    """
+    if fmt not in V3_FMTS:
+        raise AttentionArgError(f"version 3 reads the caches {V3_FMTS}, not {fmt!r}")
+    rowb = D * (2 if fmt == "bf16" else 1)
+    return 32 * (rowb + (16 if copy == 0 else 0))
+
+
+def v3_smem(fmt: str, D: int, ns: int, copy: int, warps: int = WARPS_PER_BLOCK_V2) -> int:
+    """Dynamic shared memory of one version-3 block: a ring of ns stages per warp, then one 8-byte mbarrier per stage.
+
+    v3_smem("fp8cvt", 128, 3, 0) -> 55392   # 4 warps x 3 x 4608 + 4 x 3 x 8
+    """
+    return warps * ns * (v3_stage_bytes(fmt, D, copy) + 8)
+
+
+def v3_kernel_name(fmt: str, D: int, g: str, cfg: tuple) -> str:
+    ns, copy, minb = cfg
+    return f"decode_v3_{fmt}_d{D}_{g}_s{ns}_c{copy}_b{minb}"
+
+
+#: what the ring versions differ in: source, configuration lists, kernel name, shared memory, the config's fields
+RING = {
+    2: dict(source="attention_decode_v2.cu", compiled=lambda: V2_KERNELS, defaults=lambda: V2_DEFAULTS,
+            name=v2_kernel_name, smem=lambda fmt, D, cfg: v2_smem(fmt, D, cfg[0], cfg[1]), fields="(NSUB, NS, ROT, MINB)"),
+    3: dict(source="attention_decode_v3.cu", compiled=lambda: V3_KERNELS, defaults=lambda: V3_DEFAULTS,
+            name=v3_kernel_name, smem=lambda fmt, D, cfg: v3_smem(fmt, D, cfg[0], cfg[1]), fields="(NS, COPY, MINB)"),
+}
 
 
 # ---- splits --------------------------------------------------------------------------------------------
@@ -412,21 +480,22 @@ def _out_tensor(p, out, dev):
 
 
 def launch_v2(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, bt, ks, vs, stride: int, sm: float,
-              out, config=None, num_splits=None, compiled=None, defaults=None) -> Launch:
-    """Version 2's launch for any format (attention_nvfp4kv.py uses it too).
+              out, config=None, num_splits=None, compiled=None, defaults=None, version: int = 2) -> Launch:
+    """The launch of the ring versions (2 and 3) for any format (attention_nvfp4kv.py uses it too).
 
     tensors: q, k, v (byte views of the pools) and, for NVFP4, ksc / vsc (scale-code pools); p: a Problem-like
-    object (B, Hq, Hk, D, G, page, max_blocks). config = (NSUB, NS, ROT, MINB) or None for the default;
-    compiled / defaults: the source's configuration lists (None: this module's V2_KERNELS / V2_DEFAULTS).
+    object (B, Hq, Hk, D, G, page, max_blocks). config: the version's tuple (RING[version]["fields"]) or None for the
+    default; compiled / defaults: the source's configuration lists (None: this module's, of that version).
     """
+    ring = RING[version]
     g = "g16" if p.G > 8 else "g8"
-    cfg = check_config_v2(fmt, p, config, compiled, defaults)
+    cfg = check_config_v2(fmt, p, config, compiled, defaults, version)
     dev = tensors["q"].device
     cp = _cuda._cupy()
     mod = _cuda.load_module(source)
-    name = v2_kernel_name(fmt, p.D, g, cfg)
+    name = ring["name"](fmt, p.D, g, cfg)
     main = mod.get_function(name)
-    smem = v2_smem(fmt, p.D, cfg[0], cfg[1])
+    smem = ring["smem"](fmt, p.D, cfg)
     _cuda.allow_dynamic_smem(main, smem)
     S, split_len, part_o, part_ml = _splits(
         lambda sms: plan_splits_v2(max_len, p.B, p.Hk, sms, blocks_per_sm(main, smem, WARPS_PER_BLOCK_V2)),
@@ -443,25 +512,30 @@ def launch_v2(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, bt,
         reduce = mod.get_function("decode_reduce")
         reduce_args = (a[10], a[11], a[6], cp.int32(p.Hq), cp.int32(S), cp.int32(split_len), cp.int32(p.D), a[9])
     wpb = WARPS_PER_BLOCK_V2
-    info = dict(kernel=name, version=2, config=cfg, num_splits=S, split_len=split_len, smem=smem, problem=p, _keep=keep)
+    info = dict(kernel=name, version=version, config=cfg, num_splits=S, split_len=split_len, smem=smem, problem=p,
+                _keep=keep)
     return Launch(main, (-(-S // wpb), p.Hk, p.B), main_args, reduce, (p.Hq, p.B), (p.D // 4,), reduce_args, out, info,
                   main_block=(32 * wpb,), smem=smem)
 
 
-def check_config_v2(fmt: str, p, config, compiled=None, defaults=None) -> tuple:
-    """The version-2 config to run (config, or the default), raising AttentionArgError if it is not compiled.
-
-    compiled / defaults: the caller's lists (V2_KERNELS / V2_DEFAULTS here; attention_nvfp4kv passes its own)."""
-    compiled_all = V2_KERNELS if compiled is None else compiled
-    defaults = V2_DEFAULTS if defaults is None else defaults
+def check_config_v2(fmt: str, p, config, compiled=None, defaults=None, version: int = 2) -> tuple:
+    """The config of a ring version (2 or 3) to run (config, or the default), raising AttentionArgError if it is not
+    compiled. compiled / defaults: the caller's lists (None: this module's lists of that version; attention_nvfp4kv
+    passes its own)."""
+    ring = RING[version]
+    compiled_all = ring["compiled"]() if compiled is None else compiled
+    defaults = ring["defaults"]() if defaults is None else defaults
     g = "g16" if p.G > 8 else "g8"
     compiled = {k[3:] for k in compiled_all if k[:3] == (fmt, p.D, g)}
     try:
         cfg = tuple(int(x) for x in config) if config is not None else defaults[(fmt, p.D, g)]
     except (TypeError, ValueError):
-        raise AttentionArgError(f"config must be a tuple (NSUB, NS, ROT, MINB), got {config!r}") from None
+        raise AttentionArgError(f"config must be a tuple {ring['fields']}, got {config!r}") from None
+    except KeyError:
+        raise AttentionArgError(f"version {version} has no kernel for {fmt} D={p.D} {g}") from None
     if cfg not in compiled:
-        raise AttentionArgError(f"version-2 config {cfg} is not compiled for {fmt} D={p.D} {g}; compiled: {sorted(compiled)}")
+        raise AttentionArgError(f"version-{version} config {cfg} is not compiled for {fmt} D={p.D} {g}; "
+                                f"compiled: {sorted(compiled)}")
     return cfg
 
 
@@ -472,7 +546,8 @@ def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=Non
     """Validate (before any CUDA call), pick the version and the splits, convert arguments; returns a Launch.
 
     version None: DEFAULT_VERSION, except that pv="vb" (a layout only version 1 has) selects version 1.
-    config: version 2's (NSUB, NS, ROT, MINB) (None: V2_DEFAULTS); version 1 takes none.
+    config: version 2's (NSUB, NS, ROT, MINB) or version 3's (NS, COPY, MINB) (None: the version's default);
+    version 1 takes none.
     """
     p = check_args(q, k_cache, v_cache, seq_lens, block_table, k_scale, v_scale, check_values=check_values)
     if p.fp8 and conv not in FP8_CONVS:
@@ -483,15 +558,19 @@ def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=Non
         version = 1 if pv == "vb" else DEFAULT_VERSION
     if version not in VERSIONS:
         raise AttentionArgError(f"version must be one of {VERSIONS}, got {version!r}")
-    if version == 2 and pv != "va":
-        raise AttentionArgError("version 2 has only the 'va' P.V layout (V as the A operand); use version=1 for 'vb'")
+    if version in RING_VERSIONS and pv != "va":
+        raise AttentionArgError(f"version {version} has only the 'va' P.V layout (V as the A operand); use version=1 "
+                                "for 'vb'")
     if version == 1 and config is not None:
-        raise AttentionArgError("config applies to version 2 only")
-    if version == 2:
-        check_config_v2(f"fp8{conv}" if p.fp8 else "bf16", p, config)
+        raise AttentionArgError("config applies to versions 2 and 3 only")
+    if version in RING_VERSIONS:
+        check_config_v2(f"fp8{conv}" if p.fp8 else "bf16", p, config, version=version)
     if q.device.type != "cuda":
         raise AttentionArgError(f"decode_attention runs on CUDA tensors (got {q.device}); "
                                 "reference_decode_attention is the CPU version")
+    if version == 3 and torch.cuda.get_device_capability(q.device) < V3_MIN_CC:
+        raise AttentionArgError(f"version 3 needs the bulk copy engine (compute capability >= 9.0); this GPU is "
+                                f"{'.'.join(map(str, torch.cuda.get_device_capability(q.device)))}: use version 1 or 2")
     dev = q.device
     lens_t, max_len, bt, ks, vs, stride = _finish_args(p, q, dev, seq_lens, block_table, max_seq_len, check_values,
                                                        k_scale, v_scale)
@@ -499,10 +578,10 @@ def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=Non
     out = _out_tensor(p, out, dev)
     kc = _codes(k_cache) if p.fp8 else k_cache
     vc = _codes(v_cache) if p.fp8 else v_cache
-    if version == 2:
+    if version in RING_VERSIONS:
         fmt = f"fp8{conv}" if p.fp8 else "bf16"
-        return launch_v2("attention_decode_v2.cu", fmt, p, dict(q=q, k=kc, v=vc), lens_t, max_len, bt, ks, vs, stride, sm,
-                         out, config=config, num_splits=num_splits)
+        return launch_v2(RING[version]["source"], fmt, p, dict(q=q, k=kc, v=vc), lens_t, max_len, bt, ks, vs, stride, sm,
+                         out, config=config, num_splits=num_splits, version=version)
 
     cp = _cuda._cupy()
     mod = _cuda.load_module("attention_fp8kv.cu")

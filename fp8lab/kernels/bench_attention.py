@@ -203,13 +203,29 @@ def contenders(D: int, sweep: bool) -> list[dict]:
            dict(name="v2_fp8kv[cvt]", fmt="fp8cvt", version=2, config=None, default=dv == 2),
            dict(name="v2_fp8kv[bit]", fmt="fp8bit", version=2, config=None, default=False),
            dict(name="v2_nvfp4kv", fmt="nvfp4", version=2, config=None, default=True)]
+    if v3_runs():
+        out += [dict(name="v3_bf16kv", fmt="bf16", version=3, config=None, default=dv == 3),
+                dict(name="v3_fp8kv[cvt]", fmt="fp8cvt", version=3, config=None, default=dv == 3)]
     if sweep:
-        for f, d, g, *cfg in sorted(att.V2_KERNELS | nv.KERNELS):
-            if d == D and g == "g8" and tuple(cfg) != (att.V2_DEFAULTS | nv.DEFAULTS)[(f, d, g)]:
-                base = {"bf16": "v2_bf16kv", "fp8cvt": "v2_fp8kv[cvt]", "fp8bit": "v2_fp8kv[bit]", "nvfp4": "v2_nvfp4kv"}[f]
-                out.append(dict(name=f"{base}{{{','.join(map(str, cfg))}}}", fmt=f, version=2, config=tuple(cfg),
-                                default=False, sweep=True))
+        base = {"bf16": "bf16kv", "fp8cvt": "fp8kv[cvt]", "fp8bit": "fp8kv[bit]", "nvfp4": "nvfp4kv"}
+        lists = [(2, att.V2_KERNELS | nv.KERNELS, att.V2_DEFAULTS | nv.DEFAULTS)]
+        if v3_runs():
+            lists.append((3, att.V3_KERNELS, att.V3_DEFAULTS))
+        for version, kernels, defaults in lists:
+            for f, d, g, *cfg in sorted(kernels):
+                if d == D and g == "g8" and tuple(cfg) != defaults[(f, d, g)]:
+                    out.append(dict(name=f"v{version}_{base[f]}{{{','.join(map(str, cfg))}}}", fmt=f, version=version,
+                                    config=tuple(cfg), default=False, sweep=True))
     return out
+
+
+def v3_runs() -> bool:
+    """Version 3 needs the bulk copy engine (sm_90+): on an older GPU the bench leaves it out."""
+    import torch
+
+    from . import attention_fp8kv as att
+
+    return torch.cuda.get_device_capability() >= att.V3_MIN_CC
 
 
 def _kv_bytes(fmt: str, L: int, D: int) -> int:
@@ -334,7 +350,11 @@ def kernel_registers() -> dict:
     for src, names in (("attention_fp8kv.cu", [f"decode_attn_{k}_d{D}_{g}_va" for k in ("bf16", "fp8cvt", "fp8bit")
                                                for D in (64, 128) for g in ("g8", "g16")]),
                        ("attention_decode_v2.cu", [att.v2_kernel_name(f, D, g, tuple(cfg)) for f, D, g, *cfg in sorted(att.V2_KERNELS)]),
-                       ("attention_nvfp4kv.cu", [att.v2_kernel_name(f, D, g, tuple(cfg)) for f, D, g, *cfg in sorted(nv.KERNELS)])):
+                       ("attention_nvfp4kv.cu", [att.v2_kernel_name(f, D, g, tuple(cfg)) for f, D, g, *cfg in sorted(nv.KERNELS)]),
+                       ("attention_decode_v3.cu", [att.v3_kernel_name(f, D, g, tuple(cfg)) for f, D, g, *cfg in sorted(att.V3_KERNELS)]
+                        if v3_runs() else [])):
+        if not names:
+            continue
         mod = load_module(src)
         for name in names:
             try:
@@ -652,7 +672,8 @@ def main(argv=None) -> int:
 
     bench.extra.update(pytest=pytest_summary(args.pytest_log), kernel_registers=kernel_registers(), goals=None,
                        defaults=dict(version=att.DEFAULT_VERSION, conv=att.DEFAULT_CONV,
-                                     v2={"/".join(map(str, k)): v for k, v in att.V2_DEFAULTS.items()}),
+                                     v2={"/".join(map(str, k)): v for k, v in att.V2_DEFAULTS.items()},
+                                     v3={"/".join(map(str, k)): v for k, v in att.V3_DEFAULTS.items()}),
                        sweep=bool(args.sweep))
 
     def dump():

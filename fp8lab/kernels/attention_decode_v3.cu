@@ -1,0 +1,190 @@
+// attention_decode_v3.cu -- decode attention VERSION 3 over a bf16 or FP8 E4M3 KV cache, contiguous or paged, GQA.
+//
+//   out[b, h*G+g, :] = softmax(q[b, h*G+g] . K[b, h]^T * sm_scale) . V[b, h]     (bf16 out, fp32 softmax)
+//
+// What the profile of versions 1 and 2 said (Nsight Compute on the H200, 32k tokens, D = 128, tools/gpu/ncu_attn.py):
+// version 2's per-lane cp.async ring moved its bytes with the L2 busier than the DRAM (L2 80 % of its peak, DRAM
+// 57 %), and version 1 (registers) was latency-bound at two warps per scheduler. Version 3 keeps version 2's
+// shared-memory ring and arithmetic and changes how the bytes arrive: the BULK COPY ENGINE moves whole rows.
+//
+//   * A 16-token tile is 16 K rows and 16 V rows. COPY = 0: every lane copies one row (lanes 0-15 K, 16-31 V) with one
+//     cp.async.bulk each -- one instruction per tile for the warp -- into a row slot of ROWB + 16 bytes. COPY = 1:
+//     lanes 0 and 16 copy the tile's K and V rows as two runs of 16 ROWB bytes (a page holds whole tiles, so a tile's
+//     rows are contiguous) into unpadded rows. Each stage of the per-warp ring has one mbarrier; lane 0 announces the
+//     stage's bytes (expect_tx) and the copy engine counts them in. L2 policy evict_first: the cache is read once.
+//   * Rows 16 bytes apart in the banks (COPY = 0) make the shared loads conflict-free: a phase of 8 lanes reads rows
+//     r, r+1 (K, with the "pairs" piece map kpiece<KMAP = 1> in attention_decode.cuh) or 4 rows at two offsets (V)
+//     and every lane lands in its own 16-byte bank group. COPY = 1 saves the padding and pays 2-way (K) and 4-way
+//     (V) conflicts: both are compiled, the bench measures them side by side.
+//   * A tile that ends inside a sequence: only its valid rows are copied; the lanes of V rows past the end write
+//     zeros instead (a stale V row could hold a NaN code, and NaN * 0 is NaN), then fence.proxy.async so that the
+//     later bulk copy into the same slot is ordered after those stores. K rows past the end are masked by the softmax.
+//   * A stage is refilled only after every lane's MMAs consumed its shared loads and a __syncwarp (gemv_v4.cu found
+//     that a refill right behind the loads races).
+// Q fragments, Q.K^T, the online softmax, P.V and the output are version 2's (attention_decode.cuh), with K's piece
+// map KMAP = 1. One tile per step (NSUB = 1), no rotation: version 2's sweep chose NSUB = 1, and the rotation bought
+// nothing measurable on the contiguous cache.
+//
+// Needs the bulk copy engine (cp.async.bulk, mbarrier transaction counts): sm_90 and later. No host code.
+#include "attention_decode.cuh"
+#include "tma.cuh"  // bulk_load_1d, l2_evict_first, mbar_expect_tx
+
+DECODE_REDUCE_KERNEL
+
+namespace attn {
+
+// Shared-memory geometry of version 3: a stage is one tile, [16 K rows][16 V rows], each row RS bytes apart.
+template <int D, int FMT, int COPY>
+struct Geo3 {
+    using G_ = Geo<D, FMT>;
+    static constexpr int RS = G_::ROWB + (COPY == 0 ? 16 : 0);
+    static constexpr int V_OFF = 16 * RS;
+    static constexpr int STAGE = 32 * RS;
+    static_assert(!G_::NV, "version 3 reads bf16 and FP8 caches (NVFP4 stays on version 2)");
+    static_assert(STAGE % 16 == 0 && G_::ROWB % 16 == 0, "bulk copies move multiples of 16 bytes to 16-byte slots");
+};
+
+template <int D, int FMT, bool TWO, int NS, int COPY>
+__device__ __forceinline__ void decode_v3_body(
+    const u16* __restrict__ q, const u8* __restrict__ kpool, const u8* __restrict__ vpool,
+    const u8* __restrict__ /*ksc: version 2's NVFP4 scale pools, unused*/, const u8* __restrict__ /*vsc*/,
+    const int* __restrict__ block_table, const int* __restrict__ seq_lens, const float* __restrict__ k_scale,
+    const float* __restrict__ v_scale, int scale_stride, float sm_scale, int max_blocks, int page, int Hk, int G, int S,
+    int split_len, u16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml) {
+    using G_ = Geo<D, FMT>;
+    using G3 = Geo3<D, FMT, COPY>;
+    constexpr int NR = TWO ? 2 : 1;
+    constexpr int NT = TWO ? 2 : 1;
+    constexpr int OT = G_::OT;
+    constexpr float UNIT = FMT == FMT_FP8BIT ? 256.0f : 1.0f;  // the bit move's 2**-8
+    static_assert(NS >= 2, "a refill is ordered after the zero-fill stores of a partial tile by the next step's __syncwarp");
+    extern __shared__ __align__(128) uint4 dyn_smem[];
+
+    const int lane = threadIdx.x & 31, r = lane >> 2, c = lane & 3;
+    const int warp = threadIdx.x >> 5;
+    const int split = blockIdx.x * (blockDim.x >> 5) + warp;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int Hq = Hk * G;
+    int t0, t1;
+    if (!split_range(seq_lens, b, split, S, split_len, t0, t1)) return;  // no CTA-wide barrier follows
+    const int nsteps = (t1 - t0 + 15) / 16;
+
+    u8* const ring = reinterpret_cast<u8*>(dyn_smem) + (size_t)warp * NS * G3::STAGE;
+    const u32 ring_s = smem_addr(ring);
+    const u32 bar0 = smem_addr(reinterpret_cast<u8*>(dyn_smem) + (blockDim.x >> 5) * NS * G3::STAGE) + warp * NS * 8;
+    const u64 policy = l2_evict_first();
+    const int* bt = block_table + (size_t)b * max_blocks;
+
+    // The tile cursor: page-table entry and offset of the next tile to copy (16 tokens a step, pages hold whole tiles;
+    // a contiguous cache is one page of L tokens).
+    int cblk = t0 / page, coff = t0 - (t0 / page) * page;
+    const int row_lane = lane & 15;                      // the row this lane copies (COPY = 0) or zero-fills
+    const u8* const pool_lane = lane < 16 ? kpool : vpool;
+    const u32 slot_lane = (lane < 16 ? 0 : G3::V_OFF) + row_lane * G3::RS;
+    auto issue = [&](int i) {  // step i -> stage i % NS (i < nsteps); advances the cursor
+        const int st = i % NS;
+        const int nvalid = min(16, t1 - (t0 + 16 * i));
+        const size_t row0 = ((size_t)bt[cblk] * Hk + h) * page + coff;
+        const u32 dst = ring_s + st * G3::STAGE;
+        const u32 bar = bar0 + 8 * st;
+        if (lane == 0) mbar_expect_tx(bar, 2 * nvalid * G_::ROWB);
+        __syncwarp();
+        if constexpr (COPY == 0) {
+            if (row_lane < nvalid)
+                bulk_load_1d(dst + slot_lane, pool_lane + (row0 + row_lane) * G_::ROWB, G_::ROWB, bar, policy);
+        } else {
+            if (row_lane == 0)  // lanes 0 (K) and 16 (V)
+                bulk_load_1d(dst + slot_lane, pool_lane + row0 * G_::ROWB, nvalid * G_::ROWB, bar, policy);
+        }
+        if (nvalid < 16 && lane >= 16 && row_lane >= nvalid) {  // a V row past the end: zeros, not stale codes
+            u8* z = ring + st * G3::STAGE + slot_lane;
+#pragma unroll
+            for (int k = 0; k < G_::ROWB / 16; ++k) reinterpret_cast<uint4*>(z)[k] = make_uint4(0u, 0u, 0u, 0u);
+            fence_proxy_async();  // ... ordered before the bulk copy that refills this slot later
+        }
+        coff += 16;
+        if (coff >= page) { coff -= page; ++cblk; }
+    };
+
+    if (lane == 0) {
+#pragma unroll
+        for (int j = 0; j < NS; ++j) mbar_init(bar0 + 8 * j, 1);
+        fence_proxy_async();  // the initialized barriers, visible to the copy engine
+    }
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < NS; ++j)
+        if (j < nsteps) issue(j);
+
+    u32 qa[G_::NCH][4];
+    float sc[2];
+    q_fragments<D, FMT, TWO, 1>(q, (size_t)b * Hq + (size_t)h * G, G, r, c, sm_scale * k_scale[h * scale_stride] * LOG2E * UNIT,
+                                qa, sc);
+    float o[NT][OT][4];
+    zero_o(o);
+    float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
+    __syncwarp();  // the zero-fill stores of the first stages, before any lane reads them
+
+    int st = 0;
+    u32 phase = 0;
+    for (int i = 0; i < nsteps; ++i) {
+        mbar_wait(bar0 + 8 * st, phase);
+        const u8* cur = ring + st * G3::STAGE;
+        Tile<D, FMT> t;
+        // K: lane (r, c) reads rows r and r + 8, its piece slots pp = pieces kpiece<.., 1>(c, pp)
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+            for (int pp = 0; pp < G_::KP; ++pp)
+                ld_words<16>(&t.k[nb][pp * 4], cur + (nb * 8 + r) * G3::RS + kpiece<D, FMT, 1>(c, pp) * 16);
+        float s[1][2][4];
+        qk_tile<D, FMT>(t, qa, s[0]);
+        u32 pa[1][4];
+        float al[2];
+        softmax_step<1, NR, G_::F16>(s, sc, t1 - (t0 + 16 * i), c, m, l, pa, al);
+        const bool moved = (al[0] != 1.f) || (NR > 1 && al[1] != 1.f);
+        if (__any_sync(0xFFFFFFFFu, moved)) rescale_o(o, al, c);
+        // V: lane (r, c) reads tokens 2c, 2c+1, 2c+8, 2c+9, pieces k * 8 + r (version 2's geometry)
+#pragma unroll
+        for (int sl = 0; sl < 4; ++sl) {
+            const int row = 2 * c + (sl & 1) + (sl >> 1) * 8;
+#pragma unroll
+            for (int k = 0; k < G_::NVP; ++k)
+                ld_words<G_::VPB>(&t.v[sl][k * (G_::VPB / 4)], cur + G3::V_OFF + row * G3::RS + (k * 8 + r) * G_::VPB);
+        }
+        pv_tile<D, FMT, NT>(t, pa[0], o);
+        // Every lane's MMAs consumed its shared loads: only now may the copy engine overwrite the stage.
+        __syncwarp();
+        if (i + NS < nsteps) issue(i + NS);
+        if (++st == NS) { st = 0; phase ^= 1u; }
+    }
+
+    // ---- finish: row sums over the quad, then write --------------------------------------------------------
+    const float vs = v_scale[h * scale_stride] * UNIT;
+#pragma unroll
+    for (int ri = 0; ri < NR; ++ri) {
+        l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 1);
+        l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 2);
+    }
+    ATTN_VA_FINISH();
+}
+
+}  // namespace attn
+
+// Kernel name: decode_v3_<bf16|fp8cvt|fp8bit>_d<D>_<g8|g16>_s<NS>_c<COPY>_b<MINB>; 4 warps per block, MINB blocks per
+// SM asked of the register allocator. Dynamic shared memory: 4 x NS x Geo3::STAGE bytes of rings, then 4 x NS
+// mbarriers (attention_fp8kv.v3_smem). The parameters are version 2's (one launch for both; ksc / vsc unused).
+#define DECODE_V3(FMT, D, GG, NS, COPY, MINB)                                                                          \
+    extern "C" __global__ void __launch_bounds__(128, MINB) decode_v3_##FMT##_d##D##_##GG##_s##NS##_c##COPY##_b##MINB( \
+        const u16* q, const u8* kpool, const u8* vpool, const u8* ksc, const u8* vsc, const int* block_table,           \
+        const int* seq_lens, const float* k_scale, const float* v_scale, int scale_stride, float sm_scale, int max_blocks, int page, int Hk,  \
+        int G, int S, int split_len, u16* out, float* part_o, float* part_ml) {                                          \
+        attn::decode_v3_body<D, ATTN_FMT_##FMT, ATTN_G_##GG, NS, COPY>(q, kpool, vpool, ksc, vsc, block_table, seq_lens, \
+                                                                        k_scale, v_scale, scale_stride, sm_scale, max_blocks, \
+                                                                        page, Hk, G, S, split_len, out, part_o, part_ml); \
+    }
+
+#ifndef FP8LAB_ATTN_V3
+#error "compile attention_decode_v3.cu through fp8lab.kernels._cuda (it passes the instantiation list)"
+#endif
+FP8LAB_ATTN_V3
