@@ -87,7 +87,12 @@ def test_attention_versions_compare_best_with_best():
     assert abs(r["v2_over_v1_fp8"] - 190 / 150) < 1e-12 and r["v2_over_v1_fp8"] > 1     # version 2 slower
     assert abs(r["best_fp8_vs_best_bf16"] - 240 / 150) < 1e-12                         # torch is the best bf16
     assert abs(r["best_nvfp4_vs_best_bf16"] - 240 / 120) < 1e-12
-    assert "1.27" in ba.format_versions(data)
+    assert r["fp8_v3"] is None and r["v3_over_v1_fp8"] is None                          # no version 3 in this run
+    # version 3 beside them: its FP8 row becomes the best FP8 kernel, and the v3/v1 column shows it
+    data["results"] += [_att("v3_fp8kv[cvt]", "fp8cvt", 3, 125.0), _att("v3_bf16kv", "bf16", 3, 250.0)]
+    r = ba.versions_table(data)[0]
+    assert abs(r["v3_over_v1_fp8"] - 125 / 150) < 1e-12 and abs(r["best_fp8_vs_best_bf16"] - 240 / 125) < 1e-12
+    assert "0.83" in ba.format_versions(data) and "0.96" in ba.format_versions(data)   # 125/150, 250/260
 
 
 def test_attention_versions_of_a_one_version_recording():

@@ -33,7 +33,8 @@ NATIVE = {"nvfp4_hw.cu": E2M1_CVT_REFUSED, "gemv_nvfp4_hw.cu": E2M1_CVT_REFUSED,
 # gemm_w8a8_tma.cu ptxas' log there is filled by its advisory on TMA multicast before the errors
 _HOPPER_ONLY = "wgmma|setmaxnreg|__cluster_dims__ is not supported|'.multicast::cluster' modifier"
 REFUSAL = {"gemm_w8a8_wgmma.cu": _HOPPER_ONLY, "gemm_w8a8_tma.cu": _HOPPER_ONLY,
-           "gemv_v4.cu": r"Feature 'cp.async.bulk' requires .target sm_90 or higher", **NATIVE}
+           "gemv_v4.cu": r"Feature 'cp.async.bulk' requires .target sm_90 or higher",
+           "attention_decode_v3.cu": r"Feature 'cp.async.bulk' requires .target sm_90 or higher", **NATIVE}
 # (source, arch) pairs that must NOT build, each with its reason; everything else must build.
 NOT_BUILDABLE = {(f, cc): "wgmma / setmaxnreg exist only on sm_90a" for f in ("gemm_w8a8_wgmma.cu", "gemm_w8a8_tma.cu")
                  for cc in ARCHS if cc != 90}
@@ -42,6 +43,7 @@ NOT_BUILDABLE.update({(f, cc): "the E2M1 conversions exist only on sm_100a / sm_
 NOT_BUILDABLE.update({("gemm_w4a4.cu", cc): "the block-scaled FP4 mma.sync exists only on sm_120a / sm_121a"
                       for cc in ARCHS if cc not in (120, 121)})
 NOT_BUILDABLE[("gemv_v4.cu", 89)] = "the bulk copy engine (cp.async.bulk) exists from sm_90 on"
+NOT_BUILDABLE[("attention_decode_v3.cu", 89)] = "the bulk copy engine (cp.async.bulk) exists from sm_90 on"
 # kernels that ask for a hardware E2M1 conversion, the SASS form it must take, and on which archs.
 GB10 = {120, 121}
 NVFP4_HW_KERNELS = ("nvfp4_quant_bf16_cvt_hw", "nvfp4_quant_f32_cvt_hw", "nvfp4_quant_scalar_bf16_cvt",
@@ -286,3 +288,30 @@ def test_summary_table_renders(built):
     assert "not built: wgmma" in text
     assert re.search(r"sm_121\s+w4a4_omma\s+sm_121a\s+\d+\s+OMMA\.SF", text)
     assert re.search(r"sm_90\s+gemm_w4a4\.cu\s+not built: mma\.sync kind::mxf4nvf4", text)
+
+
+def test_attention_v3_reads_the_cache_through_the_bulk_copy_engine(built):
+    """Decode attention version 3: the cache arrives by cp.async.bulk (UBLKCP) counted on mbarriers, never by a global
+    load: the token loop (the innermost loop holding the MMAs) has no LDG of 64 bits or more (the only ones in the
+    kernel are Q's, before it), and the warp reads each tile back with shared loads (K: 2 x KP per lane, V: 4 x NVP)
+    feeding the step's MMAs (Q.K^T: 2 x D/16, P.V: D/16 per 8 heads). The tile's refill follows every shared load and
+    MMA of the step (a refill right behind the loads raced in gemv_v4)."""
+    from fp8lab.kernels import attention_fp8kv as att
+
+    for cc in (90, 120, 121):
+        ks = built[("attention_decode_v3.cu", cc)]
+        for fmt, D, g, ns, copy, minb in att.V3_KERNELS:
+            k = ks[att.v3_kernel_name(fmt, D, g, (ns, copy, minb))]
+            what = (cc, fmt, D, g, ns, copy, minb)
+            assert k.count("UBLKCP") >= 1 and k.has(r"SYNCS\.ARRIVE\.TRANS64"), what
+            body = [t for t in k.loop_body(innermost=True) if t]
+            assert not [t for t in body if re.match(r"LDG\.E\S*\.(64|128)", t)], what
+            rowb = D * (2 if fmt == "bf16" else 1)
+            kp, nvp = max(1, rowb // 64), max(1, rowb // 128)
+            lds = sum(1 for t in body if t.startswith("LDS") and " RZ," not in t)
+            assert lds >= 2 * kp + 4 * nvp, (what, lds)
+            nt = 2 if g == "g16" else 1
+            assert sum(1 for t in body if t.startswith("HMMA")) == 2 * (D // 16) + nt * (D // 16), what
+            first_copy = next(i for i, t in enumerate(body) if t.startswith("UBLKCP"))
+            reads = [i for i, t in enumerate(body) if t.startswith("HMMA") or (t.startswith("LDS") and " RZ," not in t)]
+            assert max(reads) < first_copy, what

@@ -5,12 +5,12 @@
     out = decode_attention(q, k_cache, v_cache, seq_lens, k_scale=ks, v_scale=vs, version=1)   # the first kernel
 
     version 1 (attention_fp8kv.cu): each warp keeps its next tiles in flight in registers (pv "va" or "vb").
-    version 2 (attention_decode_v2.cu, the default; design in attention_decode.cuh): the tiles in flight live in a
+    version 2 (attention_decode_v2.cu; design in attention_decode.cuh): the tiles in flight live in a
               shared-memory ring per warp instead, so a warp needs half the registers and twice the warps fit on an
               SM; `config` = (NSUB tiles per softmax step, NS ring stages, ROT rotated visiting order, MINB blocks per
               SM) picks a compiled configuration (V2_KERNELS; default V2_DEFAULTS). The NVFP4 cache uses the same
               kernel: attention_nvfp4kv.py.
-    version 3 (attention_decode_v3.cu, sm_90+): version 2's ring and arithmetic, filled by the bulk copy engine
+    version 3 (attention_decode_v3.cu, the default on sm_90+): version 2's ring and arithmetic, filled by the bulk copy engine
               (whole K and V rows per copy, one mbarrier per stage) instead of per-lane cp.async; `config` = (NS ring
               stages, COPY 0: a copy per row into padded rows / 1: a copy per tile, MINB blocks per SM)
               (V3_KERNELS; default V3_DEFAULTS).
@@ -234,8 +234,9 @@ def check_args(q, k_cache, v_cache, seq_lens=None, block_table=None, k_scale=Non
 
 # ---- version 2: the compiled configurations -------------------------------------------------------------------
 VERSIONS = (1, 2, 3)
-#: version 2 unless pv="vb" is asked for (only version 1 has that layout); measured choice: see DEFAULT_CONFIG_V2
-DEFAULT_VERSION = 2
+#: version 3 unless pv="vb" is asked for (only version 1 has that layout) or the GPU predates sm_90 (version 2 then);
+#: the measured choice: outputs/kernels/attention.json (the sweep at 32k, D = 128, and every recorded shape)
+DEFAULT_VERSION = 3
 #: the versions whose tiles in flight live in a shared-memory ring (one launch function, launch_ring)
 RING_VERSIONS = (2, 3)
 #: version 3 needs the bulk copy engine (cp.async.bulk): compute capability 9.0 and later
@@ -292,15 +293,16 @@ V3_FMTS = V2_FMTS
 #: (format, head_dim, group kind, NS ring stages, COPY (0: one bulk copy per row into padded rows, 1: one per tile's K
 #: and V into unpadded rows), MINB blocks/SM), passed as -DFP8LAB_ATTN_V3=DECODE_V3(...)... for attention_decode_v3.cu
 V3_DEFAULTS = {
-    ("fp8cvt", 128, "g8"): (3, 0, 4), ("fp8bit", 128, "g8"): (3, 0, 4), ("bf16", 128, "g8"): (2, 0, 3),
-    ("fp8cvt", 128, "g16"): (3, 0, 3), ("fp8bit", 128, "g16"): (3, 0, 3), ("bf16", 128, "g16"): (2, 0, 2),
-    ("fp8cvt", 64, "g8"): (4, 0, 4), ("fp8bit", 64, "g8"): (4, 0, 4), ("bf16", 64, "g8"): (3, 0, 4),
-    ("fp8cvt", 64, "g16"): (4, 0, 4), ("fp8bit", 64, "g16"): (4, 0, 4), ("bf16", 64, "g16"): (3, 0, 4),
+    ("fp8cvt", 128, "g8"): (3, 1, 4), ("fp8bit", 128, "g8"): (3, 1, 4), ("bf16", 128, "g8"): (2, 1, 3),
+    ("fp8cvt", 128, "g16"): (3, 1, 3), ("fp8bit", 128, "g16"): (3, 1, 3), ("bf16", 128, "g16"): (2, 1, 2),
+    ("fp8cvt", 64, "g8"): (4, 1, 4), ("fp8bit", 64, "g8"): (4, 1, 4), ("bf16", 64, "g8"): (3, 1, 4),
+    ("fp8cvt", 64, "g16"): (4, 1, 4), ("fp8bit", 64, "g16"): (4, 1, 4), ("bf16", 64, "g16"): (3, 1, 4),
 }
-#: the tuning sweep's extra candidates (head_dim 128, G <= 8: the benchmark's shape)
+#: the tuning sweep's extra candidates (head_dim 128, G <= 8: the benchmark's shape). COPY = 0 (a copy per row) is
+#: kept as measured: the bulk copy takes uniform operands, so 32 lanes' copies become a 32-pass loop in the SASS.
 V3_SWEEP = {
-    ("fp8cvt", 128, "g8"): [(3, 1, 4), (2, 0, 4), (4, 0, 3), (6, 0, 2)],
-    ("bf16", 128, "g8"): [(2, 1, 3), (3, 0, 2)],
+    ("fp8cvt", 128, "g8"): [(3, 0, 4), (2, 1, 4), (4, 1, 3), (5, 1, 2)],
+    ("bf16", 128, "g8"): [(2, 0, 3), (3, 1, 2)],
 }
 V3_KERNELS = frozenset({(f, D, g) + cfg for (f, D, g), cfg in V3_DEFAULTS.items()}
                        | {(f, D, g) + cfg for (f, D, g), cfgs in V3_SWEEP.items() for cfg in cfgs})
@@ -518,6 +520,15 @@ def launch_v2(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, bt,
                   main_block=(32 * wpb,), smem=smem)
 
 
+def default_version(device) -> int:
+    """DEFAULT_VERSION where the GPU has what it needs (version 3: sm_90+), else version 2; for a CPU tensor
+    DEFAULT_VERSION (prepare refuses CPU tensors with its own message)."""
+    dev = torch.device(device)
+    if DEFAULT_VERSION == 3 and dev.type == "cuda" and torch.cuda.get_device_capability(dev) < V3_MIN_CC:
+        return 2
+    return DEFAULT_VERSION
+
+
 def check_config_v2(fmt: str, p, config, compiled=None, defaults=None, version: int = 2) -> tuple:
     """The config of a ring version (2 or 3) to run (config, or the default), raising AttentionArgError if it is not
     compiled. compiled / defaults: the caller's lists (None: this module's lists of that version; attention_nvfp4kv
@@ -545,7 +556,7 @@ def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=Non
             max_seq_len: int | None = None, version: int | None = None, config: tuple | None = None) -> Launch:
     """Validate (before any CUDA call), pick the version and the splits, convert arguments; returns a Launch.
 
-    version None: DEFAULT_VERSION, except that pv="vb" (a layout only version 1 has) selects version 1.
+    version None: default_version(q.device), except that pv="vb" (a layout only version 1 has) selects version 1.
     config: version 2's (NSUB, NS, ROT, MINB) or version 3's (NS, COPY, MINB) (None: the version's default);
     version 1 takes none.
     """
@@ -555,7 +566,7 @@ def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=Non
     if pv not in PV_LAYOUTS:
         raise AttentionArgError(f"pv must be one of {PV_LAYOUTS}, got {pv!r}")
     if version is None:
-        version = 1 if pv == "vb" else DEFAULT_VERSION
+        version = 1 if pv == "vb" else default_version(q.device)
     if version not in VERSIONS:
         raise AttentionArgError(f"version must be one of {VERSIONS}, got {version!r}")
     if version in RING_VERSIONS and pv != "va":

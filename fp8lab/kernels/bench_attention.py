@@ -9,8 +9,10 @@ Writes outputs/kernels/attention.json (harness schema, plus "goals", "kernel_reg
 The problem: one decode step, B = 8 sequences, 32 query heads over 8 KV heads (G = 4), every sequence at the same
 context; head_dim 128 and 64; plus the paged cache (pages of 16 tokens, shuffled) at 32k, D = 128. Contenders, on
 identical K/V values (the FP8 and NVFP4 caches are the bf16 values quantized, per tensor):
-  * version 2 (the default, attention_decode.cuh): FP8 E4M3 by the cvt instruction ("v2_fp8kv[cvt]") and by the bit
-    move ("v2_fp8kv[bit]"), the same kernel on the bf16 cache ("v2_bf16kv": the FP8 and NVFP4 rows' anchor), and the
+  * version 3 (the default on sm_90+, attention_decode_v3.cu): FP8 E4M3 by the cvt instruction ("v3_fp8kv[cvt]") and
+    the same kernel on the bf16 cache ("v3_bf16kv": the FP8 rows' anchor);
+  * version 2 (attention_decode.cuh): FP8 by the cvt instruction ("v2_fp8kv[cvt]") and by the bit move
+    ("v2_fp8kv[bit]"), the same kernel on the bf16 cache ("v2_bf16kv": the anchor of version 2's rows), and the
     NVFP4 cache ("v2_nvfp4kv", attention_nvfp4kv.cu);
   * version 1 (the register-rotation kernel, kept as it was measured): FP8 cvt and bf16, "v1_fp8kv[cvt]" / "v1_bf16kv";
   * torch.nn.functional.scaled_dot_product_attention on the bf16 cache, enable_gqa=True, the backend torch picks
@@ -48,7 +50,7 @@ B, HQ, HK = 8, 32, 8
 GOAL = ("FP8 vs bf16 (same kernel) at 32k context, head_dim 128", 1.85)
 #: every goal: (key, description, threshold, contexts it applies to, head_dim)
 GOALS = (
-    ("fp8_vs_bf16", "FP8 / bf16, the same kernel (version 2)", 1.85, (16384, 32768, 131072), 128),
+    ("fp8_vs_bf16", "FP8 / bf16, the same kernel (the default version)", 1.85, (16384, 32768, 131072), 128),
     ("fp8_vs_torch", "FP8 / torch SDPA (bf16, torch's pick)", 1.8, (16384, 32768, 131072), 128),
     ("fp8_xcopy", "FP8 kernel's fraction of copy bandwidth", 0.90, (16384, 32768, 131072), 128),
     ("nvfp4_vs_bf16", "NVFP4 / bf16, the same kernel", 3.0, (32768,), 128),
@@ -192,11 +194,13 @@ def sdpa_call(q4, k, v, backend=None):
 
 # ---- the contenders ----------------------------------------------------------------------------------------------
 def contenders(D: int, sweep: bool) -> list[dict]:
-    """name, format (bf16 / fp8cvt / fp8bit / nvfp4), version, config (version 2) and the default flag of each."""
+    """name, format (bf16 / fp8cvt / fp8bit / nvfp4), version, config (versions 2, 3) and the default flag of each."""
+    import torch
+
     from . import attention_fp8kv as att
     from . import attention_nvfp4kv as nv
 
-    dv = att.DEFAULT_VERSION
+    dv = att.default_version(torch.device("cuda"))
     out = [dict(name="v1_bf16kv", fmt="bf16", version=1, config=None, default=dv == 1),
            dict(name="v1_fp8kv[cvt]", fmt="fp8cvt", version=1, config=None, default=dv == 1),
            dict(name="v2_bf16kv", fmt="bf16", version=2, config=None, default=dv == 2),
@@ -440,12 +444,12 @@ def summary_rows(data: dict) -> list[dict]:
 
 
 def versions_table(data: dict) -> list[dict]:
-    """One row per (layout, head_dim, context): each format's version 1 and version 2 (the default configuration)
-    side by side, torch's pick, and the comparison a user makes: the fastest FP8 (or NVFP4) kernel of the run against
-    the fastest bf16 one, whoever wrote it (ours of either version, or torch SDPA). Sweep rows are left out.
+    """One row per (layout, head_dim, context): each format's versions 1, 2 and 3 (the default configuration) side by
+    side, torch's pick, and the comparison a user makes: the fastest FP8 (or NVFP4) kernel of the run against the
+    fastest bf16 one, whoever wrote it (ours of any version, or torch SDPA). Sweep rows are left out.
 
-    v2_over_v1_* > 1 means version 2 is SLOWER (a time ratio); best_*_vs_best_bf16 > 1 means the low-precision cache
-    is faster."""
+    vN_over_v1_* > 1 means version N is SLOWER than version 1 (a time ratio); best_*_vs_best_bf16 > 1 means the
+    low-precision cache is faster."""
     res = [r for r in data.get("results", []) if not r.get("sweep")]
     if _legacy(data):
         return []
@@ -455,18 +459,19 @@ def versions_table(data: dict) -> list[dict]:
         grp = [r for r in res if (r.get("layout"), r.get("head_dim"), r.get("context")) == (layout, D, L)]
 
         def t(fmt, version):
-            rs = [r for r in grp if r.get("fmt") == fmt and r.get("version") == version
-                  and (version == 1 or r.get("default")) and r.get("valid", True)]
+            rs = [r for r in grp if r.get("fmt") == fmt and r.get("version") == version and r.get("valid", True)]
             return min((r["time_us"] for r in rs), default=None)
         tch = [r for r in grp if r["kernel"].startswith("torch_sdpa") and r.get("valid", True)]
-        row = dict(layout=layout, head_dim=D, context=L, bf16_v1=t("bf16", 1), bf16_v2=t("bf16", 2),
-                   fp8_v1=t("fp8cvt", 1), fp8_v2=t("fp8cvt", 2), nvfp4_v2=t("nvfp4", 2),
-                   torch=min((r["time_us"] for r in tch), default=None))
+        row = dict(layout=layout, head_dim=D, context=L, torch=min((r["time_us"] for r in tch), default=None),
+                   nvfp4_v2=t("nvfp4", 2))
+        for v in (1, 2, 3):
+            row[f"bf16_v{v}"], row[f"fp8_v{v}"] = t("bf16", v), t("fp8cvt", v)
         q = lambda a, b: a / b if a and b else None  # noqa: E731
-        row["v2_over_v1_fp8"] = q(row["fp8_v2"], row["fp8_v1"])
-        row["v2_over_v1_bf16"] = q(row["bf16_v2"], row["bf16_v1"])
-        bf = [v for v in (row["bf16_v1"], row["bf16_v2"], row["torch"]) if v]
-        f8 = [v for v in (row["fp8_v1"], row["fp8_v2"], t("fp8bit", 2)) if v]
+        for v in (2, 3):
+            row[f"v{v}_over_v1_fp8"] = q(row[f"fp8_v{v}"], row["fp8_v1"])
+            row[f"v{v}_over_v1_bf16"] = q(row[f"bf16_v{v}"], row["bf16_v1"])
+        bf = [row[k] for k in ("bf16_v1", "bf16_v2", "bf16_v3", "torch") if row[k]]
+        f8 = [v for v in (row["fp8_v1"], row["fp8_v2"], row["fp8_v3"], t("fp8bit", 2)) if v]
         row["best_fp8_vs_best_bf16"] = q(min(bf, default=None), min(f8, default=None))
         row["best_nvfp4_vs_best_bf16"] = q(min(bf, default=None), row["nvfp4_v2"])
         out.append(row)
@@ -476,16 +481,18 @@ def versions_table(data: dict) -> list[dict]:
 def format_versions(data: dict) -> str:
     """versions_table as text: times in us, then the ratios."""
     f = lambda v, s: "-" if v is None else format(v, s)  # noqa: E731
-    hdr = (f"{'layout':11s} {'D':>4s} {'context':>8s} {'bf16 v1':>8s} {'bf16 v2':>8s} {'fp8 v1':>8s} {'fp8 v2':>8s} "
-           f"{'nvfp4 v2':>8s} {'torch':>8s} {'fp8 v2/v1':>9s} {'bf16 v2/v1':>10s} {'best fp8 x':>10s} {'best nvfp4 x':>12s}")
+    hdr = (f"{'layout':11s} {'D':>4s} {'context':>8s} {'bf16 v1':>8s} {'bf16 v2':>8s} {'bf16 v3':>8s} {'fp8 v1':>8s} "
+           f"{'fp8 v2':>8s} {'fp8 v3':>8s} {'nvfp4 v2':>8s} {'torch':>8s} {'fp8 v3/v1':>9s} {'bf16 v3/v1':>10s} "
+           f"{'best fp8 x':>10s} {'best nvfp4 x':>12s}")
     rows = versions_table(data)
     if not rows:
         return "(this recording holds one version of the kernel only: nothing to put side by side)"
     lines = [hdr, "-" * len(hdr)]
     for r in rows:
-        lines.append(f"{r['layout']:11s} {r['head_dim']:>4d} {r['context']:>8d} {f(r['bf16_v1'], '8.1f')} {f(r['bf16_v2'], '8.1f')} "
-                     f"{f(r['fp8_v1'], '8.1f')} {f(r['fp8_v2'], '8.1f')} {f(r['nvfp4_v2'], '8.1f')} {f(r['torch'], '8.1f')} "
-                     f"{f(r['v2_over_v1_fp8'], '9.2f')} {f(r['v2_over_v1_bf16'], '10.2f')} "
+        lines.append(f"{r['layout']:11s} {r['head_dim']:>4d} {r['context']:>8d} {f(r['bf16_v1'], '8.1f')} "
+                     f"{f(r['bf16_v2'], '8.1f')} {f(r['bf16_v3'], '8.1f')} {f(r['fp8_v1'], '8.1f')} {f(r['fp8_v2'], '8.1f')} "
+                     f"{f(r['fp8_v3'], '8.1f')} {f(r['nvfp4_v2'], '8.1f')} {f(r['torch'], '8.1f')} "
+                     f"{f(r['v3_over_v1_fp8'], '9.2f')} {f(r['v3_over_v1_bf16'], '10.2f')} "
                      f"{f(r['best_fp8_vs_best_bf16'], '9.2f')}x {f(r['best_nvfp4_vs_best_bf16'], '11.2f')}x")
     return "\n".join(lines)
 
