@@ -8,6 +8,8 @@
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 3     # gemm: the prefill climb and grid, the W8A8 gate (<= 9 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2d    # part 2's decode path only: GEMV + layer GPU tests, the
 #                                                          # decode gemm bench and the layer bench (~6 min)
+#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2a    # part 2's attention path only: attention + layer GPU
+#                                                          # tests, the attention sweep and bench, the layer bench (~5 min)
 #
 # Parts 2 and 3 each write a gemm file (gemm.json, gemm_prefill.json); join them here with
 #   python -c "from fp8lab.kernels import harness; harness.merge_runs(['gemm.json', 'gemm_prefill.json'],
@@ -71,6 +73,18 @@ elif [ "$PART" = 2d ]; then
       tests/test_decode_layer.py > "$L/pytest_decode.log" 2>&1; echo "rc=$?" >> "$L/pytest_decode.log"
   cp "$L/pytest_decode.log" "$K/gpu_tests_decode.log"
   decode_gemm
+  decode_layer
+elif [ "$PART" = 2a ]; then
+  # the decode attention re-recorded after an attention change (the layer's attention is the default kernel, so the
+  # layer too; the GEMV, prefill attention and accumulation files of part 2 stay as recorded)
+  stage "GPU tests: decode attention and the decode layer"
+  timeout 200 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_kernels_attention.py \
+      tests/test_kernels_attention_nvfp4.py tests/test_decode_layer.py > "$L/pytest_attention.log" 2>&1; echo "rc=$?" >> "$L/pytest_attention.log"
+  cp "$L/pytest_attention.log" "$K/gpu_tests_attention.log"
+  stage "attention sweep (every compiled configuration at 32k, D = 128)"
+  timeout 60 python3 -m fp8lab.kernels.bench attention --sweep --out "$K/attention_sweep.json" > "$L/attention_sweep.log" 2>&1; echo "attention sweep rc=$?" >> "$L/steps_$PART.txt"
+  stage "attention bench"
+  timeout 130 python3 -m fp8lab.kernels.bench attention --budget-s 100 --out "$K/attention.json" > "$L/attention.log" 2>&1; echo "attention rc=$?" >> "$L/steps_$PART.txt"
   decode_layer
 elif [ "$PART" = 3 ]; then
   stage "gemm bench (prefill climb and grid, W8A8 gate)"
