@@ -652,27 +652,50 @@ __device__ __forceinline__ void decode_v2_body(
     }
 
 // ---- merge the splits: out = sum_s 2**(m_s - M) O_s / sum_s 2**(m_s - M) l_s ----------------------------------
-// grid = (Hq, B), block = D / 4 threads, each owning 4 consecutive dims. O_s already carries the V scale.
-// (Versions 1 and 2 and every format write the same partials.)
+// grid = (Hq, B), block = D / 4 threads (one warp or half of one), each owning 4 consecutive dims. O_s already carries
+// the V scale. (Versions 1-3, every format and the chunked prefill write the same partials.)
+// The first version walked the splits one after another (the max, then the sum), ~2 S dependent loads per thread:
+// 6-8 us at S = 32 on the H200 (Nsight Compute), more than the bytes justify (S x D x 4 bytes per row). Now the max is
+// a strided pass plus shuffles, and the sum runs 8 splits per round with their loads independent. Version 3 launches
+// it with programmatic dependent launch, so its blocks are resident before the main kernel ends (pdl_wait: no-op
+// when launched normally, nothing on sm_89).
 #define DECODE_REDUCE_KERNEL                                                                                             \
     extern "C" __global__ void __launch_bounds__(32) decode_reduce(const float* __restrict__ part_o,                     \
                                                                     const float* __restrict__ part_ml,                    \
                                                                     const int* __restrict__ seq_lens, int Hq, int S,      \
                                                                     int split_len, int D, u16* __restrict__ out) {        \
-        const int hq = blockIdx.x, b = blockIdx.y, d = threadIdx.x * 4;                                                  \
+        const int hq = blockIdx.x, b = blockIdx.y, t = threadIdx.x, nt = blockDim.x, d = t * 4;                          \
+        pdl_wait(); /* launched with PDL (version 3): the splits' partials are complete and visible past this point */  \
         const int len = seq_lens[b];                                                                                     \
         const int ns = min(S, (len + split_len - 1) / split_len);                                                        \
         const size_t row = (size_t)b * Hq + hq;                                                                          \
         const float* ml = part_ml + row * S * 2;                                                                         \
         float M = attn::neg_inf();                                                                                       \
-        for (int s = 0; s < ns; ++s) M = fmaxf(M, ml[2 * s]);                                                            \
+        for (int s = t; s < ns; s += nt) M = fmaxf(M, ml[2 * s]);                                                        \
+        for (int o = nt >> 1; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xFFFFFFFFu >> (32 - nt), M, o, nt));         \
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);                                                                    \
         float den = 0.f;                                                                                                 \
-        for (int s = 0; s < ns; ++s) {                                                                                   \
-            const float w = attn::ex2(ml[2 * s] - M);                                                                    \
-            den += w * ml[2 * s + 1];                                                                                    \
-            const float4 x = *reinterpret_cast<const float4*>(part_o + (row * S + s) * D + d);                           \
-            acc.x += w * x.x; acc.y += w * x.y; acc.z += w * x.z; acc.w += w * x.w;                                      \
+        const float* po = part_o + row * S * D + d;                                                                      \
+        int s = 0;                                                                                                       \
+        for (; s + 8 <= ns; s += 8) {                                                                                    \
+            float2 x[8];                                                                                                 \
+            float4 v[8];                                                                                                 \
+            _Pragma("unroll") for (int i = 0; i < 8; ++i) {                                                              \
+                x[i] = *reinterpret_cast<const float2*>(ml + 2 * (s + i));                                               \
+                v[i] = *reinterpret_cast<const float4*>(po + (size_t)(s + i) * D);                                       \
+            }                                                                                                            \
+            _Pragma("unroll") for (int i = 0; i < 8; ++i) {                                                              \
+                const float w = attn::ex2(x[i].x - M);                                                                   \
+                den += w * x[i].y;                                                                                       \
+                acc.x += w * v[i].x; acc.y += w * v[i].y; acc.z += w * v[i].z; acc.w += w * v[i].w;                      \
+            }                                                                                                            \
+        }                                                                                                                \
+        for (; s < ns; ++s) {                                                                                            \
+            const float2 x = *reinterpret_cast<const float2*>(ml + 2 * s);                                              \
+            const float4 v = *reinterpret_cast<const float4*>(po + (size_t)s * D);                                       \
+            const float w = attn::ex2(x.x - M);                                                                          \
+            den += w * x.y;                                                                                              \
+            acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;                                      \
         }                                                                                                                \
         const float inv = 1.0f / den;                                                                                    \
         uint2 res = make_uint2(bf16x2_rn(acc.x * inv, acc.y * inv), bf16x2_rn(acc.z * inv, acc.w * inv));                \

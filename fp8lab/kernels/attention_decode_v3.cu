@@ -21,6 +21,7 @@
 //     later bulk copy into the same slot is ordered after those stores. K rows past the end are masked by the softmax.
 //   * A stage is refilled only after every lane's MMAs consumed its shared loads and a __syncwarp (gemv_v4.cu found
 //     that a refill right behind the loads races).
+//   * The split merge (decode_reduce) is launched with programmatic dependent launch: its launch overlaps this kernel.
 // Q fragments, Q.K^T, the online softmax, P.V and the output are version 2's (attention_decode.cuh), with K's piece
 // map KMAP = 1. One tile per step (NSUB = 1), no rotation: version 2's sweep chose NSUB = 1, and the rotation bought
 // nothing measurable on the contiguous cache.
@@ -65,6 +66,7 @@ __device__ __forceinline__ void decode_v3_body(
     const int split = blockIdx.x * (blockDim.x >> 5) + warp;
     const int h = blockIdx.y, b = blockIdx.z;
     const int Hq = Hk * G;
+    pdl_launch_dependents();  // the merge kernel (decode_reduce) may become resident now; it waits for this grid's end
     int t0, t1;
     if (!split_range(seq_lens, b, split, S, split_len, t0, t1)) return;  // no CTA-wide barrier follows
     const int nsteps = (t1 - t0 + 15) / 16;

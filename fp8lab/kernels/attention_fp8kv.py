@@ -293,7 +293,7 @@ V3_FMTS = V2_FMTS
 #: (format, head_dim, group kind, NS ring stages, COPY (0: one bulk copy per row into padded rows, 1: one per tile's K
 #: and V into unpadded rows), MINB blocks/SM), passed as -DFP8LAB_ATTN_V3=DECODE_V3(...)... for attention_decode_v3.cu
 V3_DEFAULTS = {
-    ("fp8cvt", 128, "g8"): (3, 1, 4), ("fp8bit", 128, "g8"): (3, 1, 4), ("bf16", 128, "g8"): (2, 1, 3),
+    ("fp8cvt", 128, "g8"): (4, 1, 3), ("fp8bit", 128, "g8"): (4, 1, 3), ("bf16", 128, "g8"): (2, 1, 3),
     ("fp8cvt", 128, "g16"): (3, 1, 3), ("fp8bit", 128, "g16"): (3, 1, 3), ("bf16", 128, "g16"): (2, 1, 2),
     ("fp8cvt", 64, "g8"): (4, 1, 4), ("fp8bit", 64, "g8"): (4, 1, 4), ("bf16", 64, "g8"): (3, 1, 4),
     ("fp8cvt", 64, "g16"): (4, 1, 4), ("fp8bit", 64, "g16"): (4, 1, 4), ("bf16", 64, "g16"): (3, 1, 4),
@@ -301,7 +301,7 @@ V3_DEFAULTS = {
 #: the tuning sweep's extra candidates (head_dim 128, G <= 8: the benchmark's shape). COPY = 0 (a copy per row) is
 #: kept as measured: the bulk copy takes uniform operands, so 32 lanes' copies become a 32-pass loop in the SASS.
 V3_SWEEP = {
-    ("fp8cvt", 128, "g8"): [(3, 0, 4), (2, 1, 4), (4, 1, 3), (5, 1, 2)],
+    ("fp8cvt", 128, "g8"): [(3, 0, 4), (2, 1, 4), (3, 1, 4), (5, 1, 2)],
     ("bf16", 128, "g8"): [(2, 0, 3), (3, 1, 2)],
 }
 V3_KERNELS = frozenset({(f, D, g) + cfg for (f, D, g), cfg in V3_DEFAULTS.items()}
@@ -403,20 +403,27 @@ class Launch:
     """
 
     def __init__(self, main, main_grid, main_args, reduce, reduce_grid, reduce_block, reduce_args, out, info,
-                 main_block=(32,), smem=0):
+                 main_block=(32,), smem=0, pdl_reduce=False):
         self.main, self.main_grid, self.main_args = main, main_grid, main_args
         self.reduce, self.reduce_grid, self.reduce_block, self.reduce_args = reduce, reduce_grid, reduce_block, reduce_args
         self.out, self.info, self.main_block, self.smem = out, info, main_block, smem
+        self.pdl_reduce = pdl_reduce  # launch the merge with programmatic dependent launch (version 3, sm_90+)
 
     def __call__(self) -> torch.Tensor:
         cp = _cuda._cupy()
-        with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+        stream = torch.cuda.current_stream().cuda_stream
+        with cp.cuda.ExternalStream(stream):
             if self.smem:
                 self.main(self.main_grid, self.main_block, self.main_args, shared_mem=self.smem)
             else:
                 self.main(self.main_grid, self.main_block, self.main_args)
             if self.reduce is not None:
-                self.reduce(self.reduce_grid, self.reduce_block, self.reduce_args)
+                if self.pdl_reduce:
+                    from .launch_ex import launch
+
+                    launch(self.reduce, self.reduce_grid, self.reduce_block, self.reduce_args, 0, stream, pdl=True)
+                else:
+                    self.reduce(self.reduce_grid, self.reduce_block, self.reduce_args)
         return self.out
 
 
@@ -517,7 +524,7 @@ def launch_v2(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, bt,
     info = dict(kernel=name, version=version, config=cfg, num_splits=S, split_len=split_len, smem=smem, problem=p,
                 _keep=keep)
     return Launch(main, (-(-S // wpb), p.Hk, p.B), main_args, reduce, (p.Hq, p.B), (p.D // 4,), reduce_args, out, info,
-                  main_block=(32 * wpb,), smem=smem)
+                  main_block=(32 * wpb,), smem=smem, pdl_reduce=version == 3)
 
 
 def default_version(device) -> int:
