@@ -161,37 +161,73 @@ Three things to read with care:
   shuffled pages spread them. That is a hypothesis from one run, not a measurement of DRAM channels.
 """),
 ("md", r"""
-## Version 1 and version 2, side by side
+## Three versions, side by side
 
-Version 2 of the decode kernel (`attention_decode.cuh`, instantiated by `attention_decode_v2.cu`) was written to close
-the gap between the FP8 kernel's fraction of copy bandwidth and the bf16 one's. Version 1 keeps its tiles in flight in
-registers (so few warps fit on an SM, and each 16-token tile runs one long dependent chain: MMA, max, shuffles, exp,
-MMA); version 2 keeps them in a per-warp `cp.async` ring in shared memory (about half the registers, more warps per
-SM), shares one softmax update over several tiles, and rotates the order in which warps visit their tiles. Version 1 is kept and timed in the same run (llm.c's habit), so whether the new
-version is faster is a measurement. `fp8 v2/v1` and `bf16 v2/v1` are time ratios (**above 1: version 2 is
-slower**). The last two columns are the comparison a user makes: the fastest FP8 (or NVFP4) kernel of the run
-against the fastest bf16 kernel of the run, whoever wrote it (our version 1 or 2, or torch SDPA).
+The design above is **version 1** (`attention_fp8kv.cu`, kept as it was measured: llm.c's habit). Two more versions
+were written to close the gap between the FP8 kernel's fraction of copy bandwidth and the bf16 one's:
+
+* **Version 2** (`attention_decode.cuh`, instantiated by `attention_decode_v2.cu`) keeps the tiles in flight in a
+  per-warp shared-memory ring that every lane fills with 16-byte `cp.async` copies instead of registers (about half
+  the registers, twice the warps per SM), shares one softmax update over several tiles and rotates the order in which
+  warps visit their tiles.
+* **Version 3** (`attention_decode_v3.cu`, the default on sm_90 and later) keeps version 2's ring and arithmetic and
+  changes only how the bytes arrive: the **bulk copy engine** (`cp.async.bulk`) moves a tile's 16 K rows and 16 V
+  rows as two contiguous runs, counted in on one mbarrier per ring stage, so a tile costs the warp two copy
+  instructions instead of a few hundred address and copy instructions. Nsight Compute on versions 1 and 2 had shown
+  the L2 busier than the DRAM for the same bytes; the copy engine asks the L2 for whole lines. A copy per *row*
+  (into padded rows that the shared loads read without bank conflicts) is compiled too and measured in the sweep
+  below: the copy instruction takes uniform operands, so ptxas turns 32 lanes' copies into a 32-pass loop, and that
+  loop costs more than the bank conflicts it avoids.
+
+Each version is timed in the same run, so whether a new version is faster is a measurement. `fp8 v3/v1` and
+`bf16 v3/v1` are time ratios (**above 1: version 3 is slower**). The last two columns are the comparison a user makes:
+the fastest FP8 (or NVFP4) kernel of the run against the fastest bf16 kernel of the run, whoever wrote it (any of our
+versions, or torch SDPA).
 """),
 ("code", r"""
 if data is not None:
     print(ba.format_versions(data))
     VT = [r for r in ba.versions_table(data) if r["layout"] == "contiguous" and r["head_dim"] == 128]
-    f8 = [r["v2_over_v1_fp8"] for r in VT if r["v2_over_v1_fp8"]]
-    b16 = [r["v2_over_v1_bf16"] for r in VT if r["v2_over_v1_bf16"]]
     word = lambda rs: ("slower" if min(rs) > 1 else "faster" if max(rs) < 1 else "sometimes faster, sometimes slower")
-    if f8:
-        nb.md(f"In this run version 2 is **{word(f8)}** than version 1 on an FP8 cache (time v2 / v1 = "
-              f"{findings.ratio_range(f8)} at D = 128, contiguous)" +
-              (f", and {word(b16)} on a bf16 cache ({findings.ratio_range(b16)})." if b16 else ".") +
-              " A goal written as *FP8 over bf16, the same kernel* can therefore be met by version 2 for the wrong reason: "
-              f"its bf16 twin slowed down more. Against the fastest bf16 kernel of the run, the fastest FP8 kernel is "
-              f"{findings.ratio_range([r['best_fp8_vs_best_bf16'] for r in VT if r['best_fp8_vs_best_bf16']])}× as fast, "
-              f"the NVFP4 kernel {findings.ratio_range([r['best_nvfp4_vs_best_bf16'] for r in VT if r['best_nvfp4_vs_best_bf16']])}×.")
+    for v in (2, 3):
+        f8 = [r[f"v{v}_over_v1_fp8"] for r in VT if r[f"v{v}_over_v1_fp8"]]
+        b16 = [r[f"v{v}_over_v1_bf16"] for r in VT if r[f"v{v}_over_v1_bf16"]]
+        if f8:
+            nb.md(f"In this run version {v} is **{word(f8)}** than version 1 on an FP8 cache (time v{v} / v1 = "
+                  f"{findings.ratio_range(f8)} at D = 128, contiguous)" +
+                  (f", and {word(b16)} on a bf16 cache ({findings.ratio_range(b16)})." if b16 else "."))
+    best = [r["best_fp8_vs_best_bf16"] for r in VT if r["best_fp8_vs_best_bf16"]]
+    if best:
+        nb.md("A goal written as *FP8 over bf16, the same kernel* can be met for the wrong reason, by a version whose "
+              "bf16 twin slowed down more (version 2's did). Against the fastest bf16 kernel of the run, the fastest "
+              f"FP8 kernel is {findings.ratio_range(best)}× as fast, the NVFP4 kernel "
+              f"{findings.ratio_range([r['best_nvfp4_vs_best_bf16'] for r in VT if r['best_nvfp4_vs_best_bf16']])}×.")
     for D in sorted({r["head_dim"] for r in ba.versions_table(data)} - {128}):
-        o = [r["v2_over_v1_fp8"] for r in ba.versions_table(data) if r["head_dim"] == D and r["v2_over_v1_fp8"]]
+        o = [r["v3_over_v1_fp8"] for r in ba.versions_table(data) if r["head_dim"] == D and r["v3_over_v1_fp8"]]
         if o:
-            nb.md(f"At D = {D}, version 2 is {word(o)} than version 1 on an FP8 cache "
-                  f"(time v2 / v1 = {findings.ratio_range(o)}).")
+            nb.md(f"At D = {D}, version 3 is {word(o)} than version 1 on an FP8 cache "
+                  f"(time v3 / v1 = {findings.ratio_range(o)}).")
+"""),
+("md", r"""
+**The sweep that chose version 3's configuration** (`outputs/kernels/attention_sweep.json`: every compiled
+configuration at 32k, D = 128, validated then timed in interleaved rounds). A version-3 configuration is
+`(NS ring stages, COPY, MINB blocks per SM)`; COPY 1 is a copy per tile's K and V, COPY 0 a copy per row.
+"""),
+("code", r"""
+SW = nb.recorded("kernels", "attention_sweep.json", prov=None)
+if SW:
+    sweep = ba.load(SW / "attention_sweep.json")
+    print(ba.format_sweep(sweep))
+    rows = [r for r in sweep["results"] if r.get("version") == 3 and r.get("fmt") == "fp8cvt" and r.get("config")]
+    per_row = [r for r in rows if r["config"][1] == 0]
+    tile = [r for r in rows if r["config"][1] == 1]
+    if per_row and tile:
+        b0, b1 = min(per_row, key=lambda r: r["time_us"]), min(tile, key=lambda r: r["time_us"])
+        nb.md(f"Version 3 on an FP8 cache: the best copy-per-tile configuration {tuple(b1['config'])} reads at "
+              f"{b1['fraction_of_copy_bw']:.2f} of copy bandwidth, the best copy-per-row one {tuple(b0['config'])} at "
+              f"{b0['fraction_of_copy_bw']:.2f} ({b0['time_us'] / b1['time_us']:.2f}× the time).")
+else:
+    print("No recorded sweep: run `python -m fp8lab.kernels.bench attention --sweep` on a GPU.")
 """),
 ("code", r"""
 if data is not None:
@@ -200,10 +236,12 @@ if data is not None:
 ("md", r"""
 **Reading it (the mechanisms).** A decode attention kernel at long context is a stream: its time is the cache bytes
 over the rate at which its warps keep loads in flight. Version 2 moved those bytes from registers to a shared-memory
-ring: more warps fit, but each byte now makes two trips (global to shared, shared to registers) and each warp waits
-on its own ring; if the ring holds fewer bytes in flight per SM than version 1's registers did, or the extra trip
-costs issue slots, the stream slows for every format. Compare the two versions' `xcopy` in the figure:
-that fraction, not the FP8/bf16 ratio of one version, says whether a kernel reads at the memory limit.
+ring: more warps fit, but each byte now makes two trips (global to shared, shared to registers), and every lane
+spends instructions on addresses and copies of 16 bytes. Version 3 keeps the two trips and hands the first one to
+the copy engine: what is left per tile is the arithmetic and the shared loads. Compare the versions' `xcopy` in the
+figure: that fraction, not the FP8/bf16 ratio of one version, says whether a kernel reads at the memory limit.
+At short context a fixed cost remains (the launches, the ramp of the first tiles, the split merge); it is a larger
+share of a shorter step, which is why the fraction of copy bandwidth grows with the context.
 
 ## An NVFP4 cache
 
