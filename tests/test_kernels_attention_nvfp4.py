@@ -175,6 +175,8 @@ BAD = [
                                           block_table=torch.tensor([[0, -1], [1, 3]], dtype=torch.int32), seq_lens=[3, 32]),
      "outside the pool"),
     ("unknown config", dict(config=(3, 3, 3, 3)), "is not compiled"),
+    ("unknown version", dict(version=1), "version must be one of"),
+    ("a version-3 config for version 2", dict(version=2, config=(6, 1, 4)), "version-2 config .* is not compiled"),
 ]
 
 
@@ -201,39 +203,60 @@ def test_quantize_rejects_bad_input():
 
 
 # ---- GPU ---------------------------------------------------------------------------------------------------------
-def run_kernel(kw, num_splits=None, config=None):
+def run_kernel(kw, num_splits=None, config=None, version=None):
     dev = {k: (v.to("cuda") if isinstance(v, (torch.Tensor, nv.NVFP4Cache)) else v) for k, v in kw.items()}
     out = torch.full(kw["q"].shape, float("nan"), dtype=torch.bfloat16, device="cuda")
-    nv.decode_attention_nvfp4(**dev, num_splits=num_splits, config=config, out=out)
+    nv.decode_attention_nvfp4(**dev, num_splits=num_splits, config=config, out=out, version=version)
     torch.cuda.synchronize()
     return out.cpu()
 
 
 @GPU
+@pytest.mark.parametrize("version", nv.VERSIONS)
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("layout,page", [("contig", 0), ("paged", 16), ("paged", 64)], ids=["contig", "page16", "page64"])
 @pytest.mark.parametrize("dist", ["normal", "outlier", "wide"])
 @pytest.mark.parametrize("per_head", [False, True], ids=["gtensor", "ghead"])
-def test_kernel_matches_reference(D, layout, page, dist, per_head):
+def test_kernel_matches_reference(D, layout, page, dist, per_head, version):
     kw, ref, vmax = case(B=5, Hq=8, Hk=2, D=D, lens=(1, 13, 65, 333, 1001), dist=dist, per_head=per_head, layout=layout,
                          page=page or 16, seed=zlib.crc32(repr((D, layout, page, dist, per_head)).encode()) % 1000)
-    assert_close(run_kernel(kw), ref, vmax, f"D={D} {layout}{page} {dist} per_head={per_head}")
+    assert_close(run_kernel(kw, version=version), ref, vmax, f"v{version} D={D} {layout}{page} {dist} per_head={per_head}")
 
 
 @GPU
+@pytest.mark.parametrize("version", nv.VERSIONS)
 @pytest.mark.parametrize("num_splits", [1, 2, 7, 1000])
-def test_every_split_count(num_splits):
+def test_every_split_count(num_splits, version):
     kw, ref, vmax = case(B=4, Hq=16, Hk=4, D=128, lens=(1, 16, 17, 2049), seed=num_splits)
-    assert_close(run_kernel(kw, num_splits), ref, vmax, f"S={num_splits}")
+    assert_close(run_kernel(kw, num_splits, version=version), ref, vmax, f"v{version} S={num_splits}")
 
 
 @GPU
+@pytest.mark.parametrize("version", nv.VERSIONS)
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("Hq,Hk", [(4, 4), (8, 4), (32, 8), (64, 8), (80, 8), (128, 8)],
                          ids=["G1", "G2", "G4", "G8", "G10", "G16"])
-def test_group_sizes(Hq, Hk, D):
+def test_group_sizes(Hq, Hk, D, version):
     kw, ref, vmax = case(B=2, Hq=Hq, Hk=Hk, D=D, lens=(100, 333), dist="outlier", layout="paged", page=16, seed=Hq + D)
-    assert_close(run_kernel(kw), ref, vmax, f"Hq={Hq} Hk={Hk} D={D}")
+    assert_close(run_kernel(kw, version=version), ref, vmax, f"v{version} Hq={Hq} Hk={Hk} D={D}")
+
+
+V3_CONFIGS = sorted(k for k in att.V3_KERNELS if k[0] == "nvfp4")
+
+
+@GPU
+@pytest.mark.parametrize("cfg", V3_CONFIGS, ids=["_".join(map(str, c)) for c in V3_CONFIGS])
+def test_every_compiled_v3_config(cfg):
+    """Version 3's NVFP4 instantiations: pages of 16 (whole tiles: the scale rows by the copy engine), and a contiguous
+    cache of an odd length, so that some tiles' scale rows start 8 bytes off a 16-byte boundary (the lanes copy those)
+    and the last tiles are partial (zeros past the end, NaN codes beyond in the cache)."""
+    _, D, g, *rest = cfg
+    Hq, Hk = (24, 2) if g == "g16" else (8, 2)
+    for layout, lens in (("paged", (1, 31, 999, 1500)), ("contig", (7, 499, 1000, 1000))):
+        kw, ref, vmax = case(B=4, Hq=Hq, Hk=Hk, D=D, lens=lens, dist="outlier", layout=layout, page=16,
+                             seed=zlib.crc32(repr((cfg, layout)).encode()) % 1000)
+        for S in (None, 1, 37):
+            assert_close(run_kernel(kw, S, config=tuple(rest), version=3), ref, vmax, f"{cfg} {layout} S={S}")
 
 
 CONFIGS = sorted(nv.KERNELS)
@@ -247,12 +270,13 @@ def test_every_compiled_config(cfg):
     kw, ref, vmax = case(B=4, Hq=Hq, Hk=Hk, D=D, lens=(1, 31, 999, 1500), dist="outlier", layout="paged", page=16,
                          seed=zlib.crc32(repr(cfg).encode()) % 1000)
     for S in (None, 1, 37):
-        assert_close(run_kernel(kw, S, config=tuple(rest)), ref, vmax, f"{cfg} S={S}")
+        assert_close(run_kernel(kw, S, config=tuple(rest), version=2), ref, vmax, f"{cfg} S={S}")
 
 
 @GPU
+@pytest.mark.parametrize("version", nv.VERSIONS)
 @pytest.mark.parametrize("D", [64, 128])
-def test_every_e2m1_code_and_scale_code(D):
+def test_every_e2m1_code_and_scale_code(D, version):
     """Nibbles uniform over all 16 codes, block-scale codes over every finite E4M3 code 0x00..0x7E (zero, the
     subnormals, 448): the widening (e2m1 * e4m3 * 2**-8 in bf16) must be exact for all of them."""
     gen = torch.Generator().manual_seed(D)
@@ -265,7 +289,8 @@ def test_every_e2m1_code_and_scale_code(D):
     lens = [L, 301]
     ref = nv.reference_decode_attention_nvfp4(q, kc, vc, lens)
     vmax = nv.dequantize_nvfp4_cache(vc).abs().max().item()
-    assert_close(run_kernel(dict(q=q, k_cache=kc, v_cache=vc, seq_lens=lens)), ref, vmax, f"all codes D={D}")
+    assert_close(run_kernel(dict(q=q, k_cache=kc, v_cache=vc, seq_lens=lens), version=version), ref, vmax,
+                 f"v{version} all codes D={D}")
 
 
 @GPU

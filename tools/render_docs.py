@@ -216,7 +216,7 @@ def kernel_block() -> list[str]:
             res = (f"version {r['version']} (the default): {_fmt(r['speedup_vs_bf16'])}× its bf16 twin, "
                    f"{_fmt(r['speedup_vs_torch'])}× torch SDPA, {_fmt(r['fp8_frac_copy'])} of copy bandwidth; the fastest "
                    f"FP8 kernel {_fmt(v.get('best_fp8_vs_best_bf16'))}× the fastest bf16 kernel of the run (ours or torch); "
-                   f"NVFP4 KV (version 2) {_fmt(r.get('nvfp4_vs_bf16'))}× its bf16 twin, "
+                   f"NVFP4 KV (version {r.get('nvfp4_version')}) {_fmt(r.get('nvfp4_vs_bf16'))}× its bf16 twin, "
                    f"{_fmt(v.get('best_nvfp4_vs_best_bf16'))}× the fastest bf16 kernel")
             rows.append((f"FP8-KV decode attention, {r['context'] // 1024}k context, d=128", res,
                          ", ".join(f"{g['what']} ≥ {g['threshold']}: {'met' if g['met'] else 'not met'}"

@@ -189,29 +189,37 @@ __device__ __forceinline__ void read_slots(u32 (&dst)[NA][W], const u8* base, in
 #pragma unroll
         for (int b = 0; b < NP; ++b) ld_words<PB>(&dst[a][b * (PB / 4)], base + ((a * NP + b) * 32 + lane) * PB);
 }
+// NVFP4 block-scale codes of a tile (the tile's 16 rows of SROW codes, contiguous in shared memory at ks / vs), read
+// across lanes (versions 2 and 3). K: blocks 2c, 2c+1 (D = 128) or c (D = 64) of rows r and r + 8. V: the block of the
+// lane's V dims VD*r .. VD*r + VD-1 for tokens (2c, 2c+1) and (2c+8, 2c+9), low byte first.
+template <int D, int FMT>
+__device__ __forceinline__ void read_kscales(Tile<D, FMT>& t, const u8* ksrc, int r, int c) {
+    using G_ = Geo<D, FMT>;
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb) {
+        const u8* ks = ksrc + (nb * 8 + r) * G_::SROW;
+        t.ks[nb] = G_::SROW == 8 ? (u32)*reinterpret_cast<const u16*>(ks + 2 * c) : (u32)ks[c];
+    }
+}
+template <int D, int FMT>
+__device__ __forceinline__ void read_vscales(Tile<D, FMT>& t, const u8* vs, int r, int c) {
+    using G_ = Geo<D, FMT>;
+    const int blk = (r * (D / 8)) / 16;
+    const int r0 = 2 * c;
+    t.vs01 = (u32)vs[r0 * G_::SROW + blk] | ((u32)vs[(r0 + 1) * G_::SROW + blk] << 8);
+    t.vs89 = (u32)vs[(r0 + 8) * G_::SROW + blk] | ((u32)vs[(r0 + 9) * G_::SROW + blk] << 8);
+}
 template <int D, int FMT>
 __device__ __forceinline__ void read_k(Tile<D, FMT>& t, const u8* src, int r, int c, int lane) {
     using G_ = Geo<D, FMT>;
     read_slots<G_::KP, G_::KPB>(t.k, src + G_::K_OFF, lane);
-    if constexpr (G_::NV) {
-#pragma unroll
-        for (int nb = 0; nb < 2; ++nb) {  // blocks 2c, 2c+1 (D = 128) or c (D = 64) of row nb*8 + r
-            const u8* ks = src + G_::KS_OFF + (nb * 8 + r) * G_::SROW;
-            t.ks[nb] = G_::SROW == 8 ? (u32)*reinterpret_cast<const u16*>(ks + 2 * c) : (u32)ks[c];
-        }
-    }
+    if constexpr (G_::NV) read_kscales<D, FMT>(t, src + G_::KS_OFF, r, c);
 }
 template <int D, int FMT>
 __device__ __forceinline__ void read_v(Tile<D, FMT>& t, const u8* src, int r, int c, int lane) {
     using G_ = Geo<D, FMT>;
     read_slots<G_::NVP, G_::VPB>(t.v, src + G_::V_OFF, lane);
-    if constexpr (G_::NV) {
-        const u8* vs = src + G_::VS_OFF;
-        const int blk = (r * (D / 8)) / 16;  // the block of the lane's V dims VD*r .. VD*r + VD-1
-        const int r0 = 2 * c;
-        t.vs01 = (u32)vs[r0 * G_::SROW + blk] | ((u32)vs[(r0 + 1) * G_::SROW + blk] << 8);
-        t.vs89 = (u32)vs[(r0 + 8) * G_::SROW + blk] | ((u32)vs[(r0 + 9) * G_::SROW + blk] << 8);
-    }
+    if constexpr (G_::NV) read_vscales<D, FMT>(t, src + G_::VS_OFF, r, c);
 }
 
 // ---- one query row of the FP8 / bf16 paths (versions 1 and 2) ----------------------------------------------------

@@ -1,4 +1,5 @@
-// attention_decode_v3.cu -- decode attention VERSION 3 over a bf16 or FP8 E4M3 KV cache, contiguous or paged, GQA.
+// attention_decode_v3.cu -- decode attention VERSION 3 over a bf16, FP8 E4M3 or NVFP4 KV cache, contiguous or paged,
+// GQA.
 //
 //   out[b, h*G+g, :] = softmax(q[b, h*G+g] . K[b, h]^T * sm_scale) . V[b, h]     (bf16 out, fp32 softmax)
 //
@@ -22,8 +23,10 @@
 //   * A stage is refilled only after every lane's MMAs consumed its shared loads and a __syncwarp (gemv_v4.cu found
 //     that a refill right behind the loads races).
 //   * The split merge (decode_reduce) is launched with programmatic dependent launch: its launch overlaps this kernel.
+//   * NVFP4 (version 2's layouts and arithmetic, attention_decode.cuh): a tile adds its 16 rows of K and of V
+//     block-scale codes, two more copies (or, for a partial tile, the lanes' own 4-byte loads with zeros past the end).
 // Q fragments, Q.K^T, the online softmax, P.V and the output are version 2's (attention_decode.cuh), with K's piece
-// map KMAP = 1. One tile per step (NSUB = 1), no rotation: version 2's sweep chose NSUB = 1, and the rotation bought
+// map KMAP = 1 for FP8 / bf16. One tile per step (NSUB = 1), no rotation: version 2's sweep chose NSUB = 1, and the rotation bought
 // nothing measurable on the contiguous cache.
 //
 // Needs the bulk copy engine (cp.async.bulk, mbarrier transaction counts): sm_90 and later. No host code.
@@ -34,21 +37,25 @@ DECODE_REDUCE_KERNEL
 
 namespace attn {
 
-// Shared-memory geometry of version 3: a stage is one tile, [16 K rows][16 V rows], each row RS bytes apart.
+// Shared-memory geometry of version 3: a stage is one tile, [16 K rows][16 V rows], each row RS bytes apart, then
+// for NVFP4 the tile's 16 rows of K block-scale codes and 16 of V's (SROW bytes each, contiguous: version 2's layout).
 template <int D, int FMT, int COPY>
 struct Geo3 {
     using G_ = Geo<D, FMT>;
     static constexpr int RS = G_::ROWB + (COPY == 0 ? 16 : 0);
     static constexpr int V_OFF = 16 * RS;
-    static constexpr int STAGE = 32 * RS;
-    static_assert(!G_::NV, "version 3 reads bf16 and FP8 caches (NVFP4 stays on version 2)");
-    static_assert(STAGE % 16 == 0 && G_::ROWB % 16 == 0, "bulk copies move multiples of 16 bytes to 16-byte slots");
+    static constexpr int SCB = G_::NV ? 16 * G_::SROW : 0;  // scale-code bytes of a tile, for K and again for V
+    static constexpr int KS_OFF = 32 * RS, VS_OFF = KS_OFF + SCB;
+    static constexpr int STAGE = 32 * RS + 2 * SCB;
+    static_assert(!G_::NV || COPY == 1, "NVFP4 rows are copied per tile (COPY = 1)");
+    static_assert(STAGE % 16 == 0 && G_::ROWB % 16 == 0 && SCB % 16 == 0,
+                  "bulk copies move multiples of 16 bytes to 16-byte slots");
 };
 
 template <int D, int FMT, bool TWO, int NS, int COPY>
 __device__ __forceinline__ void decode_v3_body(
     const u16* __restrict__ q, const u8* __restrict__ kpool, const u8* __restrict__ vpool,
-    const u8* __restrict__ /*ksc: version 2's NVFP4 scale pools, unused*/, const u8* __restrict__ /*vsc*/,
+    const u8* __restrict__ ksc, const u8* __restrict__ vsc,  // NVFP4 block-scale code pools (unused otherwise)
     const int* __restrict__ block_table, const int* __restrict__ seq_lens, const float* __restrict__ k_scale,
     const float* __restrict__ v_scale, int scale_stride, float sm_scale, int max_blocks, int page, int Hk, int G, int S,
     int split_len, u16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml) {
@@ -57,7 +64,7 @@ __device__ __forceinline__ void decode_v3_body(
     constexpr int NR = TWO ? 2 : 1;
     constexpr int NT = TWO ? 2 : 1;
     constexpr int OT = G_::OT;
-    constexpr float UNIT = FMT == FMT_FP8BIT ? 256.0f : 1.0f;  // the bit move's 2**-8
+    constexpr float UNIT = (FMT == FMT_FP8BIT || FMT == FMT_NVFP4) ? 256.0f : 1.0f;  // the conversions' 2**-8
     static_assert(NS >= 2, "a refill is ordered after the zero-fill stores of a partial tile by the next step's __syncwarp");
     extern __shared__ __align__(128) uint4 dyn_smem[];
 
@@ -83,13 +90,18 @@ __device__ __forceinline__ void decode_v3_body(
     const int row_lane = lane & 15;                      // the row this lane copies (COPY = 0) or zero-fills
     const u8* const pool_lane = lane < 16 ? kpool : vpool;
     const u32 slot_lane = (lane < 16 ? 0 : G3::V_OFF) + row_lane * G3::RS;
+    const u8* const scale_lane = lane < 16 ? ksc : vsc;                        // NVFP4: lanes 8 / 24 copy the scales
+    const u32 scale_slot = lane < 16 ? G3::KS_OFF : G3::VS_OFF;
     auto issue = [&](int i) {  // step i -> stage i % NS (i < nsteps); advances the cursor
         const int st = i % NS;
         const int nvalid = min(16, t1 - (t0 + 16 * i));
         const size_t row0 = ((size_t)bt[cblk] * Hk + h) * page + coff;
         const u32 dst = ring_s + st * G3::STAGE;
         const u32 bar = bar0 + 8 * st;
-        if (lane == 0) mbar_expect_tx(bar, 2 * nvalid * G_::ROWB);
+        // NVFP4 scale rows by the copy engine only for a whole tile whose rows start on a 16-byte boundary (a
+        // contiguous cache of L tokens, L not a multiple of 2, can start a tile's scale rows 8 bytes off one)
+        const bool bulk_sc = G_::NV && nvalid == 16 && ((row0 * G_::SROW) & 15) == 0;
+        if (lane == 0) mbar_expect_tx(bar, 2 * nvalid * G_::ROWB + (bulk_sc ? 2 * G3::SCB : 0));
         __syncwarp();
         if constexpr (COPY == 0) {
             if (row_lane < nvalid)
@@ -103,6 +115,21 @@ __device__ __forceinline__ void decode_v3_body(
 #pragma unroll
             for (int k = 0; k < G_::ROWB / 16; ++k) reinterpret_cast<uint4*>(z)[k] = make_uint4(0u, 0u, 0u, 0u);
             fence_proxy_async();  // ... ordered before the bulk copy that refills this slot later
+        }
+        if constexpr (G_::NV) {
+            if (bulk_sc) {  // the tile's scale rows: 16 SROW bytes each for K and V, contiguous
+                if (row_lane == 8) bulk_load_1d(dst + scale_slot, scale_lane + row0 * G_::SROW, G3::SCB, bar, policy);
+            } else {
+                // Otherwise the lanes move them (16 for K, 16 for V), 4 bytes at a time, zeros for rows past the end
+                // (a V block scale there must not be a NaN code: its zero V row times NaN would be NaN).
+#pragma unroll
+                for (int off = 4 * (lane & 15); off < G3::SCB; off += 64) {
+                    const bool ok = off / G_::SROW < nvalid;
+                    const u32 w = ok ? *reinterpret_cast<const u32*>(scale_lane + row0 * G_::SROW + off) : 0u;
+                    *reinterpret_cast<u32*>(ring + st * G3::STAGE + scale_slot + off) = w;
+                }
+                fence_proxy_async();  // ... ordered before the bulk copy that refills this slot later
+            }
         }
         coff += 16;
         if (coff >= page) { coff -= page; ++cblk; }
@@ -133,12 +160,19 @@ __device__ __forceinline__ void decode_v3_body(
         mbar_wait(bar0 + 8 * st, phase);
         const u8* cur = ring + st * G3::STAGE;
         Tile<D, FMT> t;
-        // K: lane (r, c) reads rows r and r + 8, its piece slots pp = pieces kpiece<.., 1>(c, pp)
+        // K: lane (r, c) reads rows r and r + 8: its piece slots pp = pieces kpiece<.., 1>(c, pp) (FP8 / bf16), or its
+        // KPB bytes c (NVFP4: version 2's K layout, here read from the row as it lies in the cache)
 #pragma unroll
-        for (int nb = 0; nb < 2; ++nb)
+        for (int nb = 0; nb < 2; ++nb) {
+            if constexpr (G_::NV) {
+                ld_words<G_::KPB>(&t.k[nb][0], cur + (nb * 8 + r) * G3::RS + c * G_::KPB);
+            } else {
 #pragma unroll
-            for (int pp = 0; pp < G_::KP; ++pp)
-                ld_words<16>(&t.k[nb][pp * 4], cur + (nb * 8 + r) * G3::RS + kpiece<D, FMT, 1>(c, pp) * 16);
+                for (int pp = 0; pp < G_::KP; ++pp)
+                    ld_words<16>(&t.k[nb][pp * 4], cur + (nb * 8 + r) * G3::RS + kpiece<D, FMT, 1>(c, pp) * 16);
+            }
+        }
+        if constexpr (G_::NV) read_kscales<D, FMT>(t, cur + G3::KS_OFF, r, c);
         float s[1][2][4];
         qk_tile<D, FMT>(t, qa, s[0]);
         u32 pa[1][4];
@@ -154,6 +188,7 @@ __device__ __forceinline__ void decode_v3_body(
             for (int k = 0; k < G_::NVP; ++k)
                 ld_words<G_::VPB>(&t.v[sl][k * (G_::VPB / 4)], cur + G3::V_OFF + row * G3::RS + (k * 8 + r) * G_::VPB);
         }
+        if constexpr (G_::NV) read_vscales<D, FMT>(t, cur + G3::VS_OFF, r, c);
         pv_tile<D, FMT, NT>(t, pa[0], o);
         // Every lane's MMAs consumed its shared loads: only now may the copy engine overwrite the stage.
         __syncwarp();
@@ -175,7 +210,7 @@ __device__ __forceinline__ void decode_v3_body(
 
 // Kernel name: decode_v3_<bf16|fp8cvt|fp8bit>_d<D>_<g8|g16>_s<NS>_c<COPY>_b<MINB>; 4 warps per block, MINB blocks per
 // SM asked of the register allocator. Dynamic shared memory: 4 x NS x Geo3::STAGE bytes of rings, then 4 x NS
-// mbarriers (attention_fp8kv.v3_smem). The parameters are version 2's (one launch for both; ksc / vsc unused).
+// mbarriers (attention_fp8kv.v3_smem). The parameters are version 2's (one launch for both; ksc / vsc: NVFP4 only).
 #define DECODE_V3(FMT, D, GG, NS, COPY, MINB)                                                                          \
     extern "C" __global__ void __launch_bounds__(128, MINB) decode_v3_##FMT##_d##D##_##GG##_s##NS##_c##COPY##_b##MINB( \
         const u16* q, const u8* kpool, const u8* vpool, const u8* ksc, const u8* vsc, const int* block_table,           \

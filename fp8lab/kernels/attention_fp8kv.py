@@ -289,7 +289,7 @@ def v2_kernel_name(fmt: str, D: int, g: str, cfg: tuple) -> str:
 
 
 # ---- version 3: the compiled configurations -------------------------------------------------------------------
-V3_FMTS = V2_FMTS
+V3_FMTS = V2_FMTS + ("nvfp4",)  # attention_nvfp4kv.py launches the NVFP4 kernels from the same list
 #: (format, head_dim, group kind, NS ring stages, COPY (0: one bulk copy per row into padded rows, 1: one per tile's K
 #: and V into unpadded rows), MINB blocks/SM), passed as -DFP8LAB_ATTN_V3=DECODE_V3(...)... for attention_decode_v3.cu
 V3_DEFAULTS = {
@@ -297,12 +297,15 @@ V3_DEFAULTS = {
     ("fp8cvt", 128, "g16"): (3, 1, 3), ("fp8bit", 128, "g16"): (3, 1, 3), ("bf16", 128, "g16"): (2, 1, 2),
     ("fp8cvt", 64, "g8"): (4, 1, 4), ("fp8bit", 64, "g8"): (4, 1, 4), ("bf16", 64, "g8"): (3, 1, 4),
     ("fp8cvt", 64, "g16"): (4, 1, 4), ("fp8bit", 64, "g16"): (4, 1, 4), ("bf16", 64, "g16"): (3, 1, 4),
+    ("nvfp4", 128, "g8"): (6, 1, 4), ("nvfp4", 128, "g16"): (6, 1, 3),
+    ("nvfp4", 64, "g8"): (6, 1, 4), ("nvfp4", 64, "g16"): (6, 1, 4),
 }
 #: the tuning sweep's extra candidates (head_dim 128, G <= 8: the benchmark's shape). COPY = 0 (a copy per row) is
 #: kept as measured: the bulk copy takes uniform operands, so 32 lanes' copies become a 32-pass loop in the SASS.
 V3_SWEEP = {
     ("fp8cvt", 128, "g8"): [(3, 0, 4), (2, 1, 4), (3, 1, 4), (5, 1, 2)],
     ("bf16", 128, "g8"): [(2, 0, 3), (3, 1, 2)],
+    ("nvfp4", 128, "g8"): [(4, 1, 4), (8, 1, 3), (4, 1, 3)],
 }
 V3_KERNELS = frozenset({(f, D, g) + cfg for (f, D, g), cfg in V3_DEFAULTS.items()}
                        | {(f, D, g) + cfg for (f, D, g), cfgs in V3_SWEEP.items() for cfg in cfgs})
@@ -323,6 +326,8 @@ def v3_stage_bytes(fmt: str, D: int, copy: int) -> int:
     """
     if fmt not in V3_FMTS:
         raise AttentionArgError(f"version 3 reads the caches {V3_FMTS}, not {fmt!r}")
+    if fmt == "nvfp4":  # packed rows of D/2 bytes, then the tile's K and V scale rows (D/16 bytes each)
+        return 32 * (D // 2 + (16 if copy == 0 else 0)) + 2 * 16 * (D // 16)
     rowb = D * (2 if fmt == "bf16" else 1)
     return 32 * (rowb + (16 if copy == 0 else 0))
 

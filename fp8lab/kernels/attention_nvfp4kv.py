@@ -18,7 +18,8 @@ in float64 on those values: the truth the kernel is tested against.
 
 Bytes: D/2 + D/16 per token row instead of 2 D for bf16, so the ideal speedup over the same kernel on a bf16 cache
 is 2 / 0.5625 = 3.56x at long context. The kernel widens nibbles to bf16 in registers just before each MMA (the
-design and the fragment layouts: attention_decode.cuh).
+design and the fragment layouts: attention_decode.cuh). Two versions: 2 (attention_nvfp4kv.cu, per-lane cp.async
+ring) and 3 (attention_decode_v3.cu, the default on sm_90+: the bulk copy engine fills the ring).
 """
 from __future__ import annotations
 
@@ -191,31 +192,47 @@ def check_args(q, k_cache, v_cache, seq_lens=None, block_table=None, *, check_va
 
 
 # ---- the launch ----------------------------------------------------------------------------------------------
+VERSIONS = (2, 3)
+
+
 def prepare(q, k_cache: NVFP4Cache, v_cache: NVFP4Cache, seq_lens=None, *, block_table=None,
             softmax_scale: float | None = None, num_splits: int | None = None, config: tuple | None = None,
-            out: torch.Tensor | None = None, check_values: bool = True, max_seq_len: int | None = None) -> att.Launch:
-    """Validate (before any CUDA call), plan the splits, convert arguments; returns a Launch (call it to run)."""
+            out: torch.Tensor | None = None, check_values: bool = True, max_seq_len: int | None = None,
+            version: int | None = None) -> att.Launch:
+    """Validate (before any CUDA call), plan the splits, convert arguments; returns a Launch (call it to run).
+
+    version: 2 (attention_nvfp4kv.cu: config (NSUB, NS, ROT, MINB) from KERNELS / DEFAULTS) or 3 (attention_decode_v3.cu,
+    sm_90+: config (NS, COPY, MINB) from attention_fp8kv.V3_KERNELS / V3_DEFAULTS); None: version 3 where the GPU
+    has the bulk copy engine, else 2 (attention_fp8kv.default_version)."""
     p = check_args(q, k_cache, v_cache, seq_lens, block_table, check_values=check_values)
-    att.check_config_v2("nvfp4", p, config, KERNELS, DEFAULTS)
+    if version is None:
+        version = att.default_version(q.device)
+    if version not in VERSIONS:
+        raise AttentionArgError(f"version must be one of {VERSIONS}, got {version!r}")
+    lists = (KERNELS, DEFAULTS) if version == 2 else (att.V3_KERNELS, att.V3_DEFAULTS)
+    att.check_config_v2("nvfp4", p, config, *lists, version=version)
     if q.device.type != "cuda":
         raise AttentionArgError(f"decode_attention_nvfp4 runs on CUDA tensors (got {q.device}); "
                                 "reference_decode_attention_nvfp4 is the CPU version")
+    if version == 3 and torch.cuda.get_device_capability(q.device) < att.V3_MIN_CC:
+        raise AttentionArgError("version 3 needs the bulk copy engine (compute capability >= 9.0): use version 2")
     dev = q.device
     lens_t, max_len, bt, ks, vs, stride = att._finish_args(p, q, dev, seq_lens, block_table, max_seq_len, check_values,
                                                            k_cache.global_scale, v_cache.global_scale)
     sm = float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(p.D)
     out = att._out_tensor(p, out, dev)
     tensors = dict(q=q, k=k_cache.packed, v=v_cache.packed, ksc=_u8(k_cache.scales), vsc=_u8(v_cache.scales))
-    return att.launch_v2("attention_nvfp4kv.cu", "nvfp4", p, tensors, lens_t, max_len, bt, ks, vs, stride, sm, out,
-                         config=config, num_splits=num_splits, compiled=KERNELS, defaults=DEFAULTS)
+    source = "attention_nvfp4kv.cu" if version == 2 else att.RING[3]["source"]
+    return att.launch_v2(source, "nvfp4", p, tensors, lens_t, max_len, bt, ks, vs, stride, sm, out,
+                         config=config, num_splits=num_splits, compiled=lists[0], defaults=lists[1], version=version)
 
 
 def decode_attention_nvfp4(q, k_cache: NVFP4Cache, v_cache: NVFP4Cache, seq_lens=None, *, block_table=None,
                            softmax_scale: float | None = None, num_splits: int | None = None, config: tuple | None = None,
-                           out: torch.Tensor | None = None) -> torch.Tensor:
+                           out: torch.Tensor | None = None, version: int | None = None) -> torch.Tensor:
     """bf16 [B, Hq, D] decode attention over an NVFP4 KV cache on the GPU. See the module docstring."""
     return prepare(q, k_cache, v_cache, seq_lens, block_table=block_table, softmax_scale=softmax_scale,
-                   num_splits=num_splits, config=config, out=out)()
+                   num_splits=num_splits, config=config, out=out, version=version)()
 
 
 # ---- the CPU reference: scaling's NVFP4 decode, then attention in float64 ------------------------------------------

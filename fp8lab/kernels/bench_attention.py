@@ -206,10 +206,11 @@ def contenders(D: int, sweep: bool) -> list[dict]:
            dict(name="v2_bf16kv", fmt="bf16", version=2, config=None, default=dv == 2),
            dict(name="v2_fp8kv[cvt]", fmt="fp8cvt", version=2, config=None, default=dv == 2),
            dict(name="v2_fp8kv[bit]", fmt="fp8bit", version=2, config=None, default=False),
-           dict(name="v2_nvfp4kv", fmt="nvfp4", version=2, config=None, default=True)]
+           dict(name="v2_nvfp4kv", fmt="nvfp4", version=2, config=None, default=dv == 2)]
     if v3_runs():
         out += [dict(name="v3_bf16kv", fmt="bf16", version=3, config=None, default=dv == 3),
-                dict(name="v3_fp8kv[cvt]", fmt="fp8cvt", version=3, config=None, default=dv == 3)]
+                dict(name="v3_fp8kv[cvt]", fmt="fp8cvt", version=3, config=None, default=dv == 3),
+                dict(name="v3_nvfp4kv", fmt="nvfp4", version=3, config=None, default=dv == 3)]
     if sweep:
         base = {"bf16": "bf16kv", "fp8cvt": "fp8kv[cvt]", "fp8bit": "fp8kv[bit]", "nvfp4": "nvfp4kv"}
         lists = [(2, att.V2_KERNELS | nv.KERNELS, att.V2_DEFAULTS | nv.DEFAULTS)]
@@ -294,7 +295,8 @@ def bench_problem(bench: harness.Bench, L: int, D: int, copy_gbps: float, page: 
                                   config=c["config"], max_seq_len=L, **bt(i)) for i, (kc, vc, ks, vs) in enumerate(f8)]
                 add(name, ls, ref8)
             else:
-                ls = [nv.prepare(q, kc, vc, lens, config=c["config"], max_seq_len=L, **bt(i)) for i, (kc, vc) in enumerate(f4)]
+                ls = [nv.prepare(q, kc, vc, lens, config=c["config"], max_seq_len=L, version=c["version"], **bt(i))
+                      for i, (kc, vc) in enumerate(f4)]
                 add(name, ls, ref4)
         except Exception as ex:  # a launch that cannot even be prepared: recorded, the run goes on
             notes.append({"kernel": name, "shape": shape, "error": f"{type(ex).__name__}: {str(ex).splitlines()[0][:200]}"})
@@ -431,7 +433,8 @@ def summary_rows(data: dict) -> list[dict]:
         if f8 is None:
             continue
         g = lambda r, k: r.get(k) if r else None  # noqa: E731
-        out.append(dict(layout=layout, head_dim=D, context=L, version=f8.get("version"), fp8_us=f8["time_us"],
+        out.append(dict(layout=layout, head_dim=D, context=L, version=f8.get("version"), nvfp4_version=g(f4, "version"),
+                        fp8_us=f8["time_us"],
                         bf16_us=g(b16, "time_us"), torch_us=g(tch, "time_us"), torch=g(tch, "kernel"), nvfp4_us=g(f4, "time_us"),
                         fp8_v1_us=g(f8v1, "time_us"), bf16_v1_us=g(b16v1, "time_us"),
                         speedup_vs_bf16=f8.get("speedup"), speedup_vs_torch=f8.get("speedup_vs_torch"),
@@ -463,7 +466,7 @@ def versions_table(data: dict) -> list[dict]:
             return min((r["time_us"] for r in rs), default=None)
         tch = [r for r in grp if r["kernel"].startswith("torch_sdpa") and r.get("valid", True)]
         row = dict(layout=layout, head_dim=D, context=L, torch=min((r["time_us"] for r in tch), default=None),
-                   nvfp4_v2=t("nvfp4", 2))
+                   nvfp4_v2=t("nvfp4", 2), nvfp4_v3=t("nvfp4", 3))
         for v in (1, 2, 3):
             row[f"bf16_v{v}"], row[f"fp8_v{v}"] = t("bf16", v), t("fp8cvt", v)
         q = lambda a, b: a / b if a and b else None  # noqa: E731
@@ -473,7 +476,8 @@ def versions_table(data: dict) -> list[dict]:
         bf = [row[k] for k in ("bf16_v1", "bf16_v2", "bf16_v3", "torch") if row[k]]
         f8 = [v for v in (row["fp8_v1"], row["fp8_v2"], row["fp8_v3"], t("fp8bit", 2)) if v]
         row["best_fp8_vs_best_bf16"] = q(min(bf, default=None), min(f8, default=None))
-        row["best_nvfp4_vs_best_bf16"] = q(min(bf, default=None), row["nvfp4_v2"])
+        row["best_nvfp4_vs_best_bf16"] = q(min(bf, default=None),
+                                           min((v for v in (row["nvfp4_v2"], row["nvfp4_v3"]) if v), default=None))
         out.append(row)
     return out
 
@@ -482,7 +486,7 @@ def format_versions(data: dict) -> str:
     """versions_table as text: times in us, then the ratios."""
     f = lambda v, s: "-" if v is None else format(v, s)  # noqa: E731
     hdr = (f"{'layout':11s} {'D':>4s} {'context':>8s} {'bf16 v1':>8s} {'bf16 v2':>8s} {'bf16 v3':>8s} {'fp8 v1':>8s} "
-           f"{'fp8 v2':>8s} {'fp8 v3':>8s} {'nvfp4 v2':>8s} {'torch':>8s} {'fp8 v3/v1':>9s} {'bf16 v3/v1':>10s} "
+           f"{'fp8 v2':>8s} {'fp8 v3':>8s} {'nvfp4 v2':>8s} {'nvfp4 v3':>8s} {'torch':>8s} {'fp8 v3/v1':>9s} {'bf16 v3/v1':>10s} "
            f"{'best fp8 x':>10s} {'best nvfp4 x':>12s}")
     rows = versions_table(data)
     if not rows:
@@ -491,7 +495,7 @@ def format_versions(data: dict) -> str:
     for r in rows:
         lines.append(f"{r['layout']:11s} {r['head_dim']:>4d} {r['context']:>8d} {f(r['bf16_v1'], '8.1f')} "
                      f"{f(r['bf16_v2'], '8.1f')} {f(r['bf16_v3'], '8.1f')} {f(r['fp8_v1'], '8.1f')} {f(r['fp8_v2'], '8.1f')} "
-                     f"{f(r['fp8_v3'], '8.1f')} {f(r['nvfp4_v2'], '8.1f')} {f(r['torch'], '8.1f')} "
+                     f"{f(r['fp8_v3'], '8.1f')} {f(r['nvfp4_v2'], '8.1f')} {f(r.get('nvfp4_v3'), '8.1f')} {f(r['torch'], '8.1f')} "
                      f"{f(r['v3_over_v1_fp8'], '9.2f')} {f(r['v3_over_v1_bf16'], '10.2f')} "
                      f"{f(r['best_fp8_vs_best_bf16'], '9.2f')}x {f(r['best_nvfp4_vs_best_bf16'], '11.2f')}x")
     return "\n".join(lines)
