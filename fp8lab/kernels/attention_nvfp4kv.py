@@ -19,7 +19,7 @@ in float64 on those values: the truth the kernel is tested against.
 Bytes: D/2 + D/16 per token row instead of 2 D for bf16, so the ideal speedup over the same kernel on a bf16 cache
 is 2 / 0.5625 = 3.56x at long context. The kernel widens nibbles to bf16 in registers just before each MMA (the
 design and the fragment layouts: attention_decode.cuh). Two versions: 2 (attention_nvfp4kv.cu, per-lane cp.async
-ring) and 3 (attention_decode_v3.cu, the default on sm_90+: the bulk copy engine fills the ring).
+ring; the default, measured faster here) and 3 (attention_decode_v3.cu, sm_90+: the bulk copy engine fills the ring).
 """
 from __future__ import annotations
 
@@ -34,10 +34,16 @@ from .attention_fp8kv import AttentionArgError, Problem
 HEAD_DIMS = att.HEAD_DIMS
 #: (format, head_dim, group kind, NSUB, NS, ROT, MINB): attention_decode.cuh's DECODE_V2; one list, the .cu has no other
 DEFAULTS = {
-    ("nvfp4", 128, "g8"): (1, 4, 1, 4), ("nvfp4", 128, "g16"): (1, 4, 1, 3),
+    ("nvfp4", 128, "g8"): (2, 3, 1, 3), ("nvfp4", 128, "g16"): (1, 4, 1, 3),
     ("nvfp4", 64, "g8"): (1, 4, 1, 4), ("nvfp4", 64, "g16"): (1, 4, 1, 4),
 }
-SWEEP = {("nvfp4", 128, "g8"): [(2, 3, 1, 3), (1, 6, 1, 4), (2, 4, 1, 3)]}
+#: (2, 3, 1, 3) became the D = 128, G <= 8 default from the recorded sweeps (outputs/kernels/attention_sweep.json):
+#: one softmax update per two tiles pays for NVFP4, whose tiles carry the most arithmetic per byte
+SWEEP = {("nvfp4", 128, "g8"): [(1, 4, 1, 4), (1, 6, 1, 4), (2, 4, 1, 3)]}
+#: version 2 stays the NVFP4 default: version 3's bulk copies (attention_decode_v3.cu) were measured slower on an
+#: NVFP4 cache (the sweep at 32k, D = 128): its time goes to widening nibbles, not to moving bytes, and version 3 has
+#: no multi-tile softmax step
+DEFAULT_VERSION = 2
 KERNELS = frozenset({k + cfg for k, cfg in DEFAULTS.items()} | {k + cfg for k, cfgs in SWEEP.items() for cfg in cfgs})
 BYTES_PER_ELEMENT = 0.5 + 1 / 16   # E2M1 nibble + an E4M3 scale per 16 elements (the global scale is per tensor/head)
 
@@ -202,11 +208,10 @@ def prepare(q, k_cache: NVFP4Cache, v_cache: NVFP4Cache, seq_lens=None, *, block
     """Validate (before any CUDA call), plan the splits, convert arguments; returns a Launch (call it to run).
 
     version: 2 (attention_nvfp4kv.cu: config (NSUB, NS, ROT, MINB) from KERNELS / DEFAULTS) or 3 (attention_decode_v3.cu,
-    sm_90+: config (NS, COPY, MINB) from attention_fp8kv.V3_KERNELS / V3_DEFAULTS); None: version 3 where the GPU
-    has the bulk copy engine, else 2 (attention_fp8kv.default_version)."""
+    sm_90+: config (NS, COPY, MINB) from attention_fp8kv.V3_KERNELS / V3_DEFAULTS); None: DEFAULT_VERSION."""
     p = check_args(q, k_cache, v_cache, seq_lens, block_table, check_values=check_values)
     if version is None:
-        version = att.default_version(q.device)
+        version = DEFAULT_VERSION
     if version not in VERSIONS:
         raise AttentionArgError(f"version must be one of {VERSIONS}, got {version!r}")
     lists = (KERNELS, DEFAULTS) if version == 2 else (att.V3_KERNELS, att.V3_DEFAULTS)

@@ -206,11 +206,11 @@ def contenders(D: int, sweep: bool) -> list[dict]:
            dict(name="v2_bf16kv", fmt="bf16", version=2, config=None, default=dv == 2),
            dict(name="v2_fp8kv[cvt]", fmt="fp8cvt", version=2, config=None, default=dv == 2),
            dict(name="v2_fp8kv[bit]", fmt="fp8bit", version=2, config=None, default=False),
-           dict(name="v2_nvfp4kv", fmt="nvfp4", version=2, config=None, default=dv == 2)]
+           dict(name="v2_nvfp4kv", fmt="nvfp4", version=2, config=None, default=nv.DEFAULT_VERSION == 2)]
     if v3_runs():
         out += [dict(name="v3_bf16kv", fmt="bf16", version=3, config=None, default=dv == 3),
                 dict(name="v3_fp8kv[cvt]", fmt="fp8cvt", version=3, config=None, default=dv == 3),
-                dict(name="v3_nvfp4kv", fmt="nvfp4", version=3, config=None, default=dv == 3)]
+                dict(name="v3_nvfp4kv", fmt="nvfp4", version=3, config=None, default=nv.DEFAULT_VERSION == 3)]
     if sweep:
         base = {"bf16": "bf16kv", "fp8cvt": "fp8kv[cvt]", "fp8bit": "fp8kv[bit]", "nvfp4": "nvfp4kv"}
         lists = [(2, att.V2_KERNELS | nv.KERNELS, att.V2_DEFAULTS | nv.DEFAULTS)]
