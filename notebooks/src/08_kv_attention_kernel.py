@@ -170,7 +170,8 @@ were written to close the gap between the FP8 kernel's fraction of copy bandwidt
   per-warp shared-memory ring that every lane fills with 16-byte `cp.async` copies instead of registers (about half
   the registers, twice the warps per SM), shares one softmax update over several tiles and rotates the order in which
   warps visit their tiles.
-* **Version 3** (`attention_decode_v3.cu`, the default on sm_90 and later) keeps version 2's ring and arithmetic and
+* **Version 3** (`attention_decode_v3.cu`, the default for FP8 and bf16 caches on sm_90 and later) keeps version 2's
+  ring and arithmetic and
   changes only how the bytes arrive: the **bulk copy engine** (`cp.async.bulk`) moves a tile's 16 K rows and 16 V
   rows as two contiguous runs, counted in on one mbarrier per ring stage, so a tile costs the warp two copy
   instructions instead of a few hundred address and copy instructions. Nsight Compute on versions 1 and 2 had shown
@@ -226,6 +227,16 @@ if SW:
         nb.md(f"Version 3 on an FP8 cache: the best copy-per-tile configuration {tuple(b1['config'])} reads at "
               f"{b1['fraction_of_copy_bw']:.2f} of copy bandwidth, the best copy-per-row one {tuple(b0['config'])} at "
               f"{b0['fraction_of_copy_bw']:.2f} ({b0['time_us'] / b1['time_us']:.2f}× the time).")
+    n2 = [r for r in sweep["results"] if r.get("fmt") == "nvfp4" and r.get("version") == 2]
+    n3 = [r for r in sweep["results"] if r.get("fmt") == "nvfp4" and r.get("version") == 3]
+    if n2 and n3:
+        b2, b3 = min(n2, key=lambda r: r["time_us"]), min(n3, key=lambda r: r["time_us"])
+        nb.md(f"On an NVFP4 cache the copy engine does not help: the best version-3 configuration takes "
+              f"{b3['time_us'] / b2['time_us']:.2f}× the time of the best version-2 one ({b3['fraction_of_copy_bw']:.2f} "
+              f"against {b2['fraction_of_copy_bw']:.2f} of copy bandwidth). An NVFP4 tile is 0.56 bytes per element "
+              "and every pair of nibbles is widened by integer bit moves, so its time goes to arithmetic, not to moving "
+              "bytes; version 2's step of two tiles per softmax update, which version 3 does not have, is what pays. "
+              "NVFP4 stays on version 2.")
 else:
     print("No recorded sweep: run `python -m fp8lab.kernels.bench attention --sweep` on a GPU.")
 """),
