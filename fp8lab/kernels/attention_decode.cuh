@@ -449,6 +449,16 @@ __device__ __forceinline__ void rescale_o(float (&o)[NT][OT][4], const float (&a
         }                                                                                                                \
     }
 
+// ---- the row sums l of rows r (and r + 8) over the 4 lanes of a quad, at the end of a split (versions 2 and 3) -----
+template <int NR>
+__device__ __forceinline__ void quad_sum_rows(float (&l)[2]) {
+#pragma unroll
+    for (int ri = 0; ri < NR; ++ri) {
+        l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 1);
+        l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 2);
+    }
+}
+
 // ---- the tokens [t0, t1) of split `split` (split_len each) of sequence b; false: an empty split, which the reduce
 // never reads (versions 1 and 2)
 __device__ __forceinline__ bool split_range(const int* __restrict__ seq_lens, int b, int split, int S, int split_len,
@@ -631,11 +641,7 @@ __device__ __forceinline__ void decode_v2_body(
 
     // ---- finish: row sums over the quad, then write --------------------------------------------------------
     const float vs = v_scale[h * scale_stride] * UNIT;
-#pragma unroll
-    for (int ri = 0; ri < NR; ++ri) {
-        l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 1);
-        l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 2);
-    }
+    quad_sum_rows<NR>(l);
     ATTN_VA_FINISH();
 }
 

@@ -198,11 +198,7 @@ __device__ __forceinline__ void decode_v3_body(
 
     // ---- finish: row sums over the quad, then write --------------------------------------------------------
     const float vs = v_scale[h * scale_stride] * UNIT;
-#pragma unroll
-    for (int ri = 0; ri < NR; ++ri) {
-        l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 1);
-        l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 2);
-    }
+    quad_sum_rows<NR>(l);
     ATTN_VA_FINISH();
 }
 
