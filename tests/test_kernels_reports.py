@@ -88,6 +88,7 @@ def test_attention_versions_compare_best_with_best():
     assert abs(r["best_fp8_vs_best_bf16"] - 240 / 150) < 1e-12                         # torch is the best bf16
     assert abs(r["best_nvfp4_vs_best_bf16"] - 240 / 120) < 1e-12
     assert r["fp8_v3"] is None and r["v3_over_v1_fp8"] is None                          # no version 3 in this run
+    assert "1.27" in ba.format_versions(data)                                           # v2/v1 = 190/150
     # version 3 beside them: its FP8 row becomes the best FP8 kernel, and the v3/v1 column shows it
     data["results"] += [_att("v3_fp8kv[cvt]", "fp8cvt", 3, 125.0), _att("v3_bf16kv", "bf16", 3, 250.0)]
     r = ba.versions_table(data)[0]

@@ -291,11 +291,12 @@ def test_summary_table_renders(built):
 
 
 def test_attention_v3_reads_the_cache_through_the_bulk_copy_engine(built):
-    """Decode attention version 3: the cache arrives by cp.async.bulk (UBLKCP) counted on mbarriers, never by a global
-    load: the token loop (the innermost loop holding the MMAs) has no LDG of 64 bits or more (the only ones in the
-    kernel are Q's, before it), and the warp reads each tile back with shared loads (K: 2 x KP per lane, V: 4 x NVP)
-    feeding the step's MMAs (Q.K^T: 2 x D/16, P.V: D/16 per 8 heads). The tile's refill follows every shared load and
-    MMA of the step (a refill right behind the loads raced in gemv_v4)."""
+    """Decode attention version 3: the cache rows arrive by cp.async.bulk (UBLKCP) counted on mbarriers: the token loop
+    (the innermost loop holding the MMAs) has no global load of 64 bits or more (Q's are before it; NVFP4's scale rows
+    of a partial or misaligned tile are the lanes' 32-bit loads), and the warp reads each tile back with shared loads
+    (K: 2 x KP per lane, V: 4 x NVP, plus NVFP4's scale codes) feeding the step's MMAs (Q.K^T: 2 x D/16, P.V: D/16 per
+    8 heads). The tile's refill follows every shared load and MMA of the step (a refill right behind the loads raced
+    in gemv_v4)."""
     from fp8lab.kernels import attention_fp8kv as att
 
     for cc in (90, 120, 121):
@@ -306,8 +307,8 @@ def test_attention_v3_reads_the_cache_through_the_bulk_copy_engine(built):
             assert k.count("UBLKCP") >= 1 and k.has(r"SYNCS\.ARRIVE\.TRANS64"), what
             body = [t for t in k.loop_body(innermost=True) if t]
             assert not [t for t in body if re.match(r"LDG\.E\S*\.(64|128)", t)], what
-            rowb = D * (2 if fmt == "bf16" else 1)
-            kp, nvp = max(1, rowb // 64), max(1, rowb // 128)
+            rowb = {"bf16": 2 * D, "nvfp4": D // 2}.get(fmt, D)
+            kp, nvp = (1, 1) if fmt == "nvfp4" else (max(1, rowb // 64), max(1, rowb // 128))
             lds = sum(1 for t in body if t.startswith("LDS") and " RZ," not in t)
             assert lds >= 2 * kp + 4 * nvp, (what, lds)
             nt = 2 if g == "g16" else 1

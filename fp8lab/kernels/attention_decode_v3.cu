@@ -9,14 +9,15 @@
 // shared-memory ring and arithmetic and changes how the bytes arrive: the BULK COPY ENGINE moves whole rows.
 //
 //   * A 16-token tile is 16 K rows and 16 V rows. COPY = 0: every lane copies one row (lanes 0-15 K, 16-31 V) with one
-//     cp.async.bulk each -- one instruction per tile for the warp -- into a row slot of ROWB + 16 bytes. COPY = 1:
+//     cp.async.bulk each into a row slot of ROWB + 16 bytes -- one instruction in the source, but the copy takes
+//     uniform operands, so ptxas issues it in a loop over the lanes' distinct addresses (32 passes). COPY = 1:
 //     lanes 0 and 16 copy the tile's K and V rows as two runs of 16 ROWB bytes (a page holds whole tiles, so a tile's
 //     rows are contiguous) into unpadded rows. Each stage of the per-warp ring has one mbarrier; lane 0 announces the
 //     stage's bytes (expect_tx) and the copy engine counts them in. L2 policy evict_first: the cache is read once.
 //   * Rows 16 bytes apart in the banks (COPY = 0) make the shared loads conflict-free: a phase of 8 lanes reads rows
 //     r, r+1 (K, with the "pairs" piece map kpiece<KMAP = 1> in attention_decode.cuh) or 4 rows at two offsets (V)
-//     and every lane lands in its own 16-byte bank group. COPY = 1 saves the padding and pays 2-way (K) and 4-way
-//     (V) conflicts: both are compiled, the bench measures them side by side.
+//     and every lane lands in its own 16-byte bank group. COPY = 1 saves the padding and the copy loop and pays 2-way
+//     (K) and 4-way (V) conflicts: both are compiled, the bench's sweep measures them side by side.
 //   * A tile that ends inside a sequence: only its valid rows are copied; the lanes of V rows past the end write
 //     zeros instead (a stale V row could hold a NaN code, and NaN * 0 is NaN), then fence.proxy.async so that the
 //     later bulk copy into the same slot is ordered after those stores. K rows past the end are masked by the softmax.
@@ -65,7 +66,9 @@ __device__ __forceinline__ void decode_v3_body(
     constexpr int NT = TWO ? 2 : 1;
     constexpr int OT = G_::OT;
     constexpr float UNIT = (FMT == FMT_FP8BIT || FMT == FMT_NVFP4) ? 256.0f : 1.0f;  // the conversions' 2**-8
-    static_assert(NS >= 2, "a refill is ordered after the zero-fill stores of a partial tile by the next step's __syncwarp");
+    static_assert(NS >= 2, "the lanes' zero-fill and scale stores into a stage reach the other lanes' reads of it through "
+                           "the __syncwarp of a step in between (with NS = 1 only the mbarrier wait, which orders the "
+                           "copy engine's writes, not the lanes')");
     extern __shared__ __align__(128) uint4 dyn_smem[];
 
     const int lane = threadIdx.x & 31, r = lane >> 2, c = lane & 3;
@@ -98,9 +101,11 @@ __device__ __forceinline__ void decode_v3_body(
         const size_t row0 = ((size_t)bt[cblk] * Hk + h) * page + coff;
         const u32 dst = ring_s + st * G3::STAGE;
         const u32 bar = bar0 + 8 * st;
-        // NVFP4 scale rows by the copy engine only for a whole tile whose rows start on a 16-byte boundary (a
-        // contiguous cache of L tokens, L not a multiple of 2, can start a tile's scale rows 8 bytes off one)
-        const bool bulk_sc = G_::NV && nvalid == 16 && ((row0 * G_::SROW) & 15) == 0;
+        // NVFP4 scale rows by the copy engine only for a whole tile whose scale rows start on a 16-byte boundary in
+        // both pools (a contiguous cache whose length is not a multiple of 16 / SROW starts some tiles' scale rows
+        // 4, 8 or 12 bytes off one; so does a pool view with a storage offset)
+        const bool bulk_sc = G_::NV && nvalid == 16 &&
+                             (((unsigned long long)(ksc + row0 * G_::SROW) | (unsigned long long)(vsc + row0 * G_::SROW)) & 15) == 0;
         if (lane == 0) mbar_expect_tx(bar, 2 * nvalid * G_::ROWB + (bulk_sc ? 2 * G3::SCB : 0));
         __syncwarp();
         if constexpr (COPY == 0) {
@@ -114,7 +119,7 @@ __device__ __forceinline__ void decode_v3_body(
             u8* z = ring + st * G3::STAGE + slot_lane;
 #pragma unroll
             for (int k = 0; k < G_::ROWB / 16; ++k) reinterpret_cast<uint4*>(z)[k] = make_uint4(0u, 0u, 0u, 0u);
-            fence_proxy_async();  // ... ordered before the bulk copy that refills this slot later
+            fence_proxy_async();  // defensive: a partial tile is its split's last, so no later copy refills the slot
         }
         if constexpr (G_::NV) {
             if (bulk_sc) {  // the tile's scale rows: 16 SROW bytes each for K and V, contiguous
@@ -128,7 +133,7 @@ __device__ __forceinline__ void decode_v3_body(
                     const u32 w = ok ? *reinterpret_cast<const u32*>(scale_lane + row0 * G_::SROW + off) : 0u;
                     *reinterpret_cast<u32*>(ring + st * G3::STAGE + scale_slot + off) = w;
                 }
-                fence_proxy_async();  // ... ordered before the bulk copy that refills this slot later
+                fence_proxy_async();  // generic stores, ordered before any later bulk copy into this slot
             }
         }
         coff += 16;

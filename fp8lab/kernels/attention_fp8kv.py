@@ -237,10 +237,21 @@ VERSIONS = (1, 2, 3)
 #: version 3 unless pv="vb" is asked for (only version 1 has that layout) or the GPU predates sm_90 (version 2 then);
 #: the measured choice: outputs/kernels/attention.json (the sweep at 32k, D = 128, and every recorded shape)
 DEFAULT_VERSION = 3
-#: the versions whose tiles in flight live in a shared-memory ring (one launch function, launch_ring)
+#: the versions whose tiles in flight live in a shared-memory ring (one launch function, launch_v2)
 RING_VERSIONS = (2, 3)
-#: version 3 needs the bulk copy engine (cp.async.bulk): compute capability 9.0 and later
-V3_MIN_CC = (9, 0)
+V3_SOURCE = "attention_decode_v3.cu"
+
+
+def v3_available(device=None) -> bool:
+    """Whether version 3 runs on this CUDA device: its source builds for the device's arch (sources.py: the bulk copy
+    engine, sm_90 and later). The one rule the launch, the defaults, the bench and the tests ask."""
+    from .sources import get
+
+    dev = torch.device("cuda" if device is None else device)
+    if dev.type != "cuda":
+        return False
+    major, minor = torch.cuda.get_device_capability(dev)
+    return get(V3_SOURCE).builds_for(10 * major + minor)
 WARPS_PER_BLOCK_V2 = 4
 V2_FMTS = ("bf16", "fp8cvt", "fp8bit")
 #: (format, head_dim, group kind, NSUB tiles per softmax step, NS ring stages, ROT rotated order, MINB blocks/SM)
@@ -326,10 +337,7 @@ def v3_stage_bytes(fmt: str, D: int, copy: int) -> int:
     """
     if fmt not in V3_FMTS:
         raise AttentionArgError(f"version 3 reads the caches {V3_FMTS}, not {fmt!r}")
-    if fmt == "nvfp4":  # packed rows of D/2 bytes, then the tile's K and V scale rows (D/16 bytes each)
-        return 32 * (D // 2 + (16 if copy == 0 else 0)) + 2 * 16 * (D // 16)
-    rowb = D * (2 if fmt == "bf16" else 1)
-    return 32 * (rowb + (16 if copy == 0 else 0))
+    return v2_tile_bytes(fmt, D) + (32 * 16 if copy == 0 else 0)  # version 2's tile, rows padded by 16 bytes (COPY 0)
 
 
 def v3_smem(fmt: str, D: int, ns: int, copy: int, warps: int = WARPS_PER_BLOCK_V2) -> int:
@@ -349,7 +357,7 @@ def v3_kernel_name(fmt: str, D: int, g: str, cfg: tuple) -> str:
 RING = {
     2: dict(source="attention_decode_v2.cu", compiled=lambda: V2_KERNELS, defaults=lambda: V2_DEFAULTS,
             name=v2_kernel_name, smem=lambda fmt, D, cfg: v2_smem(fmt, D, cfg[0], cfg[1]), fields="(NSUB, NS, ROT, MINB)"),
-    3: dict(source="attention_decode_v3.cu", compiled=lambda: V3_KERNELS, defaults=lambda: V3_DEFAULTS,
+    3: dict(source=V3_SOURCE, compiled=lambda: V3_KERNELS, defaults=lambda: V3_DEFAULTS,
             name=v3_kernel_name, smem=lambda fmt, D, cfg: v3_smem(fmt, D, cfg[0], cfg[1]), fields="(NS, COPY, MINB)"),
 }
 
@@ -504,6 +512,11 @@ def launch_v2(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, bt,
     ring = RING[version]
     g = "g16" if p.G > 8 else "g8"
     cfg = check_config_v2(fmt, p, config, compiled, defaults, version)
+    if version == 3:  # the bulk copy engine moves 16-byte-aligned runs: every pool's rows start on 16 bytes
+        for name in ("k", "v"):
+            if tensors[name].data_ptr() % 16:
+                raise AttentionArgError(f"version 3 needs the {name} cache 16-byte aligned (a view with a storage "
+                                        f"offset is not); pass .clone() or use version 2")
     dev = tensors["q"].device
     cp = _cuda._cupy()
     mod = _cuda.load_module(source)
@@ -536,7 +549,7 @@ def default_version(device) -> int:
     """DEFAULT_VERSION where the GPU has what it needs (version 3: sm_90+), else version 2; for a CPU tensor
     DEFAULT_VERSION (prepare refuses CPU tensors with its own message)."""
     dev = torch.device(device)
-    if DEFAULT_VERSION == 3 and dev.type == "cuda" and torch.cuda.get_device_capability(dev) < V3_MIN_CC:
+    if DEFAULT_VERSION == 3 and dev.type == "cuda" and not v3_available(dev):
         return 2
     return DEFAULT_VERSION
 
@@ -556,6 +569,8 @@ def check_config_v2(fmt: str, p, config, compiled=None, defaults=None, version: 
         raise AttentionArgError(f"config must be a tuple {ring['fields']}, got {config!r}") from None
     except KeyError:
         raise AttentionArgError(f"version {version} has no kernel for {fmt} D={p.D} {g}") from None
+    if len(cfg) != ring["fields"].count(",") + 1:
+        raise AttentionArgError(f"config must be a tuple {ring['fields']} for version {version}, got {config!r}")
     if cfg not in compiled:
         raise AttentionArgError(f"version-{version} config {cfg} is not compiled for {fmt} D={p.D} {g}; "
                                 f"compiled: {sorted(compiled)}")
@@ -591,8 +606,8 @@ def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=Non
     if q.device.type != "cuda":
         raise AttentionArgError(f"decode_attention runs on CUDA tensors (got {q.device}); "
                                 "reference_decode_attention is the CPU version")
-    if version == 3 and torch.cuda.get_device_capability(q.device) < V3_MIN_CC:
-        raise AttentionArgError(f"version 3 needs the bulk copy engine (compute capability >= 9.0); this GPU is "
+    if version == 3 and not v3_available(q.device):
+        raise AttentionArgError(f"version 3 needs the bulk copy engine (sm_90 and later); this GPU is "
                                 f"{'.'.join(map(str, torch.cuda.get_device_capability(q.device)))}: use version 1 or 2")
     dev = q.device
     lens_t, max_len, bt, ks, vs, stride = _finish_args(p, q, dev, seq_lens, block_table, max_seq_len, check_values,

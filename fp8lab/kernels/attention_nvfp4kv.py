@@ -219,8 +219,8 @@ def prepare(q, k_cache: NVFP4Cache, v_cache: NVFP4Cache, seq_lens=None, *, block
     if q.device.type != "cuda":
         raise AttentionArgError(f"decode_attention_nvfp4 runs on CUDA tensors (got {q.device}); "
                                 "reference_decode_attention_nvfp4 is the CPU version")
-    if version == 3 and torch.cuda.get_device_capability(q.device) < att.V3_MIN_CC:
-        raise AttentionArgError("version 3 needs the bulk copy engine (compute capability >= 9.0): use version 2")
+    if version == 3 and not att.v3_available(q.device):
+        raise AttentionArgError("version 3 needs the bulk copy engine (sm_90 and later): use version 2")
     dev = q.device
     lens_t, max_len, bt, ks, vs, stride = att._finish_args(p, q, dev, seq_lens, block_table, max_seq_len, check_values,
                                                            k_cache.global_scale, v_cache.global_scale)

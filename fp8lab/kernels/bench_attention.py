@@ -226,11 +226,9 @@ def contenders(D: int, sweep: bool) -> list[dict]:
 
 def v3_runs() -> bool:
     """Version 3 needs the bulk copy engine (sm_90+): on an older GPU the bench leaves it out."""
-    import torch
-
     from . import attention_fp8kv as att
 
-    return torch.cuda.get_device_capability() >= att.V3_MIN_CC
+    return att.v3_available()
 
 
 def _kv_bytes(fmt: str, L: int, D: int) -> int:
@@ -486,7 +484,8 @@ def format_versions(data: dict) -> str:
     """versions_table as text: times in us, then the ratios."""
     f = lambda v, s: "-" if v is None else format(v, s)  # noqa: E731
     hdr = (f"{'layout':11s} {'D':>4s} {'context':>8s} {'bf16 v1':>8s} {'bf16 v2':>8s} {'bf16 v3':>8s} {'fp8 v1':>8s} "
-           f"{'fp8 v2':>8s} {'fp8 v3':>8s} {'nvfp4 v2':>8s} {'nvfp4 v3':>8s} {'torch':>8s} {'fp8 v3/v1':>9s} {'bf16 v3/v1':>10s} "
+           f"{'fp8 v2':>8s} {'fp8 v3':>8s} {'nvfp4 v2':>8s} {'nvfp4 v3':>8s} {'torch':>8s} {'fp8 v2/v1':>9s} "
+           f"{'fp8 v3/v1':>9s} {'bf16 v3/v1':>10s} "
            f"{'best fp8 x':>10s} {'best nvfp4 x':>12s}")
     rows = versions_table(data)
     if not rows:
@@ -496,7 +495,7 @@ def format_versions(data: dict) -> str:
         lines.append(f"{r['layout']:11s} {r['head_dim']:>4d} {r['context']:>8d} {f(r['bf16_v1'], '8.1f')} "
                      f"{f(r['bf16_v2'], '8.1f')} {f(r['bf16_v3'], '8.1f')} {f(r['fp8_v1'], '8.1f')} {f(r['fp8_v2'], '8.1f')} "
                      f"{f(r['fp8_v3'], '8.1f')} {f(r['nvfp4_v2'], '8.1f')} {f(r.get('nvfp4_v3'), '8.1f')} {f(r['torch'], '8.1f')} "
-                     f"{f(r['v3_over_v1_fp8'], '9.2f')} {f(r['v3_over_v1_bf16'], '10.2f')} "
+                     f"{f(r['v2_over_v1_fp8'], '9.2f')} {f(r['v3_over_v1_fp8'], '9.2f')} {f(r['v3_over_v1_bf16'], '10.2f')} "
                      f"{f(r['best_fp8_vs_best_bf16'], '9.2f')}x {f(r['best_nvfp4_vs_best_bf16'], '11.2f')}x")
     return "\n".join(lines)
 
@@ -680,9 +679,12 @@ def main(argv=None) -> int:
     k4 = torch.zeros(1, HK, 1024, 128, dtype=torch.bfloat16, device="cuda")
     bench.ceilings["torch_sdpa_default_backend_L1k"] = sdpa_default_choice(q4, k4, k4)
     from . import attention_fp8kv as att
+    from . import attention_nvfp4kv as nv
 
     bench.extra.update(pytest=pytest_summary(args.pytest_log), kernel_registers=kernel_registers(), goals=None,
-                       defaults=dict(version=att.DEFAULT_VERSION, conv=att.DEFAULT_CONV,
+                       defaults=dict(version=att.default_version(torch.device("cuda")), conv=att.DEFAULT_CONV,
+                                     nvfp4=dict(version=nv.DEFAULT_VERSION,
+                                                v2={"/".join(map(str, k)): v for k, v in nv.DEFAULTS.items()}),
                                      v2={"/".join(map(str, k)): v for k, v in att.V2_DEFAULTS.items()},
                                      v3={"/".join(map(str, k)): v for k, v in att.V3_DEFAULTS.items()}),
                        sweep=bool(args.sweep))

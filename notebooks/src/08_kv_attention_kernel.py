@@ -21,7 +21,7 @@ read here — this notebook never times anything on a CPU.
 ("code", r"""
 from fp8lab import findings
 from fp8lab import notebook as nb
-from fp8lab.kernels import attention_fp8kv as att, bench_attention as ba, report
+from fp8lab.kernels import attention_fp8kv as att, attention_nvfp4kv as nv, bench_attention as ba, report
 
 SMALL = nb.small()          # the tests set this: a smaller numerics example
 """),
@@ -167,8 +167,8 @@ The design above is **version 1** (`attention_fp8kv.cu`, kept as it was measured
 were written to close the gap between the FP8 kernel's fraction of copy bandwidth and the bf16 one's:
 
 * **Version 2** (`attention_decode.cuh`, instantiated by `attention_decode_v2.cu`) keeps the tiles in flight in a
-  per-warp shared-memory ring that every lane fills with 16-byte `cp.async` copies instead of registers (about half
-  the registers, twice the warps per SM), shares one softmax update over several tiles and rotates the order in which
+  per-warp shared-memory ring that every lane fills with 16-byte `cp.async` copies instead of registers (fewer
+  registers per warp, so more warps per SM), shares one softmax update over several tiles and rotates the order in which
   warps visit their tiles.
 * **Version 3** (`attention_decode_v3.cu`, the default for FP8 and bf16 caches on sm_90 and later) keeps version 2's
   ring and arithmetic and
@@ -177,8 +177,8 @@ were written to close the gap between the FP8 kernel's fraction of copy bandwidt
   instructions instead of a few hundred address and copy instructions. Nsight Compute on versions 1 and 2 had shown
   the L2 busier than the DRAM for the same bytes; the copy engine asks the L2 for whole lines. A copy per *row*
   (into padded rows that the shared loads read without bank conflicts) is compiled too and measured in the sweep
-  below: the copy instruction takes uniform operands, so ptxas turns 32 lanes' copies into a 32-pass loop, and that
-  loop costs more than the bank conflicts it avoids.
+  below: the copy instruction takes uniform operands, so ptxas turns 32 lanes' copies into a 32-pass loop. Which
+  costs more, that loop or the bank conflicts of unpadded rows, is what the sweep answers.
 
 Each version is timed in the same run, so whether a new version is faster is a measurement. `fp8 v3/v1` and
 `bf16 v3/v1` are time ratios (**above 1: version 3 is slower**). The last two columns are the comparison a user makes:
@@ -200,7 +200,7 @@ if data is not None:
     best = [r["best_fp8_vs_best_bf16"] for r in VT if r["best_fp8_vs_best_bf16"]]
     if best:
         nb.md("A goal written as *FP8 over bf16, the same kernel* can be met for the wrong reason, by a version whose "
-              "bf16 twin slowed down more (version 2's did). Against the fastest bf16 kernel of the run, the fastest "
+              "bf16 twin is slow. Against the fastest bf16 kernel of the run, the fastest "
               f"FP8 kernel is {findings.ratio_range(best)}× as fast, the NVFP4 kernel "
               f"{findings.ratio_range([r['best_nvfp4_vs_best_bf16'] for r in VT if r['best_nvfp4_vs_best_bf16']])}×.")
     for D in sorted({r["head_dim"] for r in ba.versions_table(data)} - {128}):
@@ -226,17 +226,22 @@ if SW:
         b0, b1 = min(per_row, key=lambda r: r["time_us"]), min(tile, key=lambda r: r["time_us"])
         nb.md(f"Version 3 on an FP8 cache: the best copy-per-tile configuration {tuple(b1['config'])} reads at "
               f"{b1['fraction_of_copy_bw']:.2f} of copy bandwidth, the best copy-per-row one {tuple(b0['config'])} at "
-              f"{b0['fraction_of_copy_bw']:.2f} ({b0['time_us'] / b1['time_us']:.2f}× the time).")
+              f"{b0['fraction_of_copy_bw']:.2f} ({b0['time_us'] / b1['time_us']:.2f}× the time): "
+              + ("the copy loop costs more than the bank conflicts it avoids." if b0["time_us"] > b1["time_us"]
+                 else "here the padded rows pay for their copy loop."))
     n2 = [r for r in sweep["results"] if r.get("fmt") == "nvfp4" and r.get("version") == 2]
     n3 = [r for r in sweep["results"] if r.get("fmt") == "nvfp4" and r.get("version") == 3]
     if n2 and n3:
         b2, b3 = min(n2, key=lambda r: r["time_us"]), min(n3, key=lambda r: r["time_us"])
-        nb.md(f"On an NVFP4 cache the copy engine does not help: the best version-3 configuration takes "
-              f"{b3['time_us'] / b2['time_us']:.2f}× the time of the best version-2 one ({b3['fraction_of_copy_bw']:.2f} "
-              f"against {b2['fraction_of_copy_bw']:.2f} of copy bandwidth). An NVFP4 tile is 0.56 bytes per element "
-              "and every pair of nibbles is widened by integer bit moves, so its time goes to arithmetic, not to moving "
-              "bytes; version 2's step of two tiles per softmax update, which version 3 does not have, is what pays. "
-              "NVFP4 stays on version 2.")
+        ratio = b3["time_us"] / b2["time_us"]
+        nb.md(f"On an NVFP4 cache the best version-3 configuration takes {ratio:.2f}× the time of the best version-2 "
+              f"one {tuple(b2['config'])} ({b3['fraction_of_copy_bw']:.2f} against {b2['fraction_of_copy_bw']:.2f} of "
+              "copy bandwidth)" + (
+                  ": the copy engine does not help there. An NVFP4 tile is 0.5625 bytes per element and every pair of "
+                  "nibbles is widened by integer bit moves, so its time goes to arithmetic rather than to moving bytes; "
+                  f"version 2's best configuration updates the softmax once per {b2['config'][0]} tile(s), which version "
+                  "3 cannot." if ratio > 1 else ".") +
+              f" The NVFP4 default is version {nv.DEFAULT_VERSION}.")
 else:
     print("No recorded sweep: run `python -m fp8lab.kernels.bench attention --sweep` on a GPU.")
 """),
@@ -252,7 +257,8 @@ spends instructions on addresses and copies of 16 bytes. Version 3 keeps the two
 the copy engine: what is left per tile is the arithmetic and the shared loads. Compare the versions' `xcopy` in the
 figure: that fraction, not the FP8/bf16 ratio of one version, says whether a kernel reads at the memory limit.
 At short context a fixed cost remains (the launches, the ramp of the first tiles, the split merge); it is a larger
-share of a shorter step, which is why the fraction of copy bandwidth grows with the context.
+share of a shorter step, so the fraction of copy bandwidth should grow with the context: compare the rows of the
+summary table above.
 
 ## An NVFP4 cache
 

@@ -89,10 +89,24 @@ def attention_digests(g: torch.Generator) -> dict:
                         y = att.decode_attention(*args8, **kw, k_scale=ks, v_scale=vs, conv=f[3:], version=2,
                                                  config=tuple(cfg))
                     out[f"attn v2 {f} {tuple(cfg)} {tag}"] = _h(y)
+                for f, d, gg, *cfg in sorted(att.V3_KERNELS) if att.v3_available() else ():
+                    if d != D or gg != gk or f == "nvfp4":
+                        continue
+                    if f == "bf16":
+                        y = att.decode_attention(*argsb, **kw, version=3, config=tuple(cfg))
+                    else:
+                        y = att.decode_attention(*args8, **kw, k_scale=ks, v_scale=vs, conv=f[3:], version=3,
+                                                 config=tuple(cfg))
+                    out[f"attn v3 {f} {tuple(cfg)} {tag}"] = _h(y)
                 if layout == "contiguous":
                     for f, d, gg, *cfg in sorted(nv.KERNELS):
                         if d == D and gg == gk:
-                            out[f"attn nvfp4kv {tuple(cfg)} {tag}"] = _h(nv.decode_attention_nvfp4(q, k4, v4, lens, config=tuple(cfg)))
+                            out[f"attn nvfp4kv {tuple(cfg)} {tag}"] = _h(nv.decode_attention_nvfp4(
+                                q, k4, v4, lens, config=tuple(cfg), version=2))
+                    for f, d, gg, *cfg in sorted(att.V3_KERNELS) if att.v3_available() else ():
+                        if f == "nvfp4" and d == D and gg == gk:
+                            out[f"attn v3 nvfp4kv {tuple(cfg)} {tag}"] = _h(nv.decode_attention_nvfp4(
+                                q, k4, v4, lens, config=tuple(cfg), version=3))
     return out
 
 

@@ -84,7 +84,8 @@ elif [ "$PART" = 2a ]; then
   stage "attention sweep (every compiled configuration at 32k, D = 128)"
   timeout 60 python3 -m fp8lab.kernels.bench attention --sweep --out "$K/attention_sweep.json" > "$L/attention_sweep.log" 2>&1; echo "attention sweep rc=$?" >> "$L/steps_$PART.txt"
   stage "attention bench"
-  timeout 130 python3 -m fp8lab.kernels.bench attention --budget-s 100 --out "$K/attention.json" > "$L/attention.log" 2>&1; echo "attention rc=$?" >> "$L/steps_$PART.txt"
+  timeout 130 python3 -m fp8lab.kernels.bench attention --budget-s 100 --pytest-log "$L/pytest_attention.log" \
+      --out "$K/attention.json" > "$L/attention.log" 2>&1; echo "attention rc=$?" >> "$L/steps_$PART.txt"
   decode_layer
 elif [ "$PART" = 3 ]; then
   stage "gemm bench (prefill climb and grid, W8A8 gate)"
