@@ -80,24 +80,14 @@ def attention_digests(g: torch.Generator) -> dict:
                     for conv in att.FP8_CONVS:
                         out[f"attn v1 fp8{conv} {pv} {tag}"] = _h(att.decode_attention(
                             *args8, **kw, k_scale=ks, v_scale=vs, conv=conv, pv=pv, version=1))
-                for f, d, gg, *cfg in sorted(att.V2_KERNELS):
-                    if d != D or gg != gk:
-                        continue
-                    if f == "bf16":
-                        y = att.decode_attention(*argsb, **kw, version=2, config=tuple(cfg))
-                    else:
-                        y = att.decode_attention(*args8, **kw, k_scale=ks, v_scale=vs, conv=f[3:], version=2,
+                for ver, kernels in ((2, att.V2_KERNELS), (3, att.V3_KERNELS if att.v3_available() else ())):
+                    for f, d, gg, *cfg in sorted(kernels):
+                        if d != D or gg != gk or f == "nvfp4":
+                            continue
+                        fp8 = dict(k_scale=ks, v_scale=vs, conv=f[3:]) if f != "bf16" else {}
+                        y = att.decode_attention(*(argsb if f == "bf16" else args8), **kw, **fp8, version=ver,
                                                  config=tuple(cfg))
-                    out[f"attn v2 {f} {tuple(cfg)} {tag}"] = _h(y)
-                for f, d, gg, *cfg in sorted(att.V3_KERNELS) if att.v3_available() else ():
-                    if d != D or gg != gk or f == "nvfp4":
-                        continue
-                    if f == "bf16":
-                        y = att.decode_attention(*argsb, **kw, version=3, config=tuple(cfg))
-                    else:
-                        y = att.decode_attention(*args8, **kw, k_scale=ks, v_scale=vs, conv=f[3:], version=3,
-                                                 config=tuple(cfg))
-                    out[f"attn v3 {f} {tuple(cfg)} {tag}"] = _h(y)
+                        out[f"attn v{ver} {f} {tuple(cfg)} {tag}"] = _h(y)
                 if layout == "contiguous":
                     for f, d, gg, *cfg in sorted(nv.KERNELS):
                         if d == D and gg == gk:
