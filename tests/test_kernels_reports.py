@@ -99,3 +99,20 @@ def test_attention_versions_compare_best_with_best():
 def test_attention_versions_of_a_one_version_recording():
     legacy = {"results": [{"kernel": "ours_fp8kv[cvt,pv]", "time_us": 1.0, "default": True}]}
     assert ba.versions_table(legacy) == [] and "one version" in ba.format_versions(legacy)
+
+
+def test_attention_fixed_cost_fit_on_a_known_line():
+    """t = 8 + MB / 4 (us, i.e. 4 TB/s): the fit recovers both terms; at the shortest context the fixed part is its
+    share of the time, and the kernel would read at xcopy * t / (t - 8) without it."""
+    recs = []
+    for L, mb in ((16384, 200.0), (32768, 400.0), (131072, 1600.0)):
+        t = 8 + mb / 4
+        recs.append(_att("v3_fp8kv[cvt]", "fp8cvt", 3, t, context=L, bytes=mb * 1e6, fraction_of_copy_bw=mb / t / 4.2))
+    recs.append(_att("v3_fp8kv[cvt]{2,1,4}", "fp8cvt", 3, 1.0, context=16384, bytes=1e6, sweep=True))  # left out
+    rows = ba.fixed_cost_fit({"results": recs})
+    assert [r["kernel"] for r in rows] == ["v3_fp8kv[cvt]"]
+    r = rows[0]
+    assert abs(r["fixed_us"] - 8) < 1e-9 and abs(r["rate_TBps"] - 4) < 1e-9 and abs(r["r2"] - 1) < 1e-12
+    assert r["shortest"] == 16384 and abs(r["fixed_share"] - 8 / 58) < 1e-12
+    assert abs(r["xcopy_without_fixed"] - 4 / 4.2) < 1e-12   # 200 MB in 50 us = 4 TB/s
+    assert "v3_fp8kv[cvt]" in ba.format_fixed_cost({"results": recs})

@@ -27,7 +27,8 @@ per-call median of the replays (harness.graph_time_us). Copy bandwidth is measur
 D = 128, beside versions 1 and torch: the run that chose the defaults (V2_DEFAULTS / DEFAULTS).
 
 Report functions for notebooks (read the JSON; nothing is timed on a CPU): load, summary_rows, format_summary,
-goals_table, format_goals, format_sweep, format_provenance, plot_speedup, plot_bandwidth, goal_met.
+goals_table, format_goals, format_sweep, format_provenance, plot_speedup, plot_bandwidth, goal_met,
+fixed_cost_fit, format_fixed_cost.
 """
 from __future__ import annotations
 
@@ -497,6 +498,39 @@ def format_versions(data: dict) -> str:
                      f"{f(r['fp8_v3'], '8.1f')} {f(r['nvfp4_v2'], '8.1f')} {f(r.get('nvfp4_v3'), '8.1f')} {f(r['torch'], '8.1f')} "
                      f"{f(r['v2_over_v1_fp8'], '9.2f')} {f(r['v3_over_v1_fp8'], '9.2f')} {f(r['v3_over_v1_bf16'], '10.2f')} "
                      f"{f(r['best_fp8_vs_best_bf16'], '9.2f')}x {f(r['best_nvfp4_vs_best_bf16'], '11.2f')}x")
+    return "\n".join(lines)
+
+
+def fixed_cost_fit(data: dict, head_dim: int = 128, layout: str = "contiguous") -> list[dict]:
+    """Per kernel (sweep rows left out): time = fixed + cache bytes / rate over the run's contexts (report.
+    fixed_plus_stream), and what the fixed part costs at the shortest context: `fixed_share` of its time, and the
+    fraction of copy bandwidth the kernel would read there without it (`xcopy_without_fixed`)."""
+    from .report import fixed_plus_stream
+
+    res = [r for r in data.get("results", []) if not r.get("sweep") and r.get("head_dim") == head_dim
+           and r.get("layout") == layout and r.get("valid", True) and r.get("bytes")]
+    rows = []
+    for name in dict.fromkeys(r["kernel"] for r in res):
+        rs = sorted((r for r in res if r["kernel"] == name), key=lambda r: r["context"])
+        fit = fixed_plus_stream((r["bytes"] / 1e6, r["time_us"]) for r in rs)
+        if fit is None:
+            continue
+        short = rs[0]
+        left = short["time_us"] - fit["fixed_us"]
+        rows.append(dict(kernel=name, contexts=[r["context"] for r in rs], **fit, shortest=short["context"],
+                         fixed_share=fit["fixed_us"] / short["time_us"],
+                         xcopy_without_fixed=(short["fraction_of_copy_bw"] * short["time_us"] / left) if left > 0 else None))
+    return rows
+
+
+def format_fixed_cost(data: dict, head_dim: int = 128) -> str:
+    f = lambda v, s: "-" if v is None else format(v, s)  # noqa: E731
+    hdr = (f"{'kernel':28s} {'fixed us':>9s} {'rate TB/s':>10s} {'r2':>6s} {'shortest':>9s} {'fixed share':>11s} "
+           f"{'xcopy w/o fixed':>15s}")
+    lines = [hdr, "-" * len(hdr)]
+    for r in fixed_cost_fit(data, head_dim):
+        lines.append(f"{r['kernel']:28s} {r['fixed_us']:9.1f} {f(r['rate_TBps'], '10.2f')} {f(r['r2'], '6.3f')} "
+                     f"{r['shortest']:>9d} {r['fixed_share']:11.2f} {f(r['xcopy_without_fixed'], '15.2f')}")
     return "\n".join(lines)
 
 

@@ -365,7 +365,7 @@ def fixed_cost_fit(data: dict, M: int = 1) -> list[dict]:
 
         fixed_cost_fit({"results": [records of t = 5 + bytes / 4e6 us]}) -> [{"fixed_us": 5.0, "rate_TBps": 4.0, ...}]
     """
-    import numpy as np
+    from .report import fixed_plus_stream
 
     best: dict = {}
     for r in data.get("results", []):
@@ -377,16 +377,10 @@ def fixed_cost_fit(data: dict, M: int = 1) -> list[dict]:
             best[key] = r
     rows = []
     for name in sorted({k[0] for k in best}):
-        pts = [(r["weight_bytes"] / 1e6, r["time_us"]) for k, r in best.items() if k[0] == name]
-        if len(pts) < 3:
-            continue
-        x, y = np.array(pts).T
-        (fixed, slope), *_ = np.linalg.lstsq(np.vstack([np.ones_like(x), x]).T, y, rcond=None)
-        pred = fixed + slope * x
-        ss = float(((y - y.mean()) ** 2).sum())
-        rows.append({"kernel": name, "M": M, "shapes": len(pts), "fixed_us": float(fixed),
-                     "rate_TBps": float(1 / slope) if slope > 0 else None,
-                     "r2": 1 - float(((y - pred) ** 2).sum()) / ss if ss > 0 else None})
+        fit = fixed_plus_stream((r["weight_bytes"] / 1e6, r["time_us"]) for k, r in best.items() if k[0] == name)
+        if fit is not None:
+            rows.append({"kernel": name, "M": M, "shapes": fit["points"], "fixed_us": fit["fixed_us"],
+                         "rate_TBps": fit["rate_TBps"], "r2": fit["r2"]})
     return rows
 
 

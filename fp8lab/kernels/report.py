@@ -104,6 +104,29 @@ def summarize(family: str, live: bool | None = None, timeout: int = 900, extra_a
     return load_and_summarize(out, live=True, family=family)
 
 
+def fixed_plus_stream(points) -> dict | None:
+    """time = fixed + bytes / rate, fitted by least squares to (MB, us) points: the one fit of the decode reports
+    (gemm_report.fixed_cost_fit, bench_attention.fixed_cost_fit). None for fewer than 3 points.
+
+    `fixed_us`: the part of a call that does not grow with the bytes (launches, ramp-up, the tail, a merge);
+    `rate_TBps`: the streaming rate once running (None if the times do not grow with the bytes); `r2`: how well a
+    straight line explains the times.
+
+        fixed_plus_stream([(100, 30.0), (200, 55.0), (400, 105.0)]) -> {"fixed_us": 5.0, "rate_TBps": 4.0, "r2": 1.0, ...}
+    """
+    import numpy as np
+
+    pts = list(points)
+    if len(pts) < 3:
+        return None
+    x, y = np.array(pts, dtype=float).T
+    (fixed, slope), *_ = np.linalg.lstsq(np.vstack([np.ones_like(x), x]).T, y, rcond=None)
+    pred = fixed + slope * x
+    ss = float(((y - y.mean()) ** 2).sum())
+    return {"points": len(pts), "fixed_us": float(fixed), "rate_TBps": float(1 / slope) if slope > 0 else None,
+            "r2": 1 - float(((y - pred) ** 2).sum()) / ss if ss > 0 else None}
+
+
 def _fmt(v, spec: str) -> str:
     if v is None:
         return "-"

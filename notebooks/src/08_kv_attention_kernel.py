@@ -283,6 +283,30 @@ if data is not None:
                                       for g in miss) + ".")
 """),
 ("md", r"""
+**Why a short context misses.** Each kernel's time over the recorded contexts is fitted as
+`fixed + cache bytes / rate` (`ba.fixed_cost_fit`, three points per kernel, so `r2` says little beyond "a line
+fits"): the fixed part is what a call costs regardless of the context (the launches, the first tiles' latency, the
+split merge), the rate is how fast the kernel streams once running. `fixed share` is that fixed part's share of the
+shortest context's time, and `xcopy w/o fixed` the fraction of copy bandwidth the kernel would read there without it.
+"""),
+("code", r"""
+if data is not None:
+    print(ba.format_fixed_cost(data))
+    FC = {r["kernel"]: r for r in ba.fixed_cost_fit(data)}
+    ours = next((r for r in ba.summary_rows(data) if r["layout"] == "contiguous" and r["head_dim"] == 128), None)
+    name = f"v{ours['version']}_fp8kv[cvt]" if ours else None
+    t = next((r for k, r in FC.items() if k.startswith("torch_sdpa[default")), None)
+    if name in FC and t:
+        f = FC[name]
+        nb.md(f"Our default FP8 kernel pays **{f['fixed_us']:.1f} µs** per call whatever the context and streams at "
+              f"**{f['rate_TBps']:.2f} TB/s**; torch's pick pays {t['fixed_us']:.1f} µs and streams its bf16 cache at "
+              f"{t['rate_TBps']:.2f} TB/s. At {f['shortest'] // 1024}k the fixed part is {f['fixed_share']:.0%} of our "
+              f"FP8 step; without it the kernel would read at {f['xcopy_without_fixed']:.2f} of copy bandwidth there. "
+              "A fixed cost paid on half the bytes weighs twice as much in the ratio to torch" +
+              (", and a stream slower than torch's leaves less than the factor of two that the bytes promise."
+               if f["rate_TBps"] and t["rate_TBps"] and f["rate_TBps"] < t["rate_TBps"] else "."))
+"""),
+("md", r"""
 ## Chunked prefill: where an FP8 cache stops paying
 
 Seed 004 saw a long document's first token come *later* with an FP8 KV cache than with a bf16 one. In prefill, a
