@@ -116,3 +116,22 @@ def test_attention_fixed_cost_fit_on_a_known_line():
     assert r["shortest"] == 16384 and abs(r["fixed_share"] - 8 / 58) < 1e-12
     assert abs(r["xcopy_without_fixed"] - 4 / 4.2) < 1e-12   # 200 MB in 50 us = 4 TB/s
     assert "v3_fp8kv[cvt]" in ba.format_fixed_cost({"results": recs})
+    ours, tch = ba.fixed_cost_default_vs_torch({"results": recs})
+    assert ours["kernel"] == "v3_fp8kv[cvt]" and tch is None                  # no torch row in this run
+    recs += [_att("torch_sdpa[default=cudnn]", "torch", None, 4 + mb / 5, context=L, bytes=mb * 1e6 * 2,
+                  fraction_of_copy_bw=0.9) for L, mb in ((16384, 200.0), (32768, 400.0), (131072, 1600.0))]
+    ours, tch = ba.fixed_cost_default_vs_torch({"results": recs})
+    assert ours["kernel"] == "v3_fp8kv[cvt]" and tch["kernel"] == "torch_sdpa[default=cudnn]"
+    assert abs(tch["fixed_us"] - 4) < 1e-9 and abs(tch["rate_TBps"] - 10) < 1e-9
+
+
+def test_attention_sweep_best_picks_per_version_and_copy_mode():
+    recs = [_att("v3_fp8kv[cvt]", "fp8cvt", 3, 130.0, config=[4, 1, 3]),
+            _att("v3_fp8kv[cvt]{3,0,4}", "fp8cvt", 3, 170.0, config=[3, 0, 4], sweep=True),
+            _att("v3_fp8kv[cvt]{2,1,4}", "fp8cvt", 3, 120.0, config=[2, 1, 4], sweep=True, valid=False),  # invalid
+            _att("v2_nvfp4kv", "nvfp4", 2, 109.0, config=[2, 3, 1, 3])]
+    d = {"results": recs}
+    assert ba.sweep_best(d, "fp8cvt", 3, copy=1)["time_us"] == 130.0
+    assert ba.sweep_best(d, "fp8cvt", 3, copy=0)["time_us"] == 170.0
+    assert ba.sweep_best(d, "fp8cvt", 3)["time_us"] == 130.0
+    assert ba.sweep_best(d, "nvfp4", 3) is None and ba.sweep_best(d, "nvfp4", 2)["time_us"] == 109.0

@@ -237,7 +237,7 @@ VERSIONS = (1, 2, 3)
 #: version 3 unless pv="vb" is asked for (only version 1 has that layout) or the GPU predates sm_90 (version 2 then);
 #: the measured choice: outputs/kernels/attention.json (the sweep at 32k, D = 128, and every recorded shape)
 DEFAULT_VERSION = 3
-#: the versions whose tiles in flight live in a shared-memory ring (one launch function, launch_v2)
+#: the versions whose tiles in flight live in a shared-memory ring (one launch function, launch_ring)
 RING_VERSIONS = (2, 3)
 V3_SOURCE = "attention_decode_v3.cu"
 
@@ -252,6 +252,15 @@ def v3_available(device=None) -> bool:
         return False
     major, minor = torch.cuda.get_device_capability(dev)
     return get(V3_SOURCE).builds_for(10 * major + minor)
+
+
+def require_v3(device, instead: str) -> None:
+    """AttentionArgError (one line) where version 3 cannot run; `instead` names what to use."""
+    if not v3_available(device):
+        cc = ".".join(map(str, torch.cuda.get_device_capability(device)))
+        raise AttentionArgError(f"version 3 needs the bulk copy engine (sm_90 and later); this GPU is {cc}: use {instead}")
+
+
 WARPS_PER_BLOCK_V2 = 4
 V2_FMTS = ("bf16", "fp8cvt", "fp8bit")
 #: (format, head_dim, group kind, NSUB tiles per softmax step, NS ring stages, ROT rotated order, MINB blocks/SM)
@@ -501,7 +510,7 @@ def _out_tensor(p, out, dev):
     return out
 
 
-def launch_v2(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, bt, ks, vs, stride: int, sm: float,
+def launch_ring(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, bt, ks, vs, stride: int, sm: float,
               out, config=None, num_splits=None, compiled=None, defaults=None, version: int = 2) -> Launch:
     """The launch of the ring versions (2 and 3) for any format (attention_nvfp4kv.py uses it too).
 
@@ -511,7 +520,7 @@ def launch_v2(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, bt,
     """
     ring = RING[version]
     g = "g16" if p.G > 8 else "g8"
-    cfg = check_config_v2(fmt, p, config, compiled, defaults, version)
+    cfg = check_ring_config(fmt, p, config, compiled, defaults, version)
     if version == 3:  # the bulk copy engine moves 16-byte-aligned runs: every pool's rows start on 16 bytes
         for name in ("k", "v"):
             if tensors[name].data_ptr() % 16:
@@ -554,7 +563,7 @@ def default_version(device) -> int:
     return DEFAULT_VERSION
 
 
-def check_config_v2(fmt: str, p, config, compiled=None, defaults=None, version: int = 2) -> tuple:
+def check_ring_config(fmt: str, p, config, compiled=None, defaults=None, version: int = 2) -> tuple:
     """The config of a ring version (2 or 3) to run (config, or the default), raising AttentionArgError if it is not
     compiled. compiled / defaults: the caller's lists (None: this module's lists of that version; attention_nvfp4kv
     passes its own)."""
@@ -602,13 +611,12 @@ def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=Non
     if version == 1 and config is not None:
         raise AttentionArgError("config applies to versions 2 and 3 only")
     if version in RING_VERSIONS:
-        check_config_v2(f"fp8{conv}" if p.fp8 else "bf16", p, config, version=version)
+        check_ring_config(f"fp8{conv}" if p.fp8 else "bf16", p, config, version=version)
     if q.device.type != "cuda":
         raise AttentionArgError(f"decode_attention runs on CUDA tensors (got {q.device}); "
                                 "reference_decode_attention is the CPU version")
-    if version == 3 and not v3_available(q.device):
-        raise AttentionArgError(f"version 3 needs the bulk copy engine (sm_90 and later); this GPU is "
-                                f"{'.'.join(map(str, torch.cuda.get_device_capability(q.device)))}: use version 1 or 2")
+    if version == 3:
+        require_v3(q.device, "version 1 or 2")
     dev = q.device
     lens_t, max_len, bt, ks, vs, stride = _finish_args(p, q, dev, seq_lens, block_table, max_seq_len, check_values,
                                                        k_scale, v_scale)
@@ -618,7 +626,7 @@ def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=Non
     vc = _codes(v_cache) if p.fp8 else v_cache
     if version in RING_VERSIONS:
         fmt = f"fp8{conv}" if p.fp8 else "bf16"
-        return launch_v2(RING[version]["source"], fmt, p, dict(q=q, k=kc, v=vc), lens_t, max_len, bt, ks, vs, stride, sm,
+        return launch_ring(RING[version]["source"], fmt, p, dict(q=q, k=kc, v=vc), lens_t, max_len, bt, ks, vs, stride, sm,
                          out, config=config, num_splits=num_splits, version=version)
 
     cp = _cuda._cupy()

@@ -215,12 +215,12 @@ def prepare(q, k_cache: NVFP4Cache, v_cache: NVFP4Cache, seq_lens=None, *, block
     if version not in VERSIONS:
         raise AttentionArgError(f"version must be one of {VERSIONS}, got {version!r}")
     lists = (KERNELS, DEFAULTS) if version == 2 else (att.V3_KERNELS, att.V3_DEFAULTS)
-    att.check_config_v2("nvfp4", p, config, *lists, version=version)
+    att.check_ring_config("nvfp4", p, config, *lists, version=version)
     if q.device.type != "cuda":
         raise AttentionArgError(f"decode_attention_nvfp4 runs on CUDA tensors (got {q.device}); "
                                 "reference_decode_attention_nvfp4 is the CPU version")
-    if version == 3 and not att.v3_available(q.device):
-        raise AttentionArgError("version 3 needs the bulk copy engine (sm_90 and later): use version 2")
+    if version == 3:
+        att.require_v3(q.device, "version 2")
     dev = q.device
     lens_t, max_len, bt, ks, vs, stride = att._finish_args(p, q, dev, seq_lens, block_table, max_seq_len, check_values,
                                                            k_cache.global_scale, v_cache.global_scale)
@@ -228,7 +228,7 @@ def prepare(q, k_cache: NVFP4Cache, v_cache: NVFP4Cache, seq_lens=None, *, block
     out = att._out_tensor(p, out, dev)
     tensors = dict(q=q, k=k_cache.packed, v=v_cache.packed, ksc=_u8(k_cache.scales), vsc=_u8(v_cache.scales))
     source = "attention_nvfp4kv.cu" if version == 2 else att.RING[3]["source"]
-    return att.launch_v2(source, "nvfp4", p, tensors, lens_t, max_len, bt, ks, vs, stride, sm, out,
+    return att.launch_ring(source, "nvfp4", p, tensors, lens_t, max_len, bt, ks, vs, stride, sm, out,
                          config=config, num_splits=num_splits, compiled=lists[0], defaults=lists[1], version=version)
 
 

@@ -28,7 +28,7 @@ D = 128, beside versions 1 and torch: the run that chose the defaults (V2_DEFAUL
 
 Report functions for notebooks (read the JSON; nothing is timed on a CPU): load, summary_rows, format_summary,
 goals_table, format_goals, format_sweep, format_provenance, plot_speedup, plot_bandwidth, goal_met,
-fixed_cost_fit, format_fixed_cost.
+sweep_best, fixed_cost_fit, fixed_cost_default_vs_torch, format_fixed_cost.
 """
 from __future__ import annotations
 
@@ -208,14 +208,14 @@ def contenders(D: int, sweep: bool) -> list[dict]:
            dict(name="v2_fp8kv[cvt]", fmt="fp8cvt", version=2, config=None, default=dv == 2),
            dict(name="v2_fp8kv[bit]", fmt="fp8bit", version=2, config=None, default=False),
            dict(name="v2_nvfp4kv", fmt="nvfp4", version=2, config=None, default=nv.DEFAULT_VERSION == 2)]
-    if v3_runs():
+    if att.v3_available():  # sm_90+: on an older GPU the bench leaves version 3 out
         out += [dict(name="v3_bf16kv", fmt="bf16", version=3, config=None, default=dv == 3),
                 dict(name="v3_fp8kv[cvt]", fmt="fp8cvt", version=3, config=None, default=dv == 3),
                 dict(name="v3_nvfp4kv", fmt="nvfp4", version=3, config=None, default=nv.DEFAULT_VERSION == 3)]
     if sweep:
         base = {"bf16": "bf16kv", "fp8cvt": "fp8kv[cvt]", "fp8bit": "fp8kv[bit]", "nvfp4": "nvfp4kv"}
         lists = [(2, att.V2_KERNELS | nv.KERNELS, att.V2_DEFAULTS | nv.DEFAULTS)]
-        if v3_runs():
+        if att.v3_available():
             lists.append((3, att.V3_KERNELS, att.V3_DEFAULTS))
         for version, kernels, defaults in lists:
             for f, d, g, *cfg in sorted(kernels):
@@ -223,13 +223,6 @@ def contenders(D: int, sweep: bool) -> list[dict]:
                     out.append(dict(name=f"v{version}_{base[f]}{{{','.join(map(str, cfg))}}}", fmt=f, version=version,
                                     config=tuple(cfg), default=False, sweep=True))
     return out
-
-
-def v3_runs() -> bool:
-    """Version 3 needs the bulk copy engine (sm_90+): on an older GPU the bench leaves it out."""
-    from . import attention_fp8kv as att
-
-    return att.v3_available()
 
 
 def _kv_bytes(fmt: str, L: int, D: int) -> int:
@@ -357,7 +350,7 @@ def kernel_registers() -> dict:
                        ("attention_decode_v2.cu", [att.v2_kernel_name(f, D, g, tuple(cfg)) for f, D, g, *cfg in sorted(att.V2_KERNELS)]),
                        ("attention_nvfp4kv.cu", [att.v2_kernel_name(f, D, g, tuple(cfg)) for f, D, g, *cfg in sorted(nv.KERNELS)]),
                        ("attention_decode_v3.cu", [att.v3_kernel_name(f, D, g, tuple(cfg)) for f, D, g, *cfg in sorted(att.V3_KERNELS)]
-                        if v3_runs() else [])):
+                        if att.v3_available() else [])):
         if not names:
             continue
         mod = load_module(src)
@@ -501,6 +494,14 @@ def format_versions(data: dict) -> str:
     return "\n".join(lines)
 
 
+def sweep_best(data: dict, fmt: str, version: int, copy: int | None = None) -> dict | None:
+    """The fastest valid record of a format and version in a run (a sweep's every configuration); copy: version 3's
+    COPY field (1: a copy per tile, 0: a copy per row) or None for any."""
+    rs = [r for r in data.get("results", []) if r.get("fmt") == fmt and r.get("version") == version
+          and r.get("config") and r.get("valid", True) and (copy is None or r["config"][1] == copy)]
+    return min(rs, key=lambda r: r["time_us"], default=None)
+
+
 def fixed_cost_fit(data: dict, head_dim: int = 128, layout: str = "contiguous") -> list[dict]:
     """Per kernel (sweep rows left out): time = fixed + cache bytes / rate over the run's contexts (report.
     fixed_plus_stream), and what the fixed part costs at the shortest context: `fixed_share` of its time, and the
@@ -521,6 +522,16 @@ def fixed_cost_fit(data: dict, head_dim: int = 128, layout: str = "contiguous") 
                          fixed_share=fit["fixed_us"] / short["time_us"],
                          xcopy_without_fixed=(short["fraction_of_copy_bw"] * short["time_us"] / left) if left > 0 else None))
     return rows
+
+
+def fixed_cost_default_vs_torch(data: dict, head_dim: int = 128) -> tuple[dict | None, dict | None]:
+    """(the default FP8 kernel's fixed_cost_fit row, torch's pick's), contiguous cache; None where not recorded."""
+    fits = fixed_cost_fit(data, head_dim)
+    ver = next((r["version"] for r in summary_rows(data) if r["layout"] == "contiguous" and r["head_dim"] == head_dim),
+               None)
+    ours = next((r for r in fits if r["kernel"] == f"v{ver}_fp8kv[cvt]"), None)
+    torch_pick = next((r for r in fits if r["kernel"].startswith("torch_sdpa[default")), None)
+    return ours, torch_pick
 
 
 def format_fixed_cost(data: dict, head_dim: int = 128) -> str:

@@ -219,20 +219,15 @@ SW = nb.recorded("kernels", "attention_sweep.json", prov=None)
 if SW:
     sweep = ba.load(SW / "attention_sweep.json")
     print(ba.format_sweep(sweep))
-    rows = [r for r in sweep["results"] if r.get("version") == 3 and r.get("fmt") == "fp8cvt" and r.get("config")]
-    per_row = [r for r in rows if r["config"][1] == 0]
-    tile = [r for r in rows if r["config"][1] == 1]
-    if per_row and tile:
-        b0, b1 = min(per_row, key=lambda r: r["time_us"]), min(tile, key=lambda r: r["time_us"])
+    b0, b1 = ba.sweep_best(sweep, "fp8cvt", 3, copy=0), ba.sweep_best(sweep, "fp8cvt", 3, copy=1)
+    if b0 and b1:
         nb.md(f"Version 3 on an FP8 cache: the best copy-per-tile configuration {tuple(b1['config'])} reads at "
               f"{b1['fraction_of_copy_bw']:.2f} of copy bandwidth, the best copy-per-row one {tuple(b0['config'])} at "
               f"{b0['fraction_of_copy_bw']:.2f} ({b0['time_us'] / b1['time_us']:.2f}× the time): "
               + ("the copy loop costs more than the bank conflicts it avoids." if b0["time_us"] > b1["time_us"]
                  else "here the padded rows pay for their copy loop."))
-    n2 = [r for r in sweep["results"] if r.get("fmt") == "nvfp4" and r.get("version") == 2]
-    n3 = [r for r in sweep["results"] if r.get("fmt") == "nvfp4" and r.get("version") == 3]
-    if n2 and n3:
-        b2, b3 = min(n2, key=lambda r: r["time_us"]), min(n3, key=lambda r: r["time_us"])
+    b2, b3 = ba.sweep_best(sweep, "nvfp4", 2), ba.sweep_best(sweep, "nvfp4", 3)
+    if b2 and b3:
         ratio = b3["time_us"] / b2["time_us"]
         nb.md(f"On an NVFP4 cache the best version-3 configuration takes {ratio:.2f}× the time of the best version-2 "
               f"one {tuple(b2['config'])} ({b3['fraction_of_copy_bw']:.2f} against {b2['fraction_of_copy_bw']:.2f} of "
@@ -292,12 +287,8 @@ shortest context's time, and `xcopy w/o fixed` the fraction of copy bandwidth th
 ("code", r"""
 if data is not None:
     print(ba.format_fixed_cost(data))
-    FC = {r["kernel"]: r for r in ba.fixed_cost_fit(data)}
-    ours = next((r for r in ba.summary_rows(data) if r["layout"] == "contiguous" and r["head_dim"] == 128), None)
-    name = f"v{ours['version']}_fp8kv[cvt]" if ours else None
-    t = next((r for k, r in FC.items() if k.startswith("torch_sdpa[default")), None)
-    if name in FC and t:
-        f = FC[name]
+    f, t = ba.fixed_cost_default_vs_torch(data)
+    if f and t:
         nb.md(f"Our default FP8 kernel pays **{f['fixed_us']:.1f} µs** per call whatever the context and streams at "
               f"**{f['rate_TBps']:.2f} TB/s**; torch's pick pays {t['fixed_us']:.1f} µs and streams its bf16 cache at "
               f"{t['rate_TBps']:.2f} TB/s. At {f['shortest'] // 1024}k the fixed part is {f['fixed_share']:.0%} of our "
