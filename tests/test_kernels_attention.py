@@ -261,7 +261,7 @@ def test_cpu_tensors_get_a_clear_error():
 
 
 # ---- GPU: the kernel against the reference ----------------------------------------------------------------------
-def run_kernel(kw, conv="cvt", num_splits=None, pv=att.DEFAULT_PV, version=None, config=None):
+def run_kernel(kw, conv="cvt", num_splits=None, pv=att.DEFAULT_PV, version=None, config=None, merge=None):
     """Move the inputs to the GPU, poison the output (NaN), run, return the output on the CPU."""
     if version == 3 and not att.v3_available():
         pytest.skip("version 3 needs the bulk copy engine (sm_90 and later)")
@@ -269,7 +269,7 @@ def run_kernel(kw, conv="cvt", num_splits=None, pv=att.DEFAULT_PV, version=None,
     out = torch.full(kw["q"].shape, float("nan"), dtype=torch.bfloat16, device="cuda")
     fp8 = kw["k_cache"].dtype == torch.uint8
     att.decode_attention(**dev, conv=conv if fp8 else att.DEFAULT_CONV, num_splits=num_splits, pv=pv, out=out,
-                         version=version, config=config)
+                         version=version, config=config, merge=merge)
     torch.cuda.synchronize()
     return out.cpu()
 
@@ -353,7 +353,9 @@ def test_every_compiled_v3_config(cfg):
     contiguous cache whose length is not a multiple of 16, lengths that end inside a tile after full tiles went through
     the same ring stage (copies stop at the last valid row: case() puts NaN codes past every sequence's end, so a copy
     that read past it shows in the output), one split and many. The zero-fill of V rows past the end:
-    test_v3_zero_fills_v_rows_past_the_end."""
+    test_v3_zero_fills_v_rows_past_the_end. Both merges of the splits: inside the kernel (S = 37: 10 blocks per
+    (sequence, kv head), most of them past a short sequence's end, with nothing to do but join the merge) and by the
+    reduce kernel."""
     fmt, D, g, ns, copy, minb = cfg
     kind, conv = ("bf16", "cvt") if fmt == "bf16" else ("fp8", fmt[3:])
     Hq, Hk = (24, 2) if g == "g16" else (8, 2)
@@ -362,7 +364,50 @@ def test_every_compiled_v3_config(cfg):
         kw, ref, vmax = case(B=4, Hq=Hq, Hk=Hk, D=D, lens=lens, kind=kind, dist="outlier", layout=layout, page=page or 16,
                              seed=zlib.crc32(repr((cfg, layout, page)).encode()) % 1000)
         for S in (None, 1, 37):
-            assert_close(run_kernel(kw, conv, S, version=3, config=cfg[3:]), ref, vmax, kind, f"{cfg} {layout}{page} S={S}")
+            for merge in (True, False):
+                assert_close(run_kernel(kw, conv, S, version=3, config=cfg[3:], merge=merge), ref, vmax, kind,
+                             f"{cfg} {layout}{page} S={S} merge={merge}")
+
+
+@GPU
+@pytest.mark.parametrize("S", [None, 8, 37])
+def test_v3_in_kernel_merge_repeats_and_replays(S):
+    """The in-kernel merge counts each (sequence, kv head)'s blocks as they finish and the last one sets its counter
+    back to 0: the same prepared launch, called again and again and replayed in a CUDA graph, gives the same output
+    each time (a counter left behind would make a later call merge early, with partials missing). One Launch object,
+    its output poisoned before every call."""
+    if not att.v3_available():
+        pytest.skip("version 3 needs the bulk copy engine (sm_90 and later)")
+    kw, ref, vmax = case(B=4, Hq=32, Hk=8, D=128, lens=(1, 700, 3000, 4096), kind="fp8", dist="outlier", seed=5)
+    dev = {k: (v.cuda() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+    out = torch.empty(kw["q"].shape, dtype=torch.bfloat16, device="cuda")
+    fn = att.prepare(**dev, num_splits=S, out=out, version=3, merge=True)
+    assert fn.info["merge"] == "kernel" and fn.info["num_splits"] > 4
+    for i in range(3):
+        out.fill_(float("nan"))
+        fn()
+        torch.cuda.synchronize()
+        assert_close(out.cpu(), ref, vmax, "fp8", f"call {i} S={S}")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        fn()  # warm-up on the capture stream
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=stream):
+            fn()
+    torch.cuda.synchronize()
+    for i in range(3):
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        assert_close(out.cpu(), ref, vmax, "fp8", f"graph replay {i} S={S}")
+
+
+def test_merge_is_a_version_3_choice():
+    """merge= selects version 3's merge; asked of another version it is a one-line error before any CUDA call."""
+    kw, _, _ = case(B=1, Hq=8, Hk=2, D=64, lens=(40,), kind="fp8", seed=1)
+    for version in (1, 2):
+        with pytest.raises(att.AttentionArgError, match="merge applies to version 3 only"):
+            att.prepare(**kw, version=version, merge=True)
 
 
 @GPU
@@ -448,6 +493,25 @@ def _decode_records():
     recs.append(dict(kernel="v2_fp8kv[cvt]{2,2,1,3}", fmt="fp8cvt", version=2, default=False, sweep=True, time_us=150.0,
                      config=[2, 2, 1, 3], num_splits=24, speedup=1.8, layout="contiguous", head_dim=128, context=32768))
     return {"provenance": {"device": "X", "date": "2000-01-01"}, "ceilings": {"copy_gbps": 4200.0}, "results": recs}
+
+
+def test_merge_comparison_pairs_the_two_merges_of_a_run():
+    from fp8lab.kernels import bench_attention as ba
+
+    base = dict(version=3, head_dim=128, layout="contiguous", valid=True)
+    res = [dict(kernel="v3_fp8kv[cvt]", fmt="fp8cvt", default=True, merge="kernel", context=16384, time_us=70.0,
+                spread_us={"q1": 69.9, "q3": 70.2}, **base),
+           dict(kernel="v3_fp8kv[cvt]{reduce}", fmt="fp8cvt", default=False, sweep=True, merge="reduce", context=16384,
+                time_us=71.5, **base),
+           dict(kernel="v3_fp8kv[cvt]{2,1,4}", fmt="fp8cvt", default=False, sweep=True, merge="kernel", context=16384,
+                time_us=60.0, config=[2, 1, 4], **base),                       # a sweep row: not the default, not paired
+           dict(kernel="v3_bf16kv", fmt="bf16", default=True, merge="kernel", context=32768, time_us=250.0, **base)]
+    rows = ba.merge_comparison({"results": res})
+    assert len(rows) == 1 and rows[0]["fmt"] == "fp8cvt" and rows[0]["context"] == 16384
+    assert rows[0]["kernel_us"] == 70.0 and rows[0]["saved_us"] == pytest.approx(1.5)
+    assert rows[0]["spread_us"]["kernel"] == [69.9, 70.2] and rows[0]["spread_us"]["reduce"] == [None, None]
+    assert "1.5 us" in ba.format_merge_comparison({"results": res})
+    assert ba.merge_comparison({"results": res[3:]}) == [] and "no version-3" in ba.format_merge_comparison({})
 
 
 def test_bench_report_functions_current_schema():

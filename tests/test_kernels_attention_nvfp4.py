@@ -203,12 +203,12 @@ def test_quantize_rejects_bad_input():
 
 
 # ---- GPU ---------------------------------------------------------------------------------------------------------
-def run_kernel(kw, num_splits=None, config=None, version=None):
+def run_kernel(kw, num_splits=None, config=None, version=None, merge=None):
     if version == 3 and not att.v3_available():
         pytest.skip("version 3 needs the bulk copy engine (sm_90 and later)")
     dev = {k: (v.to("cuda") if isinstance(v, (torch.Tensor, nv.NVFP4Cache)) else v) for k, v in kw.items()}
     out = torch.full(kw["q"].shape, float("nan"), dtype=torch.bfloat16, device="cuda")
-    nv.decode_attention_nvfp4(**dev, num_splits=num_splits, config=config, out=out, version=version)
+    nv.decode_attention_nvfp4(**dev, num_splits=num_splits, config=config, out=out, version=version, merge=merge)
     torch.cuda.synchronize()
     return out.cpu()
 
@@ -251,14 +251,17 @@ V3_CONFIGS = sorted(k for k in att.V3_KERNELS if k[0] == "nvfp4")
 def test_every_compiled_v3_config(cfg):
     """Version 3's NVFP4 instantiations: pages of 16 (whole tiles: the scale rows by the copy engine), and a contiguous
     cache of an odd length, so that some tiles' scale rows start 8 bytes off a 16-byte boundary (the lanes copy those)
-    and the last tiles are partial (zeros past the end, NaN codes beyond in the cache)."""
+    and the last tiles are partial (zeros past the end, NaN codes beyond in the cache). Both merges of the splits: in
+    the kernel and by the reduce kernel."""
     _, D, g, *rest = cfg
     Hq, Hk = (24, 2) if g == "g16" else (8, 2)
     for layout, lens in (("paged", (1, 31, 999, 1500)), ("contig", (7, 499, 1000, 1000))):
         kw, ref, vmax = case(B=4, Hq=Hq, Hk=Hk, D=D, lens=lens, dist="outlier", layout=layout, page=16,
                              seed=zlib.crc32(repr((cfg, layout)).encode()) % 1000)
         for S in (None, 1, 37):
-            assert_close(run_kernel(kw, S, config=tuple(rest), version=3), ref, vmax, f"{cfg} {layout} S={S}")
+            for merge in (True, False):
+                assert_close(run_kernel(kw, S, config=tuple(rest), version=3, merge=merge), ref, vmax,
+                             f"{cfg} {layout} S={S} merge={merge}")
 
 
 CONFIGS = sorted(nv.KERNELS)

@@ -459,6 +459,43 @@ __device__ __forceinline__ void quad_sum_rows(float (&l)[2]) {
     }
 }
 
+// ---- the merge's weighted sum over n partials (the split reduce kernel and version 3's in-kernel merge) -----------
+// Partial s has its (max m_s, sum l_s) at ml[s * mls] (two floats) and its 4 dims at po[s * pst]; M >= every m_s
+// (a partial of no token has m = -inf, l = 0, O = 0 and weighs 2**-inf = 0). acc = sum_s 2**(m_s - M) O_s,
+// den = sum_s 2**(m_s - M) l_s, summed in s order, 8 partials per round with their loads independent. CG: loads that
+// bypass L1 (.cg: partials written by other blocks of the running grid).
+template <bool CG>
+__device__ __forceinline__ void merge_sum(const float* ml, int mls, const float* po, size_t pst, int n, float M,
+                                          float4& acc, float& den) {
+    auto ld2 = [](const float* p) { return CG ? __ldcg(reinterpret_cast<const float2*>(p)) : *reinterpret_cast<const float2*>(p); };
+    auto ld4 = [](const float* p) { return CG ? __ldcg(reinterpret_cast<const float4*>(p)) : *reinterpret_cast<const float4*>(p); };
+    acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    den = 0.f;
+    int s = 0;
+    for (; s + 8 <= n; s += 8) {
+        float2 x[8];
+        float4 v[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            x[i] = ld2(ml + (size_t)(s + i) * mls);
+            v[i] = ld4(po + (size_t)(s + i) * pst);
+        }
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const float w = ex2(x[i].x - M);
+            den += w * x[i].y;
+            acc.x += w * v[i].x; acc.y += w * v[i].y; acc.z += w * v[i].z; acc.w += w * v[i].w;
+        }
+    }
+    for (; s < n; ++s) {
+        const float2 x = ld2(ml + (size_t)s * mls);
+        const float4 v = ld4(po + (size_t)s * pst);
+        const float w = ex2(x.x - M);
+        den += w * x.y;
+        acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
+    }
+}
+
 // ---- the tokens [t0, t1) of split `split` (split_len each) of sequence b; false: an empty split, which the reduce
 // never reads (versions 1 and 2)
 __device__ __forceinline__ bool split_range(const int* __restrict__ seq_lens, int b, int split, int S, int split_len,
@@ -687,30 +724,9 @@ __device__ __forceinline__ void decode_v2_body(
         float M = attn::neg_inf();                                                                                       \
         for (int s = t; s < ns; s += nt) M = fmaxf(M, ml[2 * s]);                                                        \
         for (int o = nt >> 1; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xFFFFFFFFu >> (32 - nt), M, o, nt));         \
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);                                                                    \
-        float den = 0.f;                                                                                                 \
-        const float* po = part_o + row * S * D + d;                                                                      \
-        int s = 0;                                                                                                       \
-        for (; s + 8 <= ns; s += 8) {                                                                                    \
-            float2 x[8];                                                                                                 \
-            float4 v[8];                                                                                                 \
-            _Pragma("unroll") for (int i = 0; i < 8; ++i) {                                                              \
-                x[i] = *reinterpret_cast<const float2*>(ml + 2 * (s + i));                                               \
-                v[i] = *reinterpret_cast<const float4*>(po + (size_t)(s + i) * D);                                       \
-            }                                                                                                            \
-            _Pragma("unroll") for (int i = 0; i < 8; ++i) {                                                              \
-                const float w = attn::ex2(x[i].x - M);                                                                   \
-                den += w * x[i].y;                                                                                       \
-                acc.x += w * v[i].x; acc.y += w * v[i].y; acc.z += w * v[i].z; acc.w += w * v[i].w;                      \
-            }                                                                                                            \
-        }                                                                                                                \
-        for (; s < ns; ++s) {                                                                                            \
-            const float2 x = *reinterpret_cast<const float2*>(ml + 2 * s);                                              \
-            const float4 v = *reinterpret_cast<const float4*>(po + (size_t)s * D);                                       \
-            const float w = attn::ex2(x.x - M);                                                                          \
-            den += w * x.y;                                                                                              \
-            acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;                                      \
-        }                                                                                                                \
+        float4 acc;                                                                                                      \
+        float den;                                                                                                       \
+        attn::merge_sum<false>(ml, 2, part_o + row * S * D + d, D, ns, M, acc, den);                                     \
         const float inv = 1.0f / den;                                                                                    \
         uint2 res = make_uint2(bf16x2_rn(acc.x * inv, acc.y * inv), bf16x2_rn(acc.z * inv, acc.w * inv));                \
         *reinterpret_cast<uint2*>(out + row * D + d) = res;                                                              \

@@ -48,10 +48,119 @@ struct Geo3 {
     static constexpr int SCB = G_::NV ? 16 * G_::SROW : 0;  // scale-code bytes of a tile, for K and again for V
     static constexpr int KS_OFF = 32 * RS, VS_OFF = KS_OFF + SCB;
     static constexpr int STAGE = 32 * RS + 2 * SCB;
+    // the in-kernel merge's area (after the loop, over the rings): 4 warps x GM rows x (D dims + (m, l)) floats
+    static constexpr int GMAX = 16;
+    static constexpr int MERGE = 4 * GMAX * (D + 2) * 4;
     static_assert(!G_::NV || COPY == 1, "NVFP4 rows are copied per tile (COPY = 1)");
     static_assert(STAGE % 16 == 0 && G_::ROWB % 16 == 0 && SCB % 16 == 0,
                   "bulk copies move multiples of 16 bytes to 16-byte slots");
 };
+
+// Byte offset of the mbarriers in dynamic shared memory: after the 4 warps' rings, or after the merge's area when
+// that is larger (attention_fp8kv.v3_smem computes the same).
+template <int D, int FMT, int COPY>
+__host__ __device__ constexpr int bars_offset(int ns) {
+    return 4 * ns * Geo3<D, FMT, COPY>::STAGE > Geo3<D, FMT, COPY>::MERGE ? 4 * ns * Geo3<D, FMT, COPY>::STAGE
+                                                                          : Geo3<D, FMT, COPY>::MERGE;
+}
+
+// ---- the split merge inside the kernel (merge_cnt != nullptr) --------------------------------------------------------
+// The reduce kernel's job done by the main kernel, without a second launch: (1) the block's 4 warps (4 consecutive
+// splits of one (sequence, kv head)) leave their unnormalized O, max and sum in shared memory, and the block merges
+// them into one partial; (2) a block alone on its pair (gridDim.x == 1) writes the output; otherwise it writes the
+// partial, and the last of the pair's gridDim.x blocks to arrive (a counter per pair: fence, then atomicAdd -- the
+// threadFenceReduction pattern) merges the gridDim.x partials, writes the output and sets the counter back to 0 for the
+// next call. An empty split (past its sequence's end) has m = -inf, l = 0, O = 0 and weighs nothing.
+template <int D, int FMT, int NR, int NT>
+__device__ __forceinline__ void merge_in_kernel(const float (&o)[NT][Geo<D, FMT>::OT][4], const float (&m)[2],
+                                                const float (&l)[2], float vs, int G, int Hq, int Hk, int b, int h,
+                                                int warp, int r, int c, u16* __restrict__ out, float* __restrict__ part_o,
+                                                float* __restrict__ part_ml, int* __restrict__ merge_cnt) {
+    using G_ = Geo<D, FMT>;
+    constexpr int GM = 16, D4 = D / 4;
+    extern __shared__ __align__(128) uint4 dyn_smem[];
+    float* const so = reinterpret_cast<float*>(dyn_smem);  // [4 warps][GM rows][D]
+    float* const sml = so + 4 * GM * D;                    // [4 warps][GM rows][2]
+    __syncthreads();  // every warp's ring reads (and copies, all waited for) are done: the area is free
+    // lane (r, c) holds heads 2c + eh (+ 8 nt); element e = k*RL + i of a run is o[nt][e / 2][2 (e % 2) + eh], at
+    // dim k*8*RL + r*RL + i (ATTN_VA_FINISH's layout)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int eh = 0; eh < 2; ++eh) {
+            const int row = 2 * c + eh + 8 * nt;
+            if (row >= G) continue;
+#pragma unroll
+            for (int k = 0; k < G_::NRUN; ++k) {
+                const int d0 = k * 8 * G_::RL + r * G_::RL;
+                float4* dst = reinterpret_cast<float4*>(so + (warp * GM + row) * D + d0);
+#pragma unroll
+                for (int i = 0; i < G_::RL / 4; ++i) {
+                    float val[4];
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const int e = k * G_::RL + 4 * i + j;
+                        val[j] = o[nt][e >> 1][((e & 1) << 1) + eh] * vs;
+                    }
+                    dst[i] = make_float4(val[0], val[1], val[2], val[3]);
+                }
+            }
+        }
+#pragma unroll
+    for (int ri = 0; ri < NR; ++ri) {
+        const int row = r + 8 * ri;
+        if (c == 0 && row < G) {
+            sml[(warp * GM + row) * 2 + 0] = m[ri];
+            sml[(warp * GM + row) * 2 + 1] = l[ri];
+        }
+    }
+    __syncthreads();
+    const int nblk = gridDim.x, blk = blockIdx.x;
+    const size_t hq0 = (size_t)b * Hq + (size_t)h * G;
+    for (int it = threadIdx.x; it < G * D4; it += blockDim.x) {
+        const int row = it / D4, d = (it - row * D4) * 4;
+        float M = neg_inf();
+#pragma unroll
+        for (int w = 0; w < 4; ++w) M = fmaxf(M, sml[(w * GM + row) * 2]);
+        if (M == neg_inf()) M = 0.f;  // a block of empty splits: every weight 2**-inf = 0, no inf - inf
+        float4 acc;
+        float den;
+        merge_sum<false>(sml + row * 2, 2 * GM, so + row * D + d, (size_t)GM * D, 4, M, acc, den);
+        if (nblk == 1) {
+            const float inv = 1.0f / den;
+            *reinterpret_cast<uint2*>(out + (hq0 + row) * D + d) =
+                make_uint2(bf16x2_rn(acc.x * inv, acc.y * inv), bf16x2_rn(acc.z * inv, acc.w * inv));
+        } else {
+            const size_t pr = (hq0 + row) * nblk + blk;
+            *reinterpret_cast<float4*>(part_o + pr * D + d) = acc;
+            if (d == 0) *reinterpret_cast<float2*>(part_ml + pr * 2) = make_float2(M, den);
+        }
+    }
+    if (nblk == 1) return;
+    __shared__ int last;
+    __threadfence();  // this block's partial, visible device-wide before its arrival is counted
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const int old = atomicAdd(merge_cnt + (size_t)b * Hk + h, 1);
+        last = old == nblk - 1;
+        if (last) merge_cnt[(size_t)b * Hk + h] = 0;  // every block of the pair has arrived: ready for the next call
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int it = threadIdx.x; it < G * D4; it += blockDim.x) {
+        const int row = it / D4, d = (it - row * D4) * 4;
+        const size_t pr = (hq0 + row) * nblk;
+        float M = neg_inf();
+        for (int s = 0; s < nblk; ++s) M = fmaxf(M, __ldcg(part_ml + (pr + s) * 2));
+        float4 acc;
+        float den;
+        merge_sum<true>(part_ml + pr * 2, 2, part_o + pr * D + d, D, nblk, M, acc, den);
+        const float inv = 1.0f / den;
+        *reinterpret_cast<uint2*>(out + (hq0 + row) * D + d) =
+            make_uint2(bf16x2_rn(acc.x * inv, acc.y * inv), bf16x2_rn(acc.z * inv, acc.w * inv));
+    }
+}
 
 template <int D, int FMT, bool TWO, int NS, int COPY>
 __device__ __forceinline__ void decode_v3_body(
@@ -59,7 +168,8 @@ __device__ __forceinline__ void decode_v3_body(
     const u8* __restrict__ ksc, const u8* __restrict__ vsc,  // NVFP4 block-scale code pools (unused otherwise)
     const int* __restrict__ block_table, const int* __restrict__ seq_lens, const float* __restrict__ k_scale,
     const float* __restrict__ v_scale, int scale_stride, float sm_scale, int max_blocks, int page, int Hk, int G, int S,
-    int split_len, u16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml) {
+    int split_len, u16* __restrict__ out, float* __restrict__ part_o, float* __restrict__ part_ml,
+    int* __restrict__ merge_cnt) {
     using G_ = Geo<D, FMT>;
     using G3 = Geo3<D, FMT, COPY>;
     constexpr int NR = TWO ? 2 : 1;
@@ -78,12 +188,14 @@ __device__ __forceinline__ void decode_v3_body(
     const int Hq = Hk * G;
     pdl_launch_dependents();  // the merge kernel (decode_reduce) may become resident now; it waits for this grid's end
     int t0, t1;
-    if (!split_range(seq_lens, b, split, S, split_len, t0, t1)) return;  // no CTA-wide barrier follows
+    const bool active = split_range(seq_lens, b, split, S, split_len, t0, t1);
+    if (!active && merge_cnt == nullptr) return;  // the reduce kernel never reads an empty split (no barrier follows)
+    if (!active) t1 = t0;                         // the in-kernel merge: an empty split still joins the block's barriers
     const int nsteps = (t1 - t0 + 15) / 16;
 
     u8* const ring = reinterpret_cast<u8*>(dyn_smem) + (size_t)warp * NS * G3::STAGE;
     const u32 ring_s = smem_addr(ring);
-    const u32 bar0 = smem_addr(reinterpret_cast<u8*>(dyn_smem) + (blockDim.x >> 5) * NS * G3::STAGE) + warp * NS * 8;
+    const u32 bar0 = smem_addr(reinterpret_cast<u8*>(dyn_smem) + bars_offset<D, FMT, COPY>(NS)) + warp * NS * 8;
     const u64 policy = l2_evict_first();
     const int* bt = block_table + (size_t)b * max_blocks;
 
@@ -204,7 +316,11 @@ __device__ __forceinline__ void decode_v3_body(
     // ---- finish: row sums over the quad, then write --------------------------------------------------------
     const float vs = v_scale[h * scale_stride] * UNIT;
     quad_sum_rows<NR>(l);
-    ATTN_VA_FINISH();
+    if (merge_cnt == nullptr) {
+        ATTN_VA_FINISH();
+        return;
+    }
+    merge_in_kernel<D, FMT, NR, NT>(o, m, l, vs, G, Hq, Hk, b, h, warp, r, c, out, part_o, part_ml, merge_cnt);
 }
 
 }  // namespace attn
@@ -216,10 +332,11 @@ __device__ __forceinline__ void decode_v3_body(
     extern "C" __global__ void __launch_bounds__(128, MINB) decode_v3_##FMT##_d##D##_##GG##_s##NS##_c##COPY##_b##MINB( \
         const u16* q, const u8* kpool, const u8* vpool, const u8* ksc, const u8* vsc, const int* block_table,           \
         const int* seq_lens, const float* k_scale, const float* v_scale, int scale_stride, float sm_scale, int max_blocks, int page, int Hk,  \
-        int G, int S, int split_len, u16* out, float* part_o, float* part_ml) {                                          \
+        int G, int S, int split_len, u16* out, float* part_o, float* part_ml, int* merge_cnt) {                          \
         attn::decode_v3_body<D, ATTN_FMT_##FMT, ATTN_G_##GG, NS, COPY>(q, kpool, vpool, ksc, vsc, block_table, seq_lens, \
                                                                         k_scale, v_scale, scale_stride, sm_scale, max_blocks, \
-                                                                        page, Hk, G, S, split_len, out, part_o, part_ml); \
+                                                                        page, Hk, G, S, split_len, out, part_o, part_ml, \
+                                                                        merge_cnt);                                      \
     }
 
 #ifndef FP8LAB_ATTN_V3

@@ -239,6 +239,9 @@ VERSIONS = (1, 2, 3)
 DEFAULT_VERSION = 3
 #: the versions whose tiles in flight live in a shared-memory ring (one launch function, launch_ring)
 RING_VERSIONS = (2, 3)
+#: version 3 merges the splits inside the kernel (the last block of each (sequence, kv head) to finish, no second
+#: launch) unless merge=False asks for the split reduce kernel (decode_reduce) that versions 1 and 2 launch
+V3_MERGE = True
 V3_SOURCE = "attention_decode_v3.cu"
 
 
@@ -312,8 +315,11 @@ def v2_kernel_name(fmt: str, D: int, g: str, cfg: tuple) -> str:
 V3_FMTS = V2_FMTS + ("nvfp4",)  # attention_nvfp4kv.py launches the NVFP4 kernels from the same list
 #: (format, head_dim, group kind, NS ring stages, COPY (0: one bulk copy per row into padded rows, 1: one per tile's K
 #: and V into unpadded rows), MINB blocks/SM), passed as -DFP8LAB_ATTN_V3=DECODE_V3(...)... for attention_decode_v3.cu
+#: FP8 D = 128: (2, 1, 4) -- 16 warps per SM of two stages each, 32 splits at the benchmark's shape -- replaced (4, 1, 3)
+#: once the splits merged inside the kernel: it was the faster at 16k and as fast at 32k and 128k (tools/gpu/attn_probe.py
+#: runs; the recorded sweep times both)
 V3_DEFAULTS = {
-    ("fp8cvt", 128, "g8"): (4, 1, 3), ("fp8bit", 128, "g8"): (4, 1, 3), ("bf16", 128, "g8"): (2, 1, 3),
+    ("fp8cvt", 128, "g8"): (2, 1, 4), ("fp8bit", 128, "g8"): (2, 1, 4), ("bf16", 128, "g8"): (2, 1, 3),
     ("fp8cvt", 128, "g16"): (3, 1, 3), ("fp8bit", 128, "g16"): (3, 1, 3), ("bf16", 128, "g16"): (2, 1, 2),
     ("fp8cvt", 64, "g8"): (4, 1, 4), ("fp8bit", 64, "g8"): (4, 1, 4), ("bf16", 64, "g8"): (3, 1, 4),
     ("fp8cvt", 64, "g16"): (4, 1, 4), ("fp8bit", 64, "g16"): (4, 1, 4), ("bf16", 64, "g16"): (3, 1, 4),
@@ -323,7 +329,7 @@ V3_DEFAULTS = {
 #: the tuning sweep's extra candidates (head_dim 128, G <= 8: the benchmark's shape). COPY = 0 (a copy per row) is
 #: kept as measured: the bulk copy takes uniform operands, so 32 lanes' copies become a 32-pass loop in the SASS.
 V3_SWEEP = {
-    ("fp8cvt", 128, "g8"): [(3, 0, 4), (2, 1, 4), (3, 1, 4), (5, 1, 2)],
+    ("fp8cvt", 128, "g8"): [(3, 0, 4), (4, 1, 3), (3, 1, 4), (5, 1, 2)],
     ("bf16", 128, "g8"): [(2, 0, 3), (3, 1, 2)],
     ("nvfp4", 128, "g8"): [(4, 1, 4), (8, 1, 3), (4, 1, 3)],
 }
@@ -349,12 +355,23 @@ def v3_stage_bytes(fmt: str, D: int, copy: int) -> int:
     return v2_tile_bytes(fmt, D) + (32 * 16 if copy == 0 else 0)  # version 2's tile, rows padded by 16 bytes (COPY 0)
 
 
+def v3_merge_bytes(D: int, warps: int = WARPS_PER_BLOCK_V2) -> int:
+    """Shared memory of version 3's in-kernel merge (over the rings after the loop): each warp's O, max and sum for up
+    to 16 query heads (attention_decode_v3.cu Geo3::MERGE).
+
+    v3_merge_bytes(128) -> 33280   # 4 warps x 16 rows x (128 + 2) floats
+    """
+    return warps * 16 * (D + 2) * 4
+
+
 def v3_smem(fmt: str, D: int, ns: int, copy: int, warps: int = WARPS_PER_BLOCK_V2) -> int:
-    """Dynamic shared memory of one version-3 block: a ring of ns stages per warp, then one 8-byte mbarrier per stage.
+    """Dynamic shared memory of one version-3 block: a ring of ns stages per warp (the merge's area when larger), then
+    one 8-byte mbarrier per stage (attention_decode_v3.cu bars_offset).
 
     v3_smem("fp8cvt", 128, 3, 0) -> 55392   # 4 warps x 3 x 4608 + 4 x 3 x 8
+    v3_smem("fp8cvt", 128, 2, 1) -> 33344   # the merge's 33280 > 4 x 2 x 4096, + 4 x 2 x 8
     """
-    return warps * ns * (v3_stage_bytes(fmt, D, copy) + 8)
+    return max(warps * ns * v3_stage_bytes(fmt, D, copy), v3_merge_bytes(D, warps)) + warps * ns * 8
 
 
 def v3_kernel_name(fmt: str, D: int, g: str, cfg: tuple) -> str:
@@ -511,13 +528,18 @@ def _out_tensor(p, out, dev):
 
 
 def launch_ring(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, bt, ks, vs, stride: int, sm: float,
-              out, config=None, num_splits=None, compiled=None, defaults=None, version: int = 2) -> Launch:
+              out, config=None, num_splits=None, compiled=None, defaults=None, version: int = 2,
+              merge: bool | None = None) -> Launch:
     """The launch of the ring versions (2 and 3) for any format (attention_nvfp4kv.py uses it too).
 
     tensors: q, k, v (byte views of the pools) and, for NVFP4, ksc / vsc (scale-code pools); p: a Problem-like
     object (B, Hq, Hk, D, G, page, max_blocks). config: the version's tuple (RING[version]["fields"]) or None for the
     default; compiled / defaults: the source's configuration lists (None: this module's, of that version).
+    merge (version 3): the splits merged inside the kernel (None: V3_MERGE) or by the reduce kernel.
     """
+    if merge is not None and version != 3:
+        raise AttentionArgError(f"merge applies to version 3 only (version {version} launches the reduce kernel)")
+    merge = V3_MERGE if merge is None else bool(merge)
     ring = RING[version]
     g = "g16" if p.G > 8 else "g8"
     cfg = check_ring_config(fmt, p, config, compiled, defaults, version)
@@ -543,13 +565,18 @@ def launch_ring(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, b
     main_args = (a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], cp.int32(stride), cp.float32(sm),
                  cp.int32(p.max_blocks), cp.int32(p.page), cp.int32(p.Hk), cp.int32(p.G), cp.int32(S), cp.int32(split_len),
                  a[9], a[10], a[11])
+    merged = version == 3 and merge and S > 1
+    if version == 3:  # the merge's arrival counters, one per (sequence, kv head), zero between calls; or a null pointer
+        counters = torch.zeros(p.B * p.Hk, dtype=torch.int32, device=dev) if merged else None
+        keep = keep + (counters,)
+        main_args = main_args + ((_cuda.as_cupy(counters),) if merged else (cp.uint64(0),))
     reduce = reduce_args = None
-    if S > 1:
+    if S > 1 and not merged:
         reduce = mod.get_function("decode_reduce")
         reduce_args = (a[10], a[11], a[6], cp.int32(p.Hq), cp.int32(S), cp.int32(split_len), cp.int32(p.D), a[9])
     wpb = WARPS_PER_BLOCK_V2
     info = dict(kernel=name, version=version, config=cfg, num_splits=S, split_len=split_len, smem=smem, problem=p,
-                _keep=keep)
+                merge="kernel" if merged else ("reduce" if S > 1 else "none"), _keep=keep)
     return Launch(main, (-(-S // wpb), p.Hk, p.B), main_args, reduce, (p.Hq, p.B), (p.D // 4,), reduce_args, out, info,
                   main_block=(32 * wpb,), smem=smem, pdl_reduce=version == 3)
 
@@ -589,12 +616,14 @@ def check_ring_config(fmt: str, p, config, compiled=None, defaults=None, version
 def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=None, v_scale=None,
             softmax_scale: float | None = None, num_splits: int | None = None, conv: str = DEFAULT_CONV,
             pv: str = DEFAULT_PV, out: torch.Tensor | None = None, check_values: bool = True,
-            max_seq_len: int | None = None, version: int | None = None, config: tuple | None = None) -> Launch:
+            max_seq_len: int | None = None, version: int | None = None, config: tuple | None = None,
+            merge: bool | None = None) -> Launch:
     """Validate (before any CUDA call), pick the version and the splits, convert arguments; returns a Launch.
 
     version None: default_version(q.device), except that pv="vb" (a layout only version 1 has) selects version 1.
     config: version 2's (NSUB, NS, ROT, MINB) or version 3's (NS, COPY, MINB) (None: the version's default);
-    version 1 takes none.
+    version 1 takes none. merge (version 3 only): True merges the splits inside the kernel, False launches the
+    reduce kernel (None: V3_MERGE).
     """
     p = check_args(q, k_cache, v_cache, seq_lens, block_table, k_scale, v_scale, check_values=check_values)
     if p.fp8 and conv not in FP8_CONVS:
@@ -610,6 +639,8 @@ def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=Non
                                 "for 'vb'")
     if version == 1 and config is not None:
         raise AttentionArgError("config applies to versions 2 and 3 only")
+    if merge is not None and version != 3:
+        raise AttentionArgError(f"merge applies to version 3 only (version {version} launches the reduce kernel)")
     if version in RING_VERSIONS:
         check_ring_config(f"fp8{conv}" if p.fp8 else "bf16", p, config, version=version)
     if q.device.type != "cuda":
@@ -627,7 +658,7 @@ def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=Non
     if version in RING_VERSIONS:
         fmt = f"fp8{conv}" if p.fp8 else "bf16"
         return launch_ring(RING[version]["source"], fmt, p, dict(q=q, k=kc, v=vc), lens_t, max_len, bt, ks, vs, stride, sm,
-                         out, config=config, num_splits=num_splits, version=version)
+                         out, config=config, num_splits=num_splits, version=version, merge=merge)
 
     cp = _cuda._cupy()
     mod = _cuda.load_module("attention_fp8kv.cu")
@@ -650,11 +681,11 @@ def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=Non
 def decode_attention(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=None, v_scale=None,
                      softmax_scale: float | None = None, num_splits: int | None = None, conv: str = DEFAULT_CONV,
                      pv: str = DEFAULT_PV, out: torch.Tensor | None = None, version: int | None = None,
-                     config: tuple | None = None) -> torch.Tensor:
+                     config: tuple | None = None, merge: bool | None = None) -> torch.Tensor:
     """bf16 [B, Hq, D] decode attention over an FP8 or bf16 KV cache on the GPU. See the module docstring."""
     return prepare(q, k_cache, v_cache, seq_lens, block_table=block_table, k_scale=k_scale, v_scale=v_scale,
                    softmax_scale=softmax_scale, num_splits=num_splits, conv=conv, pv=pv, out=out, version=version,
-                   config=config)()
+                   config=config, merge=merge)()
 
 
 # ---- the CPU reference and its helpers (pure torch, any device) ------------------------------------------

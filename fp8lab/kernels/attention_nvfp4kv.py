@@ -204,16 +204,19 @@ VERSIONS = (2, 3)
 def prepare(q, k_cache: NVFP4Cache, v_cache: NVFP4Cache, seq_lens=None, *, block_table=None,
             softmax_scale: float | None = None, num_splits: int | None = None, config: tuple | None = None,
             out: torch.Tensor | None = None, check_values: bool = True, max_seq_len: int | None = None,
-            version: int | None = None) -> att.Launch:
+            version: int | None = None, merge: bool | None = None) -> att.Launch:
     """Validate (before any CUDA call), plan the splits, convert arguments; returns a Launch (call it to run).
 
     version: 2 (attention_nvfp4kv.cu: config (NSUB, NS, ROT, MINB) from KERNELS / DEFAULTS) or 3 (attention_decode_v3.cu,
-    sm_90+: config (NS, COPY, MINB) from attention_fp8kv.V3_KERNELS / V3_DEFAULTS); None: DEFAULT_VERSION."""
+    sm_90+: config (NS, COPY, MINB) from attention_fp8kv.V3_KERNELS / V3_DEFAULTS); None: DEFAULT_VERSION.
+    merge (version 3 only): the splits merged inside the kernel or (False) by the reduce kernel; None: V3_MERGE."""
     p = check_args(q, k_cache, v_cache, seq_lens, block_table, check_values=check_values)
     if version is None:
         version = DEFAULT_VERSION
     if version not in VERSIONS:
         raise AttentionArgError(f"version must be one of {VERSIONS}, got {version!r}")
+    if merge is not None and version != 3:
+        raise AttentionArgError(f"merge applies to version 3 only (version {version} launches the reduce kernel)")
     lists = (KERNELS, DEFAULTS) if version == 2 else (att.V3_KERNELS, att.V3_DEFAULTS)
     att.check_ring_config("nvfp4", p, config, *lists, version=version)
     if q.device.type != "cuda":
@@ -229,15 +232,17 @@ def prepare(q, k_cache: NVFP4Cache, v_cache: NVFP4Cache, seq_lens=None, *, block
     tensors = dict(q=q, k=k_cache.packed, v=v_cache.packed, ksc=_u8(k_cache.scales), vsc=_u8(v_cache.scales))
     source = "attention_nvfp4kv.cu" if version == 2 else att.RING[3]["source"]
     return att.launch_ring(source, "nvfp4", p, tensors, lens_t, max_len, bt, ks, vs, stride, sm, out,
-                         config=config, num_splits=num_splits, compiled=lists[0], defaults=lists[1], version=version)
+                         config=config, num_splits=num_splits, compiled=lists[0], defaults=lists[1], version=version,
+                         merge=merge)
 
 
 def decode_attention_nvfp4(q, k_cache: NVFP4Cache, v_cache: NVFP4Cache, seq_lens=None, *, block_table=None,
                            softmax_scale: float | None = None, num_splits: int | None = None, config: tuple | None = None,
-                           out: torch.Tensor | None = None, version: int | None = None) -> torch.Tensor:
+                           out: torch.Tensor | None = None, version: int | None = None,
+                           merge: bool | None = None) -> torch.Tensor:
     """bf16 [B, Hq, D] decode attention over an NVFP4 KV cache on the GPU. See the module docstring."""
     return prepare(q, k_cache, v_cache, seq_lens, block_table=block_table, softmax_scale=softmax_scale,
-                   num_splits=num_splits, config=config, out=out, version=version)()
+                   num_splits=num_splits, config=config, out=out, version=version, merge=merge)()
 
 
 # ---- the CPU reference: scaling's NVFP4 decode, then attention in float64 ------------------------------------------

@@ -10,7 +10,9 @@ The problem: one decode step, B = 8 sequences, 32 query heads over 8 KV heads (G
 context; head_dim 128 and 64; plus the paged cache (pages of 16 tokens, shuffled) at 32k, D = 128. Contenders, on
 identical K/V values (the FP8 and NVFP4 caches are the bf16 values quantized, per tensor):
   * version 3 (the default on sm_90+, attention_decode_v3.cu): FP8 E4M3 by the cvt instruction ("v3_fp8kv[cvt]") and
-    the same kernel on the bf16 cache ("v3_bf16kv": the FP8 rows' anchor);
+    the same kernel on the bf16 cache ("v3_bf16kv": the FP8 rows' anchor); both with the splits merged as the default
+    does (attention_fp8kv.V3_MERGE: inside the kernel) and, as tuning rows beside them, the other way ("{reduce}":
+    the second, reduce kernel);
   * version 2 (attention_decode.cuh): FP8 by the cvt instruction ("v2_fp8kv[cvt]") and by the bit move
     ("v2_fp8kv[bit]"), the same kernel on the bf16 cache ("v2_bf16kv": the anchor of version 2's rows), and the
     NVFP4 cache ("v2_nvfp4kv", attention_nvfp4kv.cu);
@@ -23,12 +25,14 @@ interleaved rounds (median and quartiles over --rounds). Bytes = K + V actually 
 out. Timing: a CUDA graph of >= 16 calls cycling over cache copies whose total is >= 4x the L2 (harness.sets_for_l2),
 per-call median of the replays (harness.graph_time_us). Copy bandwidth is measured in the same run.
 
---sweep times every compiled version-2 configuration (attention_fp8kv.V2_KERNELS, attention_nvfp4kv.KERNELS) at 32k,
-D = 128, beside versions 1 and torch: the run that chose the defaults (V2_DEFAULTS / DEFAULTS).
+--sweep times every compiled version-2 and version-3 configuration (attention_fp8kv.V2_KERNELS / V3_KERNELS,
+attention_nvfp4kv.KERNELS) at 32k, D = 128, beside version 1 and torch: the run that compares the defaults
+(V2_DEFAULTS / V3_DEFAULTS / DEFAULTS) with the alternatives.
 
 Report functions for notebooks (read the JSON; nothing is timed on a CPU): load, summary_rows, format_summary,
 goals_table, format_goals, format_sweep, format_provenance, plot_speedup, plot_bandwidth, goal_met,
-sweep_best, fixed_cost_fit, fixed_cost_default_vs_torch, format_fixed_cost.
+sweep_best, fixed_cost_fit, fixed_cost_default_vs_torch, format_fixed_cost, merge_comparison,
+format_merge_comparison.
 """
 from __future__ import annotations
 
@@ -212,6 +216,10 @@ def contenders(D: int, sweep: bool) -> list[dict]:
         out += [dict(name="v3_bf16kv", fmt="bf16", version=3, config=None, default=dv == 3),
                 dict(name="v3_fp8kv[cvt]", fmt="fp8cvt", version=3, config=None, default=dv == 3),
                 dict(name="v3_nvfp4kv", fmt="nvfp4", version=3, config=None, default=nv.DEFAULT_VERSION == 3)]
+        # the other merge of the splits, timed beside the default in every run (a tuning row: not in the summaries)
+        other = "reduce" if att.V3_MERGE else "kernel"
+        out += [dict(name=f"v3_{b}{{{other}}}", fmt=f, version=3, config=None, default=False, sweep=True,
+                     merge=not att.V3_MERGE) for f, b in (("bf16", "bf16kv"), ("fp8cvt", "fp8kv[cvt]"))]
     if sweep:
         base = {"bf16": "bf16kv", "fp8cvt": "fp8kv[cvt]", "fp8bit": "fp8kv[bit]", "nvfp4": "nvfp4kv"}
         lists = [(2, att.V2_KERNELS | nv.KERNELS, att.V2_DEFAULTS | nv.DEFAULTS)]
@@ -279,12 +287,13 @@ def bench_problem(bench: harness.Bench, L: int, D: int, copy_gbps: float, page: 
         spec[name] = c
         try:
             if fmt == "bf16":
-                ls = [att.prepare(q, k, v, lens, version=c["version"], config=c["config"], max_seq_len=L, **bt(i))
-                      for i, (k, v) in enumerate(bf)]
+                ls = [att.prepare(q, k, v, lens, version=c["version"], config=c["config"], max_seq_len=L,
+                                  merge=c.get("merge"), **bt(i)) for i, (k, v) in enumerate(bf)]
                 add(name, ls, ref16)
             elif fmt.startswith("fp8"):
                 ls = [att.prepare(q, kc, vc, lens, k_scale=ks, v_scale=vs, conv=fmt[3:], version=c["version"],
-                                  config=c["config"], max_seq_len=L, **bt(i)) for i, (kc, vc, ks, vs) in enumerate(f8)]
+                                  config=c["config"], max_seq_len=L, merge=c.get("merge"), **bt(i))
+                      for i, (kc, vc, ks, vs) in enumerate(f8)]
                 add(name, ls, ref8)
             else:
                 ls = [nv.prepare(q, kc, vc, lens, config=c["config"], max_seq_len=L, version=c["version"], **bt(i))
@@ -326,7 +335,7 @@ def bench_problem(bench: harness.Bench, L: int, D: int, copy_gbps: float, page: 
             bytes=_kv_bytes(fmt, L, D) + qo, anchor=anchor, anchor_time_us=a_t.median if a_t else None, copy_gbps=copy_gbps,
             extra=dict(**extra, **errs[name], fmt=fmt, version=c["version"], config=list(i.get("config") or []) or None,
                        default=c["default"], sweep=c.get("sweep", False), kernel_name=i["kernel"],
-                       num_splits=i["num_splits"], split_len=i["split_len"],
+                       num_splits=i["num_splits"], split_len=i["split_len"], merge=i.get("merge"),
                        speedup_vs_torch=(t_torch / t[name].median) if t_torch else None, torch_anchor=torch_name)), t[name]))
     for name in torch_names:
         if name in t:
@@ -500,6 +509,37 @@ def sweep_best(data: dict, fmt: str, version: int, copy: int | None = None) -> d
     rs = [r for r in data.get("results", []) if r.get("fmt") == fmt and r.get("version") == version
           and r.get("config") and r.get("valid", True) and (copy is None or r["config"][1] == copy)]
     return min(rs, key=lambda r: r["time_us"], default=None)
+
+
+def merge_comparison(data: dict, head_dim: int = 128, layout: str = "contiguous") -> list[dict]:
+    """Version 3's two merges of the splits, timed in the same run: per (format, context) the default record and the
+    other merge's row ("{reduce}" or "{kernel}"): {fmt, context, kernel_us, reduce_us, saved_us, spread_us} (kernel:
+    the splits merged inside the main kernel; reduce: by the second launch). Empty for a run without both."""
+    res = [r for r in data.get("results", []) if r.get("version") == 3 and r.get("head_dim") == head_dim
+           and r.get("layout") == layout and r.get("fmt") in ("fp8cvt", "bf16") and r.get("merge") in ("kernel", "reduce")
+           and (r.get("default") or r["kernel"].endswith(("{reduce}", "{kernel}")))]
+    rows = []
+    for fmt in ("fp8cvt", "bf16"):
+        for L in sorted({r["context"] for r in res if r["fmt"] == fmt}):
+            by = {r["merge"]: r for r in res if r["fmt"] == fmt and r["context"] == L}
+            if "kernel" in by and "reduce" in by:
+                k, rd = by["kernel"], by["reduce"]
+                rows.append(dict(fmt=fmt, context=L, kernel_us=k["time_us"], reduce_us=rd["time_us"],
+                                 saved_us=rd["time_us"] - k["time_us"],
+                                 spread_us={m: [(by[m].get("spread_us") or {}).get(q) for q in ("q1", "q3")]
+                                            for m in ("kernel", "reduce")}))
+    return rows
+
+
+def format_merge_comparison(data: dict, head_dim: int = 128) -> str:
+    rows = merge_comparison(data, head_dim)
+    if not rows:
+        return "(no version-3 merge comparison in this run)"
+    lines = [f"{'format':7s} {'context':>8s} {'merge in kernel':>16s} {'reduce kernel':>14s} {'saved':>8s}"]
+    for r in rows:
+        lines.append(f"{r['fmt']:7s} {r['context']:8d} {r['kernel_us']:13.1f} us {r['reduce_us']:11.1f} us "
+                     f"{r['saved_us']:5.1f} us")
+    return "\n".join(lines)
 
 
 def fixed_cost_fit(data: dict, head_dim: int = 128, layout: str = "contiguous") -> list[dict]:

@@ -45,7 +45,8 @@ def breakdown(layer, copy_gbps: float) -> list[dict]:
         if isinstance(s, GemvLaunch):
             name, nbytes = s.info["kernel"], s.info["weight_bytes"]
         elif hasattr(s, "info") and "num_splits" in getattr(s, "info", {}):
-            name = f"{s.info['kernel']} + reduce" if s.reduce is not None else s.info["kernel"]
+            name = s.info["kernel"] + {"kernel": " (splits merged in the kernel)"}.get(s.info.get("merge"), "")
+            name += " + reduce" if s.reduce is not None else ""
             p = s.info["problem"]
             nbytes = 2 * layer.B * p.Hk * layer.context * p.D
         else:
@@ -92,7 +93,8 @@ def run(bench: harness.Bench, batches, contexts, variants, config=None, budget_s
                     bench.notes.append({"kernel": name, "error": f"build failed: {type(e).__name__}: {str(e)[:300]}"})
                     print(f"  {name}: BUILD FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
                     continue
-                ok = bench.validate(name, lambda layer=layer: layer.validate(), lambda r: (r[0], {"rel_rms": r[1]}))
+                ok = bench.validate(name, lambda layer=layer: layer.validate(),
+                                    lambda r, layer=layer: (r[0], {"rel_rms": r[1], "tolerance": layer.tolerance}))
                 if ok:
                     layers[v] = layer
                     timers[name] = lambda layer=layer: harness.graph_time_us([layer.step], min_calls=calls, rep=rep)
@@ -155,7 +157,10 @@ def main(argv=None) -> int:
     bench.ceilings = {"copy_gbps": harness.copy_bandwidth_gbps()}
     print("ceilings:", bench.ceilings, flush=True)
     bench.extra.update(shape=DL.LayerShape.from_config().__dict__, variants={v: DL.describe(v) for v in DL.VARIANTS},
-                       stage_rel_rms_tolerance=DL.STAGE_REL_RMS)
+                       stage_rel_rms_tolerance=DL.STAGE_REL_RMS,
+                       stage_tolerance_rule="STAGE_REL_RMS per stage; h and out (checked on the part their step adds "
+                                            "to a bf16 sum) decode_layer.sum_tolerance: one bf16 ulp of the sum's "
+                                            "rounding counted (validation[...]['tolerance'])")
     try:
         run(bench, args.batch, args.context, args.variants or list(DL.VARIANTS), budget_s=args.budget_s,
             do_breakdown=not args.no_breakdown)

@@ -99,7 +99,7 @@ SOURCES = {s.file: s for s in (
            key_kernels=("decode_v2_fp8cvt_d128_g8_n1_s3_r1_b4", "decode_v2_bf16_d128_g8_n1_s2_r1_b3")),
     Source("attention_decode_v3.cu", only=frozenset({90, 100, 120, 121}), defines="fp8lab.kernels.attention_fp8kv:cuda_defines_v3",
            why="cp.async.bulk (the bulk copy engine) exists from sm_90 on; Ada (sm_89) has none",
-           key_kernels=("decode_v3_fp8cvt_d128_g8_s4_c1_b3", "decode_v3_bf16_d128_g8_s2_c1_b3")),
+           key_kernels=("decode_v3_fp8cvt_d128_g8_s2_c1_b4", "decode_v3_bf16_d128_g8_s2_c1_b3")),
     Source("attention_nvfp4kv.cu", defines="fp8lab.kernels.attention_nvfp4kv:cuda_defines",
            key_kernels=("decode_v2_nvfp4_d128_g8_n1_s4_r1_b4",)),
     Source("attention_prefill.cu", defines="fp8lab.kernels.attention_prefill:cuda_defines",

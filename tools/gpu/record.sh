@@ -37,7 +37,7 @@ decode_gemm() {
 }
 decode_layer() {
   stage "decode layer bench"
-  timeout 90 python3 -m fp8lab.kernels.bench layer --budget-s 60 --out "$K/layer.json" > "$L/layer.log" 2>&1; echo "layer rc=$?" >> "$L/steps_$PART.txt"
+  timeout 130 python3 -m fp8lab.kernels.bench layer --budget-s 100 --out "$K/layer.json" > "$L/layer.log" 2>&1; echo "layer rc=$?" >> "$L/steps_$PART.txt"
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$L/nvidia_smi_$PART.txt" 2>&1
 
