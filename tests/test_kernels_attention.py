@@ -402,6 +402,25 @@ def test_v3_in_kernel_merge_repeats_and_replays(S):
         assert_close(out.cpu(), ref, vmax, "fp8", f"graph replay {i} S={S}")
 
 
+@GPU
+@pytest.mark.parametrize("merge", [True, False])
+def test_v3_merge_of_one_token_with_a_very_negative_score(merge):
+    """A sequence of one token whose score is far below 0 (its max m ~ -3e4 in log2 units) beside a long one, split 37
+    ways: the blocks past the short sequence's end hold no token, and their partials must weigh nothing in its merge.
+    (The first in-kernel merge stored such a block's max as 0, which outweighed the real -3e4: 0 / 0.) The output is
+    that token's V row."""
+    B, Hq, Hk, D, L = 2, 8, 2, 128, 2000
+    gen = torch.Generator().manual_seed(11)
+    q = torch.ones(B, Hq, D).to(torch.bfloat16)
+    kc = torch.randint(0, 0x70, (B, Hk, L, D), generator=gen, dtype=torch.uint8)
+    vc = torch.randint(0, 0x70, (B, Hk, L, D), generator=gen, dtype=torch.uint8)
+    kc[0, :, 0] = 0xFE                                   # -448: with k_scale 4, q.k = -448 x 4 x 128 before 1/sqrt(D)
+    kw = dict(q=q, k_cache=kc, v_cache=vc, seq_lens=[1, L], k_scale=4.0, v_scale=0.5)
+    ref = att.reference_decode_attention(q, kc, vc, 4.0, 0.5, seq_lens=[1, L])
+    assert torch.allclose(ref[0].double(), att.dequantize_cache(vc[0:1, :, 0:1], 0.5)[0, :, 0].repeat_interleave(Hq // Hk, 0).double())
+    assert_close(run_kernel(kw, "cvt", 37, version=3, merge=merge), ref, 448 * 0.5, "fp8", f"merge={merge}")
+
+
 def test_merge_is_a_version_3_choice():
     """merge= selects version 3's merge; asked of another version it is a one-line error before any CUDA call."""
     kw, _, _ = case(B=1, Hq=8, Hk=2, D=64, lens=(40,), kind="fp8", seed=1)

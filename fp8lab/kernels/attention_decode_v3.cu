@@ -122,10 +122,13 @@ __device__ __forceinline__ void merge_in_kernel(const float (&o)[NT][Geo<D, FMT>
         float M = neg_inf();
 #pragma unroll
         for (int w = 0; w < 4; ++w) M = fmaxf(M, sml[(w * GM + row) * 2]);
-        if (M == neg_inf()) M = 0.f;  // a block of empty splits: every weight 2**-inf = 0, no inf - inf
+        // A block of empty splits: weights 2**(-inf - 0) = 0 (no inf - inf), and its partial keeps m = -inf, so that
+        // it weighs nothing in the pair's merge (a stored 0 would outweigh a pair whose true max is below -126 and
+        // leave the sum 0 / 0 -- seen with one token of a very negative score)
+        const float Mw = M == neg_inf() ? 0.f : M;
         float4 acc;
         float den;
-        merge_sum<false>(sml + row * 2, 2 * GM, so + row * D + d, (size_t)GM * D, 4, M, acc, den);
+        merge_sum<false>(sml + row * 2, 2 * GM, so + row * D + d, (size_t)GM * D, 4, Mw, acc, den);
         if (nblk == 1) {
             const float inv = 1.0f / den;
             *reinterpret_cast<uint2*>(out + (hq0 + row) * D + d) =
