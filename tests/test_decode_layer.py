@@ -244,3 +244,24 @@ def test_gemm_goals_over_every_big_shape():
     g = next(v for k, v in goals.items() if k.startswith("W8A16 M=1 >= 1.0x"))
     assert g["measured"] == 0.97 and g["shape"] == "18944x3584" and g["met"] is False  # 4096x4096 is under 32 MiB
     assert set(g["per_shape"]) == {"28672x8192", "18944x3584"}
+
+
+def test_launch_ex_marshals_every_argument_kind_the_kernels_take():
+    """cuLaunchKernelEx gets each argument as a pointer to its bytes: int32, float32, a device pointer, and a uint64 (the
+    null pointer of version-3 attention's merge counters when no merge runs). Anything else: a one-line TypeError."""
+    import ctypes
+
+    import numpy as np
+
+    from fp8lab.kernels import launch_ex
+
+    class Dev:  # what CuPy arrays look like to the marshaller: .data.ptr
+        class data:
+            ptr = 0x1000
+
+    assert isinstance(launch_ex._param(np.int32(7)), ctypes.c_int32) and launch_ex._param(np.int32(7)).value == 7
+    assert launch_ex._param(np.float32(0.5)).value == 0.5
+    assert launch_ex._param(np.uint64(0)).value == 0 and ctypes.sizeof(launch_ex._param(np.uint64(0))) == 8
+    assert launch_ex._param(Dev()).value == 0x1000
+    with pytest.raises(TypeError, match="cannot marshal"):
+        launch_ex._param(1.5)

@@ -24,6 +24,8 @@
 //   * A stage is refilled only after every lane's MMAs consumed its shared loads and a __syncwarp (gemv_v4.cu found
 //     that a refill right behind the loads races).
 //   * The split merge (decode_reduce) is launched with programmatic dependent launch: its launch overlaps this kernel.
+//     This kernel may itself be launched so (Launch.pdl_main, the decode layer): it waits (pdl_wait) before its first
+//     read, so its launch and block set-up overlap the kernel before it.
 //   * NVFP4 (version 2's layouts and arithmetic, attention_decode.cuh): a tile adds its 16 rows of K and of V
 //     block-scale codes, two more copies (or, for a partial tile, the lanes' own 4-byte loads with zeros past the end).
 // Q fragments, Q.K^T, the online softmax, P.V and the output are version 2's (attention_decode.cuh), with K's piece
@@ -190,6 +192,7 @@ __device__ __forceinline__ void decode_v3_body(
     const int h = blockIdx.y, b = blockIdx.z;
     const int Hq = Hk * G;
     pdl_launch_dependents();  // the merge kernel (decode_reduce) may become resident now; it waits for this grid's end
+    pdl_wait();  // launched with PDL (the decode layer): q, the lengths and the cache's new token are written past here
     int t0, t1;
     const bool active = split_range(seq_lens, b, split, S, split_len, t0, t1);
     if (!active && merge_cnt == nullptr) return;  // the reduce kernel never reads an empty split (no barrier follows)

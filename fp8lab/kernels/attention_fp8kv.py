@@ -242,6 +242,12 @@ RING_VERSIONS = (2, 3)
 #: version 3 merges the splits inside the kernel (the last block of each (sequence, kv head) to finish, no second
 #: launch) unless merge=False asks for the split reduce kernel (decode_reduce) that versions 1 and 2 launch
 V3_MERGE = True
+#: version 3 with the splits merged inside the kernel: splits of >= 1 tile (the planner's min_tiles; 4 with the reduce
+#: kernel, whose cost grows with the split count), at most 128 per (sequence, kv head) (the last block merges one
+#: partial per block of 4). Measured on the decode layer (tools/gpu/min_tiles_probe.py): ~3.5 us faster at batch 1,
+#: 1k tokens, and 1-2 us at batch 8; 256 splits at batch 1, 8k tokens were ~1 us slower than 128 (the cap).
+V3_MIN_TILES_MERGED = 1
+V3_MAX_SPLITS_MERGED = 128
 V3_SOURCE = "attention_decode_v3.cu"
 
 
@@ -447,12 +453,21 @@ class Launch:
         self.reduce, self.reduce_grid, self.reduce_block, self.reduce_args = reduce, reduce_grid, reduce_block, reduce_args
         self.out, self.info, self.main_block, self.smem = out, info, main_block, smem
         self.pdl_reduce = pdl_reduce  # launch the merge with programmatic dependent launch (version 3, sm_90+)
+        # launch the main kernel so too (version 3 only: its kernel waits before its first read); set by a caller whose
+        # previous kernel lets dependents start early (the decode layer's PDL variants)
+        self.pdl_main = False
 
     def __call__(self) -> torch.Tensor:
         cp = _cuda._cupy()
         stream = torch.cuda.current_stream().cuda_stream
         with cp.cuda.ExternalStream(stream):
-            if self.smem:
+            if self.pdl_main:
+                from .launch_ex import launch
+
+                if self.info.get("version") != 3:
+                    raise AttentionArgError("only version 3 waits for the previous kernel: pdl_main needs version 3")
+                launch(self.main, self.main_grid, self.main_block, self.main_args, self.smem, stream, pdl=True)
+            elif self.smem:
                 self.main(self.main_grid, self.main_block, self.main_args, shared_mem=self.smem)
             else:
                 self.main(self.main_grid, self.main_block, self.main_args)
@@ -555,9 +570,14 @@ def launch_ring(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, b
     main = mod.get_function(name)
     smem = ring["smem"](fmt, p.D, cfg)
     _cuda.allow_dynamic_smem(main, smem)
-    S, split_len, part_o, part_ml = _splits(
-        lambda sms: plan_splits_v2(max_len, p.B, p.Hk, sms, blocks_per_sm(main, smem, WARPS_PER_BLOCK_V2)),
-        max_len, num_splits, p, dev)
+    def plan(sms):
+        S, split_len = plan_splits_v2(max_len, p.B, p.Hk, sms, blocks_per_sm(main, smem, WARPS_PER_BLOCK_V2),
+                                      **({"min_tiles": V3_MIN_TILES_MERGED} if version == 3 and merge else {}))
+        if version == 3 and merge and S > V3_MAX_SPLITS_MERGED:
+            S, split_len = _split_len_for(max_len, V3_MAX_SPLITS_MERGED)
+        return S, split_len
+
+    S, split_len, part_o, part_ml = _splits(plan, max_len, num_splits, p, dev)
     dummy = tensors["k"]  # scale pools of a format without them: never read
     keep = (tensors["q"].contiguous(), tensors["k"], tensors["v"], tensors.get("ksc", dummy), tensors.get("vsc", dummy),
             bt, lens_t, ks, vs, out, part_o, part_ml)

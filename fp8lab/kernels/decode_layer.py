@@ -278,6 +278,16 @@ def _rope_torch(q, k, cs, pos):
     return q * c + rot(q) * s, k * c + rot(k) * s
 
 
+def rope_grid(B: int, shape: "LayerShape", threads: int = 256) -> tuple[int, int]:
+    """rope_append's grid: B sequences x enough blocks of `threads` for one item each (a q or k rotation pair, or a v
+    element) -- decode_layer.cu.
+
+    rope_grid(1, Llama-3-8B) -> (1, 14)   # (32 + 8) x 64 pairs + 8 x 128 v elements = 3584 items
+    """
+    items = (shape.heads + shape.kv_heads) * (shape.head_dim // 2) + shape.kv_heads * shape.head_dim
+    return (B, -(-items // threads))
+
+
 def rel_rms(y, ref) -> float:
     """||y - ref|| / ||ref|| (float64); NaN or Inf in y gives inf."""
     y = y.double()
@@ -427,12 +437,13 @@ class DecodeLayer:
         else:
             small("rmsnorm_bf16", (B,), (A(self.x), A(self.g1), A(self.xn), cp.int32(H), cp.float32(s.eps)))
             self.steps.append(gemv(self.xn, "qkv", self.qkv))
-        small("rope_append_fp8", (B,), (A(self.qkv), A(self.pos), A(self.cs), A(self.q), A(self.cache_k), A(self.cache_v),
+        small("rope_append_fp8", rope_grid(B, s), (A(self.qkv), A(self.pos), A(self.cs), A(self.q), A(self.cache_k), A(self.cache_v),
                                         A(self.k_scale), A(self.v_scale), cp.int32(s.heads), cp.int32(s.kv_heads),
                                         cp.int32(s.head_dim), cp.int32(self.L)))
-        self.steps.append(attention_prepare(self.q, self.cache_k, self.cache_v, seq, k_scale=self.k_scale,
-                                            v_scale=self.v_scale, out=self.attn3, check_values=False,
-                                            max_seq_len=self.context))
+        attn = attention_prepare(self.q, self.cache_k, self.cache_v, seq, k_scale=self.k_scale, v_scale=self.v_scale,
+                                 out=self.attn3, check_values=False, max_seq_len=self.context)
+        attn.pdl_main = self.pdl and attn.info["version"] == 3  # version 3 waits for rope_append before reading
+        self.steps.append(attn)
         n_el = lambda t: t.numel()  # noqa: E731
         ew_grid = lambda n: (max(1, min(1024, -(-n // 2048))),)  # noqa: E731  8 elements x 256 threads per CTA
         if self.fused:

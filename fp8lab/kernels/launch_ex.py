@@ -63,6 +63,8 @@ def _param(a):
         return ctypes.c_void_p(int(data.ptr))
     if isinstance(a, np.integer) and a.dtype == np.int32:
         return ctypes.c_int32(int(a))
+    if isinstance(a, np.integer) and a.dtype == np.uint64:  # a pointer-sized value (a null pointer argument)
+        return ctypes.c_uint64(int(a))
     if isinstance(a, np.floating) and a.dtype == np.float32:
         return ctypes.c_float(float(a))
     raise TypeError(f"cannot marshal a kernel argument of type {type(a).__name__}")
