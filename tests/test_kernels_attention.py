@@ -529,6 +529,12 @@ def test_merge_comparison_pairs_the_two_merges_of_a_run():
     assert len(rows) == 1 and rows[0]["fmt"] == "fp8cvt" and rows[0]["context"] == 16384
     assert rows[0]["kernel_us"] == 70.0 and rows[0]["saved_us"] == pytest.approx(1.5)
     assert rows[0]["spread_us"]["kernel"] == [69.9, 70.2] and rows[0]["spread_us"]["reduce"] == [None, None]
+    assert rows[0]["separated"] is None
+    res[1]["spread_us"] = {"q1": 70.1, "q3": 71.9}                             # overlaps the default's [69.9, 70.2]
+    assert ba.merge_comparison({"results": res})[0]["separated"] is False
+    assert "quartiles overlap" in ba.format_merge_comparison({"results": res})
+    res[1]["spread_us"] = {"q1": 71.2, "q3": 71.9}
+    assert ba.merge_comparison({"results": res})[0]["separated"] is True
     assert "1.5 us" in ba.format_merge_comparison({"results": res})
     assert ba.merge_comparison({"results": res[3:]}) == [] and "no version-3" in ba.format_merge_comparison({})
 

@@ -514,7 +514,8 @@ def sweep_best(data: dict, fmt: str, version: int, copy: int | None = None) -> d
 def merge_comparison(data: dict, head_dim: int = 128, layout: str = "contiguous") -> list[dict]:
     """Version 3's two merges of the splits, timed in the same run: per (format, context) the default record and the
     other merge's row ("{reduce}" or "{kernel}"): {fmt, context, kernel_us, reduce_us, saved_us, spread_us} (kernel:
-    the splits merged inside the main kernel; reduce: by the second launch). Empty for a run without both."""
+    the splits merged inside the main kernel; reduce: by the second launch), and separated: whether the two rows'
+    quartile ranges [q1, q3] do not overlap (None without spreads). Empty for a run without both."""
     res = [r for r in data.get("results", []) if r.get("version") == 3 and r.get("head_dim") == head_dim
            and r.get("layout") == layout and r.get("fmt") in ("fp8cvt", "bf16") and r.get("merge") in ("kernel", "reduce")
            and (r.get("default") or r["kernel"].endswith(("{reduce}", "{kernel}")))]
@@ -524,10 +525,12 @@ def merge_comparison(data: dict, head_dim: int = 128, layout: str = "contiguous"
             by = {r["merge"]: r for r in res if r["fmt"] == fmt and r["context"] == L}
             if "kernel" in by and "reduce" in by:
                 k, rd = by["kernel"], by["reduce"]
+                spread = {m: [(by[m].get("spread_us") or {}).get(q) for q in ("q1", "q3")] for m in ("kernel", "reduce")}
+                lo_k, hi_k = spread["kernel"]
+                lo_r, hi_r = spread["reduce"]
+                sep = None if None in (lo_k, hi_k, lo_r, hi_r) else (hi_k < lo_r or hi_r < lo_k)
                 rows.append(dict(fmt=fmt, context=L, kernel_us=k["time_us"], reduce_us=rd["time_us"],
-                                 saved_us=rd["time_us"] - k["time_us"],
-                                 spread_us={m: [(by[m].get("spread_us") or {}).get(q) for q in ("q1", "q3")]
-                                            for m in ("kernel", "reduce")}))
+                                 saved_us=rd["time_us"] - k["time_us"], spread_us=spread, separated=sep))
     return rows
 
 
@@ -538,7 +541,7 @@ def format_merge_comparison(data: dict, head_dim: int = 128) -> str:
     lines = [f"{'format':7s} {'context':>8s} {'merge in kernel':>16s} {'reduce kernel':>14s} {'saved':>8s}"]
     for r in rows:
         lines.append(f"{r['fmt']:7s} {r['context']:8d} {r['kernel_us']:13.1f} us {r['reduce_us']:11.1f} us "
-                     f"{r['saved_us']:5.1f} us")
+                     f"{r['saved_us']:5.1f} us" + ("  (quartiles overlap)" if r.get("separated") is False else ""))
     return "\n".join(lines)
 
 
