@@ -14,6 +14,9 @@
 //     lanes 0 and 16 copy the tile's K and V rows as two runs of 16 ROWB bytes (a page holds whole tiles, so a tile's
 //     rows are contiguous) into unpadded rows. Each stage of the per-warp ring has one mbarrier; lane 0 announces the
 //     stage's bytes (expect_tx) and the copy engine counts them in. L2 policy evict_first: the cache is read once.
+//     COPY = 2: a stage holds two tiles, and lanes 0 / 16 copy the stage's K / V rows that lie in the current page,
+//     lanes 1 / 17 the rest from the next page (a stage spans at most two pages): one copy of 32 rows of a contiguous
+//     cache instead of two of 16 (4 KB of FP8 rows at D = 128). The step's loop runs the two tiles one after the other.
 //   * Rows 16 bytes apart in the banks (COPY = 0) make the shared loads conflict-free: a phase of 8 lanes reads rows
 //     r, r+1 (K, with the "pairs" piece map kpiece<KMAP = 1> in attention_decode.cuh) or 4 rows at two offsets (V)
 //     and every lane lands in its own 16-byte bank group. COPY = 1 saves the padding and the copy loop and pays 2-way
@@ -45,15 +48,17 @@ namespace attn {
 template <int D, int FMT, int COPY>
 struct Geo3 {
     using G_ = Geo<D, FMT>;
+    static constexpr int TPS = COPY == 2 ? 2 : 1;  // tiles per stage: COPY = 2 moves two tiles' rows per copy
     static constexpr int RS = G_::ROWB + (COPY == 0 ? 16 : 0);
-    static constexpr int V_OFF = 16 * RS;
+    static constexpr int V_OFF = 16 * TPS * RS;
     static constexpr int SCB = G_::NV ? 16 * G_::SROW : 0;  // scale-code bytes of a tile, for K and again for V
-    static constexpr int KS_OFF = 32 * RS, VS_OFF = KS_OFF + SCB;
-    static constexpr int STAGE = 32 * RS + 2 * SCB;
+    static constexpr int KS_OFF = 32 * TPS * RS, VS_OFF = KS_OFF + SCB;
+    static constexpr int STAGE = 32 * TPS * RS + 2 * SCB;
     // the in-kernel merge's area (after the loop, over the rings): 4 warps x GM rows x (D dims + (m, l)) floats
     static constexpr int GMAX = 16;
     static constexpr int MERGE = 4 * GMAX * (D + 2) * 4;
     static_assert(!G_::NV || COPY == 1, "NVFP4 rows are copied per tile (COPY = 1)");
+    static_assert(COPY >= 0 && COPY <= 2, "COPY: 0 a copy per row, 1 a copy per tile, 2 a copy per two tiles");
     static_assert(STAGE % 16 == 0 && G_::ROWB % 16 == 0 && SCB % 16 == 0,
                   "bulk copies move multiples of 16 bytes to 16-byte slots");
 };
@@ -197,7 +202,8 @@ __device__ __forceinline__ void decode_v3_body(
     const bool active = split_range(seq_lens, b, split, S, split_len, t0, t1);
     if (!active && merge_cnt == nullptr) return;  // the reduce kernel never reads an empty split (no barrier follows)
     if (!active) t1 = t0;                         // the in-kernel merge: an empty split still joins the block's barriers
-    const int nsteps = (t1 - t0 + 15) / 16;
+    constexpr int TPS = G3::TPS, TT = 16 * TPS;  // a step (one stage) covers TT tokens
+    const int nsteps = (t1 - t0 + TT - 1) / TT;
 
     u8* const ring = reinterpret_cast<u8*>(dyn_smem) + (size_t)warp * NS * G3::STAGE;
     const u32 ring_s = smem_addr(ring);
@@ -205,17 +211,18 @@ __device__ __forceinline__ void decode_v3_body(
     const u64 policy = l2_evict_first();
     const int* bt = block_table + (size_t)b * max_blocks;
 
-    // The tile cursor: page-table entry and offset of the next tile to copy (16 tokens a step, pages hold whole tiles;
-    // a contiguous cache is one page of L tokens).
+    // The tile cursor: page-table entry and offset of the next stage to copy (TT tokens a step, pages hold whole
+    // tiles, so a two-tile stage spans at most two pages; a contiguous cache is one page of L tokens).
     int cblk = t0 / page, coff = t0 - (t0 / page) * page;
     const int row_lane = lane & 15;                      // the row this lane copies (COPY = 0) or zero-fills
     const u8* const pool_lane = lane < 16 ? kpool : vpool;
-    const u32 slot_lane = (lane < 16 ? 0 : G3::V_OFF) + row_lane * G3::RS;
+    const u32 slot_base = lane < 16 ? 0 : G3::V_OFF;
+    const u32 slot_lane = slot_base + row_lane * G3::RS;
     const u8* const scale_lane = lane < 16 ? ksc : vsc;                        // NVFP4: lanes 8 / 24 copy the scales
     const u32 scale_slot = lane < 16 ? G3::KS_OFF : G3::VS_OFF;
     auto issue = [&](int i) {  // step i -> stage i % NS (i < nsteps); advances the cursor
         const int st = i % NS;
-        const int nvalid = min(16, t1 - (t0 + 16 * i));
+        const int nvalid = min(TT, t1 - (t0 + TT * i));
         const size_t row0 = ((size_t)bt[cblk] * Hk + h) * page + coff;
         const u32 dst = ring_s + st * G3::STAGE;
         const u32 bar = bar0 + 8 * st;
@@ -229,15 +236,34 @@ __device__ __forceinline__ void decode_v3_body(
         if constexpr (COPY == 0) {
             if (row_lane < nvalid)
                 bulk_load_1d(dst + slot_lane, pool_lane + (row0 + row_lane) * G_::ROWB, G_::ROWB, bar, policy);
-        } else {
+        } else if constexpr (COPY == 1) {
             if (row_lane == 0)  // lanes 0 (K) and 16 (V)
                 bulk_load_1d(dst + slot_lane, pool_lane + row0 * G_::ROWB, nvalid * G_::ROWB, bar, policy);
+        } else {  // COPY = 2: the stage's rows in this page (lanes 0 / 16), the rest from the next page (lanes 1 / 17)
+            const int n0 = min(nvalid, page - coff);
+            if (row_lane == 0)
+                bulk_load_1d(dst + slot_base, pool_lane + row0 * G_::ROWB, n0 * G_::ROWB, bar, policy);
+            if (row_lane == 1 && n0 < nvalid)
+                bulk_load_1d(dst + slot_base + n0 * G3::RS, pool_lane + ((size_t)bt[cblk + 1] * Hk + h) * page * G_::ROWB,
+                             (nvalid - n0) * G_::ROWB, bar, policy);
         }
-        if (nvalid < 16 && lane >= 16 && row_lane >= nvalid) {  // a V row past the end: zeros, not stale codes
-            u8* z = ring + st * G3::STAGE + slot_lane;
+        if constexpr (TPS == 1) {
+            if (nvalid < 16 && lane >= 16 && row_lane >= nvalid) {  // a V row past the end: zeros, not stale codes
+                u8* z = ring + st * G3::STAGE + slot_lane;
 #pragma unroll
-            for (int k = 0; k < G_::ROWB / 16; ++k) reinterpret_cast<uint4*>(z)[k] = make_uint4(0u, 0u, 0u, 0u);
-            fence_proxy_async();  // defensive: a partial tile is its split's last, so no later copy refills the slot
+                for (int k = 0; k < G_::ROWB / 16; ++k) reinterpret_cast<uint4*>(z)[k] = make_uint4(0u, 0u, 0u, 0u);
+                fence_proxy_async();  // defensive: a partial tile is its split's last, so no later copy refills the slot
+            }
+        } else {
+#pragma unroll
+            for (int rr = row_lane; rr < TT; rr += 16) {  // two rows per lane
+                if (nvalid < TT && lane >= 16 && rr >= nvalid) {
+                    u8* z = ring + st * G3::STAGE + slot_base + rr * G3::RS;
+#pragma unroll
+                    for (int k = 0; k < G_::ROWB / 16; ++k) reinterpret_cast<uint4*>(z)[k] = make_uint4(0u, 0u, 0u, 0u);
+                    fence_proxy_async();
+                }
+            }
         }
         if constexpr (G_::NV) {
             if (bulk_sc) {  // the tile's scale rows: 16 SROW bytes each for K and V, contiguous
@@ -254,8 +280,12 @@ __device__ __forceinline__ void decode_v3_body(
                 fence_proxy_async();  // generic stores, ordered before any later bulk copy into this slot
             }
         }
-        coff += 16;
-        if (coff >= page) { coff -= page; ++cblk; }
+        coff += TT;
+        if constexpr (TPS == 1) {
+            if (coff >= page) { coff -= page; ++cblk; }
+        } else {
+            while (coff >= page) { coff -= page; ++cblk; }
+        }
     };
 
     if (lane == 0) {
@@ -281,38 +311,43 @@ __device__ __forceinline__ void decode_v3_body(
     u32 phase = 0;
     for (int i = 0; i < nsteps; ++i) {
         mbar_wait(bar0 + 8 * st, phase);
-        const u8* cur = ring + st * G3::STAGE;
-        Tile<D, FMT> t;
-        // K: lane (r, c) reads rows r and r + 8: its piece slots pp = pieces kpiece<.., 1>(c, pp) (FP8 / bf16), or its
-        // KPB bytes c (NVFP4: version 2's K layout, here read from the row as it lies in the cache)
 #pragma unroll
-        for (int nb = 0; nb < 2; ++nb) {
-            if constexpr (G_::NV) {
-                ld_words<G_::KPB>(&t.k[nb][0], cur + (nb * 8 + r) * G3::RS + c * G_::KPB);
-            } else {
+        for (int u = 0; u < TPS; ++u) {  // the stage's tiles (a two-tile stage's second may lie past the end)
+            const int nv = t1 - (t0 + TT * i + 16 * u);
+            if (TPS > 1 && nv <= 0) break;
+            const u8* cur = ring + st * G3::STAGE + u * 16 * G3::RS;  // tile u's K rows (V rows: + V_OFF)
+            Tile<D, FMT> t;
+            // K: lane (r, c) reads rows r and r + 8: its piece slots pp = pieces kpiece<.., 1>(c, pp) (FP8 / bf16), or its
+            // KPB bytes c (NVFP4: version 2's K layout, here read from the row as it lies in the cache)
 #pragma unroll
-                for (int pp = 0; pp < G_::KP; ++pp)
-                    ld_words<16>(&t.k[nb][pp * 4], cur + (nb * 8 + r) * G3::RS + kpiece<D, FMT, 1>(c, pp) * 16);
+            for (int nb = 0; nb < 2; ++nb) {
+                if constexpr (G_::NV) {
+                    ld_words<G_::KPB>(&t.k[nb][0], cur + (nb * 8 + r) * G3::RS + c * G_::KPB);
+                } else {
+#pragma unroll
+                    for (int pp = 0; pp < G_::KP; ++pp)
+                        ld_words<16>(&t.k[nb][pp * 4], cur + (nb * 8 + r) * G3::RS + kpiece<D, FMT, 1>(c, pp) * 16);
+                }
             }
-        }
-        if constexpr (G_::NV) read_kscales<D, FMT>(t, cur + G3::KS_OFF, r, c);
-        float s[1][2][4];
-        qk_tile<D, FMT>(t, qa, s[0]);
-        u32 pa[1][4];
-        float al[2];
-        softmax_step<1, NR, G_::F16>(s, sc, t1 - (t0 + 16 * i), c, m, l, pa, al);
-        const bool moved = (al[0] != 1.f) || (NR > 1 && al[1] != 1.f);
-        if (__any_sync(0xFFFFFFFFu, moved)) rescale_o(o, al, c);
-        // V: lane (r, c) reads tokens 2c, 2c+1, 2c+8, 2c+9, pieces k * 8 + r (version 2's geometry)
+            if constexpr (G_::NV) read_kscales<D, FMT>(t, cur + G3::KS_OFF, r, c);
+            float s[1][2][4];
+            qk_tile<D, FMT>(t, qa, s[0]);
+            u32 pa[1][4];
+            float al[2];
+            softmax_step<1, NR, G_::F16>(s, sc, nv, c, m, l, pa, al);
+            const bool moved = (al[0] != 1.f) || (NR > 1 && al[1] != 1.f);
+            if (__any_sync(0xFFFFFFFFu, moved)) rescale_o(o, al, c);
+            // V: lane (r, c) reads tokens 2c, 2c+1, 2c+8, 2c+9, pieces k * 8 + r (version 2's geometry)
 #pragma unroll
-        for (int sl = 0; sl < 4; ++sl) {
-            const int row = 2 * c + (sl & 1) + (sl >> 1) * 8;
+            for (int sl = 0; sl < 4; ++sl) {
+                const int row = 2 * c + (sl & 1) + (sl >> 1) * 8;
 #pragma unroll
-            for (int k = 0; k < G_::NVP; ++k)
-                ld_words<G_::VPB>(&t.v[sl][k * (G_::VPB / 4)], cur + G3::V_OFF + row * G3::RS + (k * 8 + r) * G_::VPB);
+                for (int k = 0; k < G_::NVP; ++k)
+                    ld_words<G_::VPB>(&t.v[sl][k * (G_::VPB / 4)], cur + G3::V_OFF + row * G3::RS + (k * 8 + r) * G_::VPB);
+            }
+            if constexpr (G_::NV) read_vscales<D, FMT>(t, cur + G3::VS_OFF, r, c);
+            pv_tile<D, FMT, NT>(t, pa[0], o);
         }
-        if constexpr (G_::NV) read_vscales<D, FMT>(t, cur + G3::VS_OFF, r, c);
-        pv_tile<D, FMT, NT>(t, pa[0], o);
         // Every lane's MMAs consumed its shared loads: only now may the copy engine overwrite the stage.
         __syncwarp();
         if (i + NS < nsteps) issue(i + NS);

@@ -320,7 +320,7 @@ def v2_kernel_name(fmt: str, D: int, g: str, cfg: tuple) -> str:
 # ---- version 3: the compiled configurations -------------------------------------------------------------------
 V3_FMTS = V2_FMTS + ("nvfp4",)  # attention_nvfp4kv.py launches the NVFP4 kernels from the same list
 #: (format, head_dim, group kind, NS ring stages, COPY (0: one bulk copy per row into padded rows, 1: one per tile's K
-#: and V into unpadded rows), MINB blocks/SM), passed as -DFP8LAB_ATTN_V3=DECODE_V3(...)... for attention_decode_v3.cu
+#: and V into unpadded rows, 2: one per two tiles' K and V -- per page they lie in), MINB blocks/SM), passed as -DFP8LAB_ATTN_V3=DECODE_V3(...)... for attention_decode_v3.cu
 #: FP8 D = 128: (2, 1, 4) -- 16 warps per SM of two stages each, 32 splits at the benchmark's shape -- replaced (4, 1, 3)
 #: once the splits merged inside the kernel: it was the faster at 16k and as fast at 32k and 128k (tools/gpu/attn_probe.py
 #: runs; the recorded sweep times both)
@@ -334,8 +334,10 @@ V3_DEFAULTS = {
 }
 #: the tuning sweep's extra candidates (head_dim 128, G <= 8: the benchmark's shape). COPY = 0 (a copy per row) is
 #: kept as measured: the bulk copy takes uniform operands, so 32 lanes' copies become a 32-pass loop in the SASS.
+#: COPY = 2 (two tiles per stage: 4 KB copies of FP8 rows instead of 2 KB) tests whether larger copies stream faster
+#: (tools/gpu/stream_probe.py: 2 KB bulk copies were at the edge of the read rate, 4 KB and up were not).
 V3_SWEEP = {
-    ("fp8cvt", 128, "g8"): [(3, 0, 4), (4, 1, 3), (3, 1, 4), (5, 1, 2)],
+    ("fp8cvt", 128, "g8"): [(3, 0, 4), (4, 1, 3), (3, 1, 4), (5, 1, 2), (2, 2, 3), (3, 2, 2)],
     ("bf16", 128, "g8"): [(2, 0, 3), (3, 1, 2)],
     ("nvfp4", 128, "g8"): [(4, 1, 4), (8, 1, 3), (4, 1, 3)],
 }
@@ -355,9 +357,12 @@ def v3_stage_bytes(fmt: str, D: int, copy: int) -> int:
     (attention_decode_v3.cu Geo3).
 
     v3_stage_bytes("fp8cvt", 128, 0) -> 4608   # 32 rows x (128 + 16)
+    v3_stage_bytes("fp8cvt", 128, 2) -> 8192   # two tiles per stage (COPY 2)
     """
     if fmt not in V3_FMTS:
         raise AttentionArgError(f"version 3 reads the caches {V3_FMTS}, not {fmt!r}")
+    if copy == 2:
+        return 2 * v2_tile_bytes(fmt, D)  # two tiles' K and V rows, unpadded
     return v2_tile_bytes(fmt, D) + (32 * 16 if copy == 0 else 0)  # version 2's tile, rows padded by 16 bytes (COPY 0)
 
 

@@ -8,6 +8,7 @@
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 3     # gemm: the prefill climb and grid, the W8A8 gate (<= 9 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2d    # part 2's decode path only: GEMV + layer GPU tests, the
 #                                                          # decode gemm bench and the layer bench (~6 min)
+#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2t    # the attention alone: its GPU tests, sweep and bench
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2a    # part 2's attention path only: attention + layer GPU
 #                                                          # tests, the attention sweep and bench, the layer bench (~5 min)
 #
@@ -87,6 +88,18 @@ elif [ "$PART" = 2a ]; then
   timeout 130 python3 -m fp8lab.kernels.bench attention --budget-s 100 --pytest-log "$L/pytest_attention.log" \
       --out "$K/attention.json" > "$L/attention.log" 2>&1; echo "attention rc=$?" >> "$L/steps_$PART.txt"
   decode_layer
+elif [ "$PART" = 2t ]; then
+  # the decode attention alone (a change that leaves the layer's kernels as they were: e.g. a sweep-only config):
+  # its GPU tests, the sweep and the bench (~2.5 min)
+  stage "GPU tests: decode attention"
+  timeout 110 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_kernels_attention.py \
+      tests/test_kernels_attention_nvfp4.py > "$L/pytest_attention.log" 2>&1; echo "rc=$?" >> "$L/pytest_attention.log"
+  cp "$L/pytest_attention.log" "$K/gpu_tests_attention.log"
+  stage "attention sweep (every compiled configuration at 32k, D = 128)"
+  timeout 45 python3 -m fp8lab.kernels.bench attention --sweep --out "$K/attention_sweep.json" > "$L/attention_sweep.log" 2>&1; echo "attention sweep rc=$?" >> "$L/steps_$PART.txt"
+  stage "attention bench"
+  timeout 80 python3 -m fp8lab.kernels.bench attention --budget-s 65 --pytest-log "$L/pytest_attention.log" \
+      --out "$K/attention.json" > "$L/attention.log" 2>&1; echo "attention rc=$?" >> "$L/steps_$PART.txt"
 elif [ "$PART" = 3 ]; then
   stage "gemm bench (prefill climb and grid, W8A8 gate)"
   timeout 560 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only prefill,gate --budget-s 480 --out "$K/gemm_prefill.json" > "$K/gemm_prefill_bench_log.txt" 2>&1; echo "gemm prefill rc=$?" >> "$L/steps_3.txt"
