@@ -539,6 +539,19 @@ def test_merge_comparison_pairs_the_two_merges_of_a_run():
     assert ba.merge_comparison({"results": res[3:]}) == [] and "no version-3" in ba.format_merge_comparison({})
 
 
+def test_sweep_vs_default_names_the_fastest_configuration_and_the_default():
+    from fp8lab.kernels import bench_attention as ba
+
+    base = dict(fmt="fp8cvt", version=3, valid=True)
+    res = [dict(kernel="v3_fp8kv[cvt]", default=True, config=[2, 1, 4], time_us=133.0, **base),
+           dict(kernel="v3_fp8kv[cvt]{2,2,3}", default=False, sweep=True, config=[2, 2, 3], time_us=129.0, **base),
+           dict(kernel="v3_fp8kv[cvt]{9,9,9}", default=False, sweep=True, config=[9, 9, 9], time_us=50.0,
+                fmt="fp8cvt", version=3, valid=False)]                      # an invalid row never wins
+    best, default = ba.sweep_vs_default({"results": res}, "fp8cvt", 3)
+    assert best["config"] == [2, 2, 3] and default["config"] == [2, 1, 4]
+    assert ba.sweep_vs_default({"results": []}, "fp8cvt", 3) == (None, None)
+
+
 def test_bench_report_functions_current_schema():
     from fp8lab.kernels import bench_attention as ba
 

@@ -31,7 +31,7 @@ attention_nvfp4kv.KERNELS) at 32k, D = 128, beside version 1 and torch: the run 
 
 Report functions for notebooks (read the JSON; nothing is timed on a CPU): load, summary_rows, format_summary,
 goals_table, format_goals, format_sweep, format_provenance, plot_speedup, plot_bandwidth, goal_met,
-sweep_best, fixed_cost_fit, fixed_cost_default_vs_torch, format_fixed_cost, merge_comparison,
+sweep_best, sweep_vs_default, fixed_cost_fit, fixed_cost_default_vs_torch, format_fixed_cost, merge_comparison,
 format_merge_comparison.
 """
 from __future__ import annotations
@@ -509,6 +509,14 @@ def sweep_best(data: dict, fmt: str, version: int, copy: int | None = None) -> d
     rs = [r for r in data.get("results", []) if r.get("fmt") == fmt and r.get("version") == version
           and r.get("config") and r.get("valid", True) and (copy is None or r["config"][1] == copy)]
     return min(rs, key=lambda r: r["time_us"], default=None)
+
+
+def sweep_vs_default(data: dict, fmt: str, version: int) -> tuple[dict | None, dict | None]:
+    """(the fastest valid configuration of a format and version in a sweep, the default's record), or Nones."""
+    best = sweep_best(data, fmt, version)
+    default = next((r for r in data.get("results", []) if r.get("fmt") == fmt and r.get("version") == version
+                    and r.get("default") and r.get("valid", True)), None)
+    return best, default
 
 
 def merge_comparison(data: dict, head_dim: int = 128, layout: str = "contiguous") -> list[dict]:

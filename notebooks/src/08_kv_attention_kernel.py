@@ -226,6 +226,13 @@ if SW:
               f"{b0['fraction_of_copy_bw']:.2f} ({b0['time_us'] / b1['time_us']:.2f}× the time): "
               + ("the copy loop costs more than the bank conflicts it avoids." if b0["time_us"] > b1["time_us"]
                  else "here the padded rows pay for their copy loop."))
+    best, dflt = ba.sweep_vs_default(sweep, "fp8cvt", 3)
+    if best and dflt and tuple(best["config"]) != tuple(dflt["config"]):
+        nb.md(f"In this sweep (32k only) the fastest FP8 configuration is {tuple(best['config'])}, "
+              f"{dflt['time_us'] / best['time_us']:.3f}× as fast as the default {tuple(dflt['config'])}" +
+              (" (COPY 2: two tiles per stage, so each bulk copy moves twice the rows)" if best["config"][1] == 2 else "") +
+              ". A configuration becomes the default only once it has been measured at every context the lab "
+              "records, not at one: the default was chosen from runs at 16k, 32k and 128k.")
     b2, b3 = ba.sweep_best(sweep, "nvfp4", 2), ba.sweep_best(sweep, "nvfp4", 3)
     if b2 and b3:
         ratio = b3["time_us"] / b2["time_us"]
