@@ -2,9 +2,9 @@
 
     python3 tools/gpu/attn_probe.py 16384 [rounds] [splits, e.g. auto,16,20]
 
-B = 8, 32 q / 8 kv heads, D = 128, contiguous FP8 (cvt) and bf16 caches, rotated over enough sets to defeat the L2;
-every variant validated against the float32 reference, then timed (CUDA graph) in interleaved rounds; prints the
-median and [min, max] per variant, and the fraction of copy bandwidth.
+B = 8, 32 q / 8 kv heads, D = 128, contiguous FP8 (cvt; every compiled config with COPY 1 or 2) and bf16 caches,
+rotated over enough sets to defeat the L2; every variant validated against the float32 reference, then timed (CUDA
+graph) in interleaved rounds; prints the median and [min, max] per variant, and the fraction of copy bandwidth.
 """
 import statistics
 import sys
@@ -25,7 +25,7 @@ lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
 ref8, ref16 = reference(q, *f8[0]), reference(q, bf[0][0], bf[0][1])
 copy = harness.copy_bandwidth_gbps()
 variants = {}
-cfgs8 = sorted({k[3:] for k in att.V3_KERNELS if k[:3] == ("fp8cvt", D, "g8") and k[4] == 1})
+cfgs8 = sorted({k[3:] for k in att.V3_KERNELS if k[:3] == ("fp8cvt", D, "g8") and k[4] in (1, 2)})
 for cfg in cfgs8:
     for S in SPLITS:
         for merge in (True, False) if S is None else (True,):
