@@ -160,6 +160,19 @@ def test_plan_splits_v2_fills_one_wave_of_blocks(L, B, Hk, bps):
     assert att.plan_splits_v2(32768, 8, 8, 132, 4) == (32, 1024) and att.plan_splits_v2(32768, 8, 8, 132, 3) == (24, 1376)
 
 
+def test_plan_splits_v3_merged():
+    """Version 3 merging inside the kernel: splits of >= V3_MIN_TILES_MERGED tiles, at most V3_MAX_SPLITS_MERGED per
+    (sequence, kv head); at long context the same wave of blocks as version 2's plan."""
+    assert att.plan_splits_v3_merged(1024, 1, 8, 132, 4) == (64, 16)       # one tile per split
+    assert att.plan_splits_v3_merged(8192, 1, 8, 132, 4) == (att.V3_MAX_SPLITS_MERGED, 64)   # 264 would fit: capped
+    for L, B, Hk in ((16384, 8, 8), (32768, 8, 8), (131072, 8, 8)):
+        assert att.plan_splits_v3_merged(L, B, Hk, 132, 4) == att.plan_splits_v2(L, B, Hk, 132, 4)
+    for L in (1, 15, 17, 100, 999, 5000, 70000):
+        S, n = att.plan_splits_v3_merged(L, 1, 1, 132, 4)
+        assert n % att.TILE == 0 and S * n >= L and (S - 1) * n < L and S <= att.V3_MAX_SPLITS_MERGED
+        assert n // att.TILE >= att.V3_MIN_TILES_MERGED
+
+
 def test_v2_config_lists():
     """Every default is compiled, smem of every compiled config fits a block, names are what the .cu builds."""
     for key, cfg in att.V2_DEFAULTS.items():
@@ -349,13 +362,14 @@ V3_CONFIGS = sorted(k for k in att.V3_KERNELS if k[0] != "nvfp4")  # NVFP4's: te
 @GPU
 @pytest.mark.parametrize("cfg", V3_CONFIGS, ids=["_".join(map(str, c)) for c in V3_CONFIGS])
 def test_every_compiled_v3_config(cfg):
-    """Each version-3 instantiation (ring depth, copy per row or per tile, register cap): pages of 16 and 64, a
+    """Each version-3 instantiation (ring depth, copy per row, per tile or per two tiles, register cap): pages of 16
+    (a two-tile stage spans two pages) and 64, a
     contiguous cache whose length is not a multiple of 16, lengths that end inside a tile after full tiles went through
     the same ring stage (copies stop at the last valid row: case() puts NaN codes past every sequence's end, so a copy
     that read past it shows in the output), one split and many. The zero-fill of V rows past the end:
-    test_v3_zero_fills_v_rows_past_the_end. Both merges of the splits: inside the kernel (S = 37: 10 blocks per
-    (sequence, kv head), most of them past a short sequence's end, with nothing to do but join the merge) and by the
-    reduce kernel."""
+    test_v3_zero_fills_v_rows_past_the_end. Both merges of the splits: inside the kernel (num_splits=37 asks for 32-35
+    splits of whole tiles here: 8-9 blocks per (sequence, kv head), most of them past a short sequence's end, with
+    nothing to do but join the merge) and by the reduce kernel."""
     fmt, D, g, ns, copy, minb = cfg
     kind, conv = ("bf16", "cvt") if fmt == "bf16" else ("fp8", fmt[3:])
     Hq, Hk = (24, 2) if g == "g16" else (8, 2)
@@ -405,7 +419,7 @@ def test_v3_in_kernel_merge_repeats_and_replays(S):
 @GPU
 @pytest.mark.parametrize("merge", [True, False])
 def test_v3_merge_of_one_token_with_a_very_negative_score(merge):
-    """A sequence of one token whose score is far below 0 (its max m ~ -3e4 in log2 units) beside a long one, split 37
+    """A sequence of one token whose score is far below 0 (its max m ~ -3e4 in log2 units) beside a long one, split 32
     ways: the blocks past the short sequence's end hold no token, and their partials must weigh nothing in its merge.
     (The first in-kernel merge stored such a block's max as 0, which outweighed the real -3e4: 0 / 0.) The output is
     that token's V row."""
@@ -430,8 +444,9 @@ def test_merge_is_a_version_3_choice():
 
 
 @GPU
-@pytest.mark.parametrize("D", [64, 128])
-def test_v3_zero_fills_v_rows_past_the_end(D):
+@pytest.mark.parametrize("D,config", [(64, None), (128, None), (128, (2, 2, 3)), (128, (3, 2, 2))],
+                         ids=["d64", "d128", "d128_c2_223", "d128_c2_322"])
+def test_v3_zero_fills_v_rows_past_the_end(D, config):
     """Version 3 copies only a tile's valid rows; the V rows past a sequence's end must be zeroed by the lanes, because
     the ring's stale bytes could be NaN codes (NaN x P = 0 is NaN). First a throwaway launch over a cache of NaN codes
     with every sequence at the full length (B x Hk x splits warps: the rings of every SM hold NaN codes afterwards),
@@ -443,11 +458,14 @@ def test_v3_zero_fills_v_rows_past_the_end(D):
     B, Hq, Hk, L = 8, 32, 8, 4096
     nan = torch.full((B, Hk, L, D), 0x7F, dtype=torch.uint8, device="cuda")
     q = torch.randn(B, Hq, D, device="cuda").to(torch.bfloat16)
-    att.decode_attention(q, nan, nan, [L] * B, k_scale=1.0, v_scale=1.0, version=3)
+    att.decode_attention(q, nan, nan, [L] * B, k_scale=1.0, v_scale=1.0, version=3, config=config)
     torch.cuda.synchronize()
-    lens = (1, 3, 5, 7, 9, 11, 13, 15)
+    # one partial tile per warp; for two-tile stages (COPY 2) also partial second tiles and a full first one
+    lens = (1, 3, 5, 7, 9, 11, 13, 15) if config is None or config[1] != 2 else (1, 15, 17, 23, 31, 33, 9, 30)
     kw, ref, vmax = case(B=B, Hq=Hq, Hk=Hk, D=D, lens=lens, kind="fp8", seed=D)
-    assert_close(run_kernel(kw, "cvt", version=3), ref, vmax, "fp8", f"v3 partial tiles after NaN rings D={D}")
+    for S in (None, 1):  # one split per sequence: a two-tile stage then holds a full first tile and a partial second
+        assert_close(run_kernel(kw, "cvt", S, version=3, config=config), ref, vmax, "fp8",
+                     f"v3 partial tiles after NaN rings D={D} config={config} S={S}")
 
 
 @GPU

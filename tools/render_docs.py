@@ -168,10 +168,14 @@ def _fmt(v, spec=".2f", unit="") -> str:
 def _vs(measured: float, threshold: float) -> str:
     """The measured value with as many decimals (2 to 4) as it takes for the rounded text to read on the same side of
     the threshold as the value: 1.7995 against 1.8 is "1.7995", not "1.80"."""
+    import math
+
     for k in (2, 3, 4):
         if (round(measured, k) >= threshold) == (measured >= threshold):
             return f"{measured:.{k}f}"
-    return f"{measured:.4f}"
+    # still on the wrong side at 4 decimals (1.79999 against 1.8): cut toward the value's side instead of rounding
+    cut = (math.floor if measured < threshold else math.ceil)(measured * 1e4) / 1e4
+    return f"{cut:.4f}"
 
 
 def kernel_block() -> list[str]:

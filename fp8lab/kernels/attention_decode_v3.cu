@@ -32,8 +32,9 @@
 //   * NVFP4 (version 2's layouts and arithmetic, attention_decode.cuh): a tile adds its 16 rows of K and of V
 //     block-scale codes, two more copies (or, for a partial tile, the lanes' own 4-byte loads with zeros past the end).
 // Q fragments, Q.K^T, the online softmax, P.V and the output are version 2's (attention_decode.cuh), with K's piece
-// map KMAP = 1 for FP8 / bf16. One tile per step (NSUB = 1), no rotation: version 2's sweep chose NSUB = 1, and the rotation bought
-// nothing measurable on the contiguous cache.
+// map KMAP = 1 for FP8 / bf16. One softmax update per tile (NSUB = 1: a two-tile stage, COPY = 2, runs its tiles one
+// after the other), no rotation: version 2's sweep chose NSUB = 1, and the rotation bought nothing measurable on the
+// contiguous cache.
 //
 // Needs the bulk copy engine (cp.async.bulk, mbarrier transaction counts): sm_90 and later. No host code.
 #include "attention_decode.cuh"
@@ -43,8 +44,9 @@ DECODE_REDUCE_KERNEL
 
 namespace attn {
 
-// Shared-memory geometry of version 3: a stage is one tile, [16 K rows][16 V rows], each row RS bytes apart, then
-// for NVFP4 the tile's 16 rows of K block-scale codes and 16 of V's (SROW bytes each, contiguous: version 2's layout).
+// Shared-memory geometry of version 3: a stage is TPS tiles (2 for COPY = 2, else 1), [16 TPS K rows][16 TPS V rows],
+// each row RS bytes apart, then for NVFP4 (TPS = 1) the tile's 16 rows of K block-scale codes and 16 of V's (SROW bytes
+// each, contiguous: version 2's layout).
 template <int D, int FMT, int COPY>
 struct Geo3 {
     using G_ = Geo<D, FMT>;
@@ -367,8 +369,9 @@ __device__ __forceinline__ void decode_v3_body(
 }  // namespace attn
 
 // Kernel name: decode_v3_<bf16|fp8cvt|fp8bit>_d<D>_<g8|g16>_s<NS>_c<COPY>_b<MINB>; 4 warps per block, MINB blocks per
-// SM asked of the register allocator. Dynamic shared memory: 4 x NS x Geo3::STAGE bytes of rings, then 4 x NS
-// mbarriers (attention_fp8kv.v3_smem). The parameters are version 2's (one launch for both; ksc / vsc: NVFP4 only).
+// SM asked of the register allocator. Dynamic shared memory: max(4 x NS x Geo3::STAGE bytes of rings, the merge's
+// Geo3::MERGE), then 4 x NS mbarriers (bars_offset; attention_fp8kv.v3_smem); plus the 4-byte static flag of the
+// in-kernel merge. The parameters are version 2's (one launch for both; ksc / vsc: NVFP4 only).
 #define DECODE_V3(FMT, D, GG, NS, COPY, MINB)                                                                          \
     extern "C" __global__ void __launch_bounds__(128, MINB) decode_v3_##FMT##_d##D##_##GG##_s##NS##_c##COPY##_b##MINB( \
         const u16* q, const u8* kpool, const u8* vpool, const u8* ksc, const u8* vsc, const int* block_table,           \

@@ -320,10 +320,12 @@ def v2_kernel_name(fmt: str, D: int, g: str, cfg: tuple) -> str:
 # ---- version 3: the compiled configurations -------------------------------------------------------------------
 V3_FMTS = V2_FMTS + ("nvfp4",)  # attention_nvfp4kv.py launches the NVFP4 kernels from the same list
 #: (format, head_dim, group kind, NS ring stages, COPY (0: one bulk copy per row into padded rows, 1: one per tile's K
-#: and V into unpadded rows, 2: one per two tiles' K and V -- per page they lie in), MINB blocks/SM), passed as -DFP8LAB_ATTN_V3=DECODE_V3(...)... for attention_decode_v3.cu
+#: and V into unpadded rows, 2: one per two tiles' K and V -- per page they lie in), MINB blocks/SM), passed as
+#: -DFP8LAB_ATTN_V3=DECODE_V3(...)... for attention_decode_v3.cu
 #: FP8 D = 128: (2, 1, 4) -- 16 warps per SM of two stages each, 32 splits at the benchmark's shape -- replaced (4, 1, 3)
-#: once the splits merged inside the kernel: it was the faster at 16k and as fast at 32k and 128k (tools/gpu/attn_probe.py
-#: runs; the recorded sweep times both)
+#: once the splits merged inside the kernel: ~3 us faster at 16k and within ~1 % at 32k and 128k in the exploratory
+#: probe runs (tools/gpu/attn_probe.py); the recorded sweeps at 32k (attention_sweep.json) have had (4, 1, 3) ~1.5 %
+#: faster there, and (2, 2, 3) faster still: the choice is open, see ATTENTION_NOTES.md
 V3_DEFAULTS = {
     ("fp8cvt", 128, "g8"): (2, 1, 4), ("fp8bit", 128, "g8"): (2, 1, 4), ("bf16", 128, "g8"): (2, 1, 3),
     ("fp8cvt", 128, "g16"): (3, 1, 3), ("fp8bit", 128, "g16"): (3, 1, 3), ("bf16", 128, "g16"): (2, 1, 2),
@@ -431,6 +433,20 @@ def plan_splits_v2(max_len: int, B: int, Hk: int, sms: int = 132, blocks_per_sm:
     S = max(1, min(per_pair * warps_per_block, tiles // min_tiles))
     split_len = -(-tiles // S) * TILE
     return -(-max_len // split_len), split_len
+
+
+def plan_splits_v3_merged(max_len: int, B: int, Hk: int, sms: int = 132, blocks_per_sm: int = 4) -> tuple[int, int]:
+    """Version 3 with the splits merged inside the kernel: version 2's plan with splits of >= V3_MIN_TILES_MERGED tiles,
+    at most V3_MAX_SPLITS_MERGED per (sequence, kv head).
+
+    plan_splits_v3_merged(1024, 1, 8, 132, 4)   -> (64, 16)    # one tile per split: 16 blocks per pair
+    plan_splits_v3_merged(8192, 1, 8, 132, 4)   -> (128, 64)   # 264 fit, capped at 128
+    plan_splits_v3_merged(16384, 8, 8, 132, 4)  -> (32, 512)   # long context: one wave of blocks, as version 2's
+    """
+    S, split_len = plan_splits_v2(max_len, B, Hk, sms, blocks_per_sm, min_tiles=V3_MIN_TILES_MERGED)
+    if S > V3_MAX_SPLITS_MERGED:
+        S, split_len = _split_len_for(max_len, V3_MAX_SPLITS_MERGED)
+    return S, split_len
 
 
 def _split_len_for(max_len: int, num_splits: int) -> tuple[int, int]:
@@ -575,13 +591,11 @@ def launch_ring(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, b
     main = mod.get_function(name)
     smem = ring["smem"](fmt, p.D, cfg)
     _cuda.allow_dynamic_smem(main, smem)
-    def plan(sms):
-        S, split_len = plan_splits_v2(max_len, p.B, p.Hk, sms, blocks_per_sm(main, smem, WARPS_PER_BLOCK_V2),
-                                      **({"min_tiles": V3_MIN_TILES_MERGED} if version == 3 and merge else {}))
-        if version == 3 and merge and S > V3_MAX_SPLITS_MERGED:
-            S, split_len = _split_len_for(max_len, V3_MAX_SPLITS_MERGED)
-        return S, split_len
-
+    bps = blocks_per_sm(main, smem, WARPS_PER_BLOCK_V2)
+    if version == 3 and merge:
+        plan = lambda sms: plan_splits_v3_merged(max_len, p.B, p.Hk, sms, bps)  # noqa: E731
+    else:
+        plan = lambda sms: plan_splits_v2(max_len, p.B, p.Hk, sms, bps)  # noqa: E731
     S, split_len, part_o, part_ml = _splits(plan, max_len, num_splits, p, dev)
     dummy = tensors["k"]  # scale pools of a format without them: never read
     keep = (tensors["q"].contiguous(), tensors["k"], tensors["v"], tensors.get("ksc", dummy), tensors.get("vsc", dummy),

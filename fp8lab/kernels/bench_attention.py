@@ -505,9 +505,11 @@ def format_versions(data: dict) -> str:
 
 def sweep_best(data: dict, fmt: str, version: int, copy: int | None = None) -> dict | None:
     """The fastest valid record of a format and version in a run (a sweep's every configuration); copy: version 3's
-    COPY field (1: a copy per tile, 0: a copy per row) or None for any."""
+    COPY field (0: a copy per row, 1: per tile, 2: per two tiles) or None for any. The rows that time the other merge of
+    the splits ("{reduce}" / "{kernel}", merge_comparison's) are not configurations and never count."""
     rs = [r for r in data.get("results", []) if r.get("fmt") == fmt and r.get("version") == version
-          and r.get("config") and r.get("valid", True) and (copy is None or r["config"][1] == copy)]
+          and r.get("config") and r.get("valid", True) and (copy is None or r["config"][1] == copy)
+          and not r["kernel"].endswith(("{reduce}", "{kernel}"))]
     return min(rs, key=lambda r: r["time_us"], default=None)
 
 

@@ -330,7 +330,8 @@ if data is not None:
                   (" With it, our fixed part equals torch's to 0.1 µs" if abs(gap) < 0.05 else
                    f" With it, our fixed part is within {abs(gap):.1f} µs of torch's") + ", so what separates the two at short "
                   f"context is the stream rate ({f['rate_TBps']:.2f} against {t['rate_TBps']:.2f} TB/s), not the "
-                  "per-call overhead." if gap is not None and gap < 1.5 else ""))
+                  "per-call overhead." if gap is not None and abs(gap) < 1.5 and f["rate_TBps"] < t["rate_TBps"]
+                  else ""))
 """),
 ("md", r"""
 ## Chunked prefill: where an FP8 cache stops paying
