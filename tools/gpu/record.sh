@@ -40,6 +40,20 @@ decode_layer() {
   stage "decode layer bench"
   timeout 130 python3 -m fp8lab.kernels.bench layer --budget-s 100 --out "$K/layer.json" > "$L/layer.log" 2>&1; echo "layer rc=$?" >> "$L/steps_$PART.txt"
 }
+# the decode attention's GPU tests, sweep and bench, shared by parts 2a and 2t: attention_path <tests timeout> <sweep
+# timeout> <bench timeout> <bench budget> [more test files]
+attention_path() {
+  local t_tests=$1 t_sweep=$2 t_bench=$3 budget=$4; shift 4
+  stage "GPU tests: decode attention${1:+ and $*}"
+  timeout "$t_tests" python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_kernels_attention.py \
+      tests/test_kernels_attention_nvfp4.py "$@" > "$L/pytest_attention.log" 2>&1; echo "rc=$?" >> "$L/pytest_attention.log"
+  cp "$L/pytest_attention.log" "$K/gpu_tests_attention.log"
+  stage "attention sweep (every compiled configuration at 32k, D = 128)"
+  timeout "$t_sweep" python3 -m fp8lab.kernels.bench attention --sweep --out "$K/attention_sweep.json" > "$L/attention_sweep.log" 2>&1; echo "attention sweep rc=$?" >> "$L/steps_$PART.txt"
+  stage "attention bench"
+  timeout "$t_bench" python3 -m fp8lab.kernels.bench attention --budget-s "$budget" --pytest-log "$L/pytest_attention.log" \
+      --out "$K/attention.json" > "$L/attention.log" 2>&1; echo "attention rc=$?" >> "$L/steps_$PART.txt"
+}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$L/nvidia_smi_$PART.txt" 2>&1
 
 if [ "$PART" = 1 ]; then
@@ -78,28 +92,12 @@ elif [ "$PART" = 2d ]; then
 elif [ "$PART" = 2a ]; then
   # the decode attention re-recorded after an attention change (the layer's attention is the default kernel, so the
   # layer too; the GEMV, prefill attention and accumulation files of part 2 stay as recorded)
-  stage "GPU tests: decode attention and the decode layer"
-  timeout 200 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_kernels_attention.py \
-      tests/test_kernels_attention_nvfp4.py tests/test_decode_layer.py > "$L/pytest_attention.log" 2>&1; echo "rc=$?" >> "$L/pytest_attention.log"
-  cp "$L/pytest_attention.log" "$K/gpu_tests_attention.log"
-  stage "attention sweep (every compiled configuration at 32k, D = 128)"
-  timeout 60 python3 -m fp8lab.kernels.bench attention --sweep --out "$K/attention_sweep.json" > "$L/attention_sweep.log" 2>&1; echo "attention sweep rc=$?" >> "$L/steps_$PART.txt"
-  stage "attention bench"
-  timeout 130 python3 -m fp8lab.kernels.bench attention --budget-s 100 --pytest-log "$L/pytest_attention.log" \
-      --out "$K/attention.json" > "$L/attention.log" 2>&1; echo "attention rc=$?" >> "$L/steps_$PART.txt"
+  attention_path 200 60 130 100 tests/test_decode_layer.py
   decode_layer
 elif [ "$PART" = 2t ]; then
   # the decode attention alone (a change that leaves the layer's kernels as they were: e.g. a sweep-only config):
   # its GPU tests, the sweep and the bench (~2.5 min)
-  stage "GPU tests: decode attention"
-  timeout 110 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_kernels_attention.py \
-      tests/test_kernels_attention_nvfp4.py > "$L/pytest_attention.log" 2>&1; echo "rc=$?" >> "$L/pytest_attention.log"
-  cp "$L/pytest_attention.log" "$K/gpu_tests_attention.log"
-  stage "attention sweep (every compiled configuration at 32k, D = 128)"
-  timeout 45 python3 -m fp8lab.kernels.bench attention --sweep --out "$K/attention_sweep.json" > "$L/attention_sweep.log" 2>&1; echo "attention sweep rc=$?" >> "$L/steps_$PART.txt"
-  stage "attention bench"
-  timeout 80 python3 -m fp8lab.kernels.bench attention --budget-s 65 --pytest-log "$L/pytest_attention.log" \
-      --out "$K/attention.json" > "$L/attention.log" 2>&1; echo "attention rc=$?" >> "$L/steps_$PART.txt"
+  attention_path 110 45 80 65
 elif [ "$PART" = 3 ]; then
   stage "gemm bench (prefill climb and grid, W8A8 gate)"
   timeout 560 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only prefill,gate --budget-s 480 --out "$K/gemm_prefill.json" > "$K/gemm_prefill_bench_log.txt" 2>&1; echo "gemm prefill rc=$?" >> "$L/steps_3.txt"
