@@ -573,8 +573,7 @@ def launch_ring(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, b
     default; compiled / defaults: the source's configuration lists (None: this module's, of that version).
     merge (version 3): the splits merged inside the kernel (None: V3_MERGE) or by the reduce kernel.
     """
-    if merge is not None and version != 3:
-        raise AttentionArgError(f"merge applies to version 3 only (version {version} launches the reduce kernel)")
+    check_merge(merge, version)
     merge = V3_MERGE if merge is None else bool(merge)
     ring = RING[version]
     g = "g16" if p.G > 8 else "g8"
@@ -618,6 +617,13 @@ def launch_ring(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, b
                 merge="kernel" if merged else ("reduce" if S > 1 else "none"), _keep=keep)
     return Launch(main, (-(-S // wpb), p.Hk, p.B), main_args, reduce, (p.Hq, p.B), (p.D // 4,), reduce_args, out, info,
                   main_block=(32 * wpb,), smem=smem, pdl_reduce=version == 3)
+
+
+def check_merge(merge, version: int) -> None:
+    """merge= is version 3's choice (the splits merged in the kernel or by the reduce kernel): a one-line
+    AttentionArgError when another version is asked for it (both preparers call this before any CUDA call)."""
+    if merge is not None and version != 3:
+        raise AttentionArgError(f"merge applies to version 3 only (version {version} launches the reduce kernel)")
 
 
 def default_version(device) -> int:
@@ -678,8 +684,7 @@ def prepare(q, k_cache, v_cache, seq_lens=None, *, block_table=None, k_scale=Non
                                 "for 'vb'")
     if version == 1 and config is not None:
         raise AttentionArgError("config applies to versions 2 and 3 only")
-    if merge is not None and version != 3:
-        raise AttentionArgError(f"merge applies to version 3 only (version {version} launches the reduce kernel)")
+    check_merge(merge, version)
     if version in RING_VERSIONS:
         check_ring_config(f"fp8{conv}" if p.fp8 else "bf16", p, config, version=version)
     if q.device.type != "cuda":

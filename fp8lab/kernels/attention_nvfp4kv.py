@@ -215,8 +215,7 @@ def prepare(q, k_cache: NVFP4Cache, v_cache: NVFP4Cache, seq_lens=None, *, block
         version = DEFAULT_VERSION
     if version not in VERSIONS:
         raise AttentionArgError(f"version must be one of {VERSIONS}, got {version!r}")
-    if merge is not None and version != 3:
-        raise AttentionArgError(f"merge applies to version 3 only (version {version} launches the reduce kernel)")
+    att.check_merge(merge, version)
     lists = (KERNELS, DEFAULTS) if version == 2 else (att.V3_KERNELS, att.V3_DEFAULTS)
     att.check_ring_config("nvfp4", p, config, *lists, version=version)
     if q.device.type != "cuda":

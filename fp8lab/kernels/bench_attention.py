@@ -503,13 +503,19 @@ def format_versions(data: dict) -> str:
     return "\n".join(lines)
 
 
+def other_merge_row(r: dict) -> bool:
+    """Whether a record times version 3's other merge of the splits beside the default (contenders' "{reduce}" /
+    "{kernel}" rows): not a configuration of its own."""
+    return r["kernel"].endswith(("{reduce}", "{kernel}"))
+
+
 def sweep_best(data: dict, fmt: str, version: int, copy: int | None = None) -> dict | None:
     """The fastest valid record of a format and version in a run (a sweep's every configuration); copy: version 3's
     COPY field (0: a copy per row, 1: per tile, 2: per two tiles) or None for any. The rows that time the other merge of
     the splits ("{reduce}" / "{kernel}", merge_comparison's) are not configurations and never count."""
     rs = [r for r in data.get("results", []) if r.get("fmt") == fmt and r.get("version") == version
           and r.get("config") and r.get("valid", True) and (copy is None or r["config"][1] == copy)
-          and not r["kernel"].endswith(("{reduce}", "{kernel}"))]
+          and not other_merge_row(r)]
     return min(rs, key=lambda r: r["time_us"], default=None)
 
 
@@ -528,7 +534,7 @@ def merge_comparison(data: dict, head_dim: int = 128, layout: str = "contiguous"
     quartile ranges [q1, q3] do not overlap (None without spreads). Empty for a run without both."""
     res = [r for r in data.get("results", []) if r.get("version") == 3 and r.get("head_dim") == head_dim
            and r.get("layout") == layout and r.get("fmt") in ("fp8cvt", "bf16") and r.get("merge") in ("kernel", "reduce")
-           and (r.get("default") or r["kernel"].endswith(("{reduce}", "{kernel}")))]
+           and (r.get("default") or other_merge_row(r))]
     rows = []
     for fmt in ("fp8cvt", "bf16"):
         for L in sorted({r["context"] for r in res if r["fmt"] == fmt}):

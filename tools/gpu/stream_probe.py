@@ -8,7 +8,6 @@ the same run (read + write counted, harness.copy_bandwidth_gbps) and bf16 cuBLAS
 decode kernels are held to. The question: do larger bulk copies (a block-wide ring) stream closer to the memory
 limit than per-warp rings of 2 KB units (gemv_v4, attention version 3) or plain 16-byte loads?
 """
-import statistics
 import sys
 from pathlib import Path
 
@@ -76,17 +75,12 @@ def main():
         w = [torch.randn(K, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(nsets)]
         x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
         vs["cublas_bf16_gemv"] = ([lambda w=w_: torch.nn.functional.linear(x, w) for w_ in w], K * 4096 * 2, "F.linear M=1")
-        ts, mode = {n: [] for n in vs}, {}
-        for _ in range(5):
-            for n, (calls, _, _) in vs.items():
-                t, mode[n] = harness.graph_time_us(calls)
-                ts[n].append(t)
+        ts = harness.interleave({n: (lambda calls=calls: harness.graph_time_us(calls)) for n, (calls, _, _) in vs.items()})
         print(f"\n{mib} MiB per call, {nsets} buffers rotated")
-        for n, t in sorted(ts.items(), key=lambda kv: statistics.median(kv[1])):
-            m = statistics.median(t)
-            gbps = vs[n][1] / (m * 1e3)
-            print(f"  {n:20s} {m:8.2f} us [{min(t):.2f}, {max(t):.2f}] {gbps:6.0f} GB/s  {gbps / copy:.3f} of copy   "
-                  f"{vs[n][2]}  ({mode[n]})")
+        for n, t in sorted(ts.items(), key=lambda kv: kv[1].median):
+            gbps = vs[n][1] / (t.median * 1e3)
+            print(f"  {n:20s} {t.median:8.2f} us [{t.min:.2f}, {t.max:.2f}] {gbps:6.0f} GB/s  {gbps / copy:.3f} of copy   "
+                  f"{vs[n][2]}  ({t.how})")
         del bufs, w
         torch.cuda.empty_cache()
     return 0
