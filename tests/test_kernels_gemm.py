@@ -607,8 +607,8 @@ def test_v3_every_config_matches_reference(version, fmt, M):
     grids from one warp to many (a warp whose range is shorter than its ring included), stream-K and whole-group
     ranges."""
     NT = V3.n_tiles(M)
-    table = V3.KERNELS if version == 3 else V3.KERNELS4
-    grids = ((4, 4), (1, 1), (8, 2)) if version == 3 else ((8, 4), (1, 1), (4, 8))
+    table = V3.TABLES[version]
+    grids = {3: ((4, 4), (1, 1), (8, 2)), 4: ((8, 4), (1, 1), (4, 8)), 5: ((8, 2), (1, 1), (4, 4))}[version]
     for R in (1, 2):
         cfgs = sorted({(C, P) for (f, r, nt, C, P, e, n) in table
                        if f == fmt and r == R and nt == NT and e == "store" and not n})
@@ -698,10 +698,12 @@ def test_v3_whole_groups_by_default_at_large_n(version, fmt):
     p = _v3_inputs(fmt, N, K, 1, "normal", seed=13)
     x = _activations(M, K, "normal", seed=13)
     ref, terms = V3.reference(x, p)
-    for cfg in (None, (2, 2 if version == 3 else 4, 1, 1, 1)):
+    for cfg in ((None, (2, 2 if version == 3 else 4, 1, 1, 1)) if version < 5 else ((4, 3, 8, 1, 1), (2, 4, 4, 2, 1))):
         launch = V3.prepare(x, p, config=cfg, version=version, out=_poison((M, N)))
         assert launch.info["whole_groups"]
-        if cfg is not None:
+        if version == 5:  # the split is over CTAs: whole groups only when asked, several per CTA here
+            assert launch.info["grid"] < p.groups
+        elif cfg is not None:
             assert launch.info["warps"] < p.groups  # one warp per SM: several groups each
         else:
             assert launch.info["warps"] >= p.groups  # one group per warp (a few idle warps, spread evenly)
@@ -724,7 +726,7 @@ def test_v4_launches_of_one_kernel_with_different_shared_memory():
 
 
 @gpu
-@pytest.mark.parametrize("version,config", [(3, (2, 2, 8, 4)), (4, (2, 4, 8, 4))])
+@pytest.mark.parametrize("version,config", [(3, (2, 2, 8, 4)), (4, (2, 4, 8, 4)), (5, (2, 4, 4, 4))])
 def test_v3_is_deterministic_and_reusable(version, config):
     """Split row groups are summed in slot order by whichever warp finishes last: repeated calls (counters reset
     by the kernel) give bit-identical results, for a split-heavy config (few groups, many warps); versions 3 and 4
@@ -732,7 +734,8 @@ def test_v3_is_deterministic_and_reusable(version, config):
     p = _v3_inputs("fp8b", 64, 16384, 1, "normal", seed=9)
     x = _activations(4, 16384, "normal", seed=9)
     launch = V3.prepare(x, p, config=config, version=version)
-    assert launch.info["warps"] > p.groups  # every group split between warps
+    assert (launch.info["grid"] if version == 5 else launch.info["warps"]) > p.groups  # every group split
+
     ys = [launch().clone() for _ in range(5)]
     assert all(torch.equal(ys[0].view(torch.int16), y.view(torch.int16)) for y in ys[1:])
     if version == 4:

@@ -34,6 +34,7 @@ NATIVE = {"nvfp4_hw.cu": E2M1_CVT_REFUSED, "gemv_nvfp4_hw.cu": E2M1_CVT_REFUSED,
 _HOPPER_ONLY = "wgmma|setmaxnreg|__cluster_dims__ is not supported|'.multicast::cluster' modifier"
 REFUSAL = {"gemm_w8a8_wgmma.cu": _HOPPER_ONLY, "gemm_w8a8_tma.cu": _HOPPER_ONLY,
            "gemv_v4.cu": r"Feature 'cp.async.bulk' requires .target sm_90 or higher",
+           "gemv_v5.cu": r"Feature 'cp.async.bulk' requires .target sm_90 or higher",
            "attention_decode_v3.cu": r"Feature 'cp.async.bulk' requires .target sm_90 or higher", **NATIVE}
 # (source, arch) pairs that must NOT build, each with its reason; everything else must build.
 NOT_BUILDABLE = {(f, cc): "wgmma / setmaxnreg exist only on sm_90a" for f in ("gemm_w8a8_wgmma.cu", "gemm_w8a8_tma.cu")
@@ -43,6 +44,7 @@ NOT_BUILDABLE.update({(f, cc): "the E2M1 conversions exist only on sm_100a / sm_
 NOT_BUILDABLE.update({("gemm_w4a4.cu", cc): "the block-scaled FP4 mma.sync exists only on sm_120a / sm_121a"
                       for cc in ARCHS if cc not in (120, 121)})
 NOT_BUILDABLE[("gemv_v4.cu", 89)] = "the bulk copy engine (cp.async.bulk) exists from sm_90 on"
+NOT_BUILDABLE[("gemv_v5.cu", 89)] = "the bulk copy engine (cp.async.bulk) exists from sm_90 on"
 NOT_BUILDABLE[("attention_decode_v3.cu", 89)] = "the bulk copy engine (cp.async.bulk) exists from sm_90 on"
 # kernels that ask for a hardware E2M1 conversion, the SASS form it must take, and on which archs.
 GB10 = {120, 121}
@@ -273,6 +275,32 @@ def test_gemv_v4_streams_through_the_bulk_copy_engine(built):
             first_copy = next(i for i, t in enumerate(body) if t.startswith("UBLKCP"))
             reads = [i for i, t in enumerate(body) if t.startswith("HMMA") or (t.startswith("LDS") and " RZ," not in t)]
             assert max(reads) < first_copy, (cc, fmt, R, NT, C, D)
+
+
+def test_gemv_v5_streams_one_ring_per_cta(built):
+    """Version 5: the weights arrive by cp.async.bulk (UBLKCP, one per stage, two with NVFP4's scale codes) counted on
+    mbarriers, read back with shared loads (2 C R per unit and lane), no 128-bit global load of the weights; in the
+    stage loop every MMA and every shared load of the ring comes before the CTA barrier (BAR.SYNC), and the refill
+    (UBLKCP) after it: the copy engine never overwrites words a warp has not consumed. Every arch it builds for."""
+    from fp8lab.kernels import gemv_v3 as V3
+
+    for cc in (90, 120, 121):
+        ks = built[("gemv_v5.cu", cc)]
+        assert len(ks) == len(V3.KERNELS5)
+        for (fmt, R, NT, C, D, e, n) in V3.KERNELS5:
+            what = (cc, fmt, R, NT, C, D)
+            k = ks[V3.kernel_name(fmt, R, NT, C, D, e, n, version=5)]
+            assert k.count("UBLKCP") >= (2 if fmt == "nvfp4" else 1) and k.has(r"SYNCS\.ARRIVE\.TRANS64"), what
+            wide = sum(1 for _, t in k.instrs if re.match(r"LDG\.E\S*\.128", t))
+            assert wide <= C * NT * (4 if fmt == "nvfp4" else 2), what   # the activations' only
+            body = [t for t in k.loop_body() if t]
+            ops = [t.split()[0] for t in body]
+            assert sum(o.startswith("HMMA") for o in ops) == C * R * NT * (8 if fmt == "nvfp4" else 4), what
+            assert sum(o == "LDS.128" for o in ops) >= 2 * C * R, what
+            bar = next(i for i, o in enumerate(ops) if o.startswith("BAR.SYNC"))
+            copies = [i for i, o in enumerate(ops) if o.startswith("UBLKCP")]
+            reads = [i for i, o in enumerate(ops) if o.startswith("HMMA") or o == "LDS.128"]
+            assert copies and max(reads) < bar < min(copies), what
 
 
 def test_gemv_and_gemm_kernels_build_for_sm89(built):

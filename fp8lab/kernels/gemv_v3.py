@@ -68,7 +68,15 @@ KERNELS4 = (
     {(f, 1, nt, C, D, "store", 0) for f in FORMATS for nt in (1, 2) for C, D in ((2, 4), (2, 8), (4, 4))}
     | {(f, 2, 4, 2, 4, "store", 0) for f in FORMATS}
 )
-VERSIONS = GEMV_PACKED_VERSIONS   # gemv_v3.cu (P units in registers), gemv_v4.cu (D ring slots in shared memory)
+#: version 5 (gemv_v5.cu): (format, R, NT, C, D, epilogue, norm) -- one ring per CTA of D stages of WPC units (C R KiB
+#: each, one unit per warp): stages of 8-32 KB at 4-8 warps
+KERNELS5 = (
+    {(f, 1, nt, C, D, "store", 0) for f in FORMATS for nt in (1, 2) for C, D in ((2, 4), (4, 2), (4, 3), (2, 6))}
+    | {(f, 2, 4, 2, 3, "store", 0) for f in FORMATS}
+)
+VERSIONS = GEMV_PACKED_VERSIONS   # gemv_v3.cu (P units in registers), gemv_v4.cu (D ring slots per warp), gemv_v5.cu
+#                                   (one ring per CTA, K split over its warps)
+TABLES = {3: KERNELS, 4: KERNELS4, 5: KERNELS5}
 
 
 def _defines(version: int, table) -> tuple[str, ...]:
@@ -86,8 +94,14 @@ def cuda_defines4() -> tuple[str, ...]:
     return _defines(4, KERNELS4)
 
 
+def cuda_defines5() -> tuple[str, ...]:
+    """Version 5's instantiation list: GEMV5(fmt id, R, NT, C, D, epilogue id, norm)..."""
+    return _defines(5, KERNELS5)
+
+
 def kernel_name(fmt: str, R: int, NT: int, C: int, P: int, epilogue: str, norm: int = 0, version: int = 3) -> str:
-    """gemv3_..._p{P}_... (version 3: P units in registers) or gemv4_..._d{D}_... (version 4: D ring slots)."""
+    """gemv3_..._p{P}_... (version 3: P units in registers) or gemv{4,5}_..._d{D}_... (D ring slots per warp / stages
+    per CTA)."""
     ring = "p" if version == 3 else "d"
     return f"gemv{version}_{fmt}_r{R}_nt{NT}_c{C}_{ring}{P}_e{EPILOGUES[epilogue]}_n{norm}"
 
@@ -376,21 +390,30 @@ DEFAULT_CONFIG = {  # (C, P, WPC, CPS) by format and token tiles; chosen by H200
 #: version 4: (C, D, WPC, CPS) -- D ring slots of one unit per warp; CPS is capped by what fits (shared memory)
 DEFAULT_CONFIG4 = {("fp8", 1): (2, 4, 8, 4), ("fp8", 2): (2, 4, 8, 4), ("fp8", 4): (2, 4, 4, 4),
                    ("nvfp4", 1): (2, 4, 8, 4), ("nvfp4", 2): (2, 4, 8, 4), ("nvfp4", 4): (2, 4, 4, 4)}
+#: version 5: (C, D, WPC, CPS) -- D stages of WPC units per CTA; CPS is capped by what fits (shared memory)
+DEFAULT_CONFIG5 = {("fp8", 1): (4, 3, 8, 2), ("fp8", 2): (4, 3, 8, 2), ("fp8", 4): (2, 3, 4, 2),
+                   ("nvfp4", 1): (4, 3, 8, 2), ("nvfp4", 2): (4, 3, 8, 2), ("nvfp4", 4): (2, 3, 4, 2)}
+DEFAULTS = {3: DEFAULT_CONFIG, 4: DEFAULT_CONFIG4, 5: DEFAULT_CONFIG5}
 
 
 def default_config(fmt: str, M: int, R: int = 1, version: int = 3) -> tuple[int, int, int, int]:
     """(C, P, WPC, CPS) for this format and M (version 4: (C, D, WPC, CPS)). The table is by format and M only:
     an R = 2 packing at M <= 8 has no compiled default (pass a config; gemv_v3.KERNELS lists them)."""
-    table = DEFAULT_CONFIG if version == 3 else DEFAULT_CONFIG4
+    table = DEFAULTS[version]
     C, P, wpc, cps = table[("nvfp4" if fmt == "nvfp4" else "fp8", n_tiles(M))]
     return C, P, wpc, cps
 
 
-def ring_bytes(fmt: str, R: int, C: int, D: int, wpc: int) -> int:
-    """Version 4's shared memory per CTA for the ring: WPC warps x D slots of one unit (+ NVFP4 scale codes), and
-    one 8-byte mbarrier per slot.  ring_bytes("fp8c", 1, 2, 4, 8) -> 65792"""
-    slot = C * R * 1024 + (C * R * 128 if fmt == "nvfp4" else 0)
-    return wpc * D * (slot + 8)
+def ring_bytes(fmt: str, R: int, C: int, D: int, wpc: int, version: int = 4, NT: int = 1) -> int:
+    """Dynamic shared memory per CTA. Version 4: WPC warps x D slots of one unit (+ NVFP4 scale codes), and one 8-byte
+    mbarrier per slot. Version 5: 128 bytes of barriers, two buffers of the warps' partial sums (WPC x R NT 4 x 32
+    fp32, rounded up to 128 bytes), and D stages of WPC units.
+    ring_bytes("fp8c", 1, 2, 4, 8) -> 65792;  ring_bytes("fp8c", 1, 4, 3, 8, version=5) -> 106624"""
+    unit = C * R * 1024 + (C * R * 128 if fmt == "nvfp4" else 0)
+    if version == 4:
+        return wpc * D * (unit + 8)
+    red = 2 * wpc * R * NT * 4 * 32 * 4
+    return 128 + -(-red // 128) * 128 + D * wpc * unit
 
 
 def sm_count(device=None) -> int:
@@ -474,8 +497,8 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
         if smem > 64 * 1024:
             wpc = max(wpc, 8)  # one or two CTAs per SM fit: make them 8 warps each
     key = (p.fmt, p.R, NT, C, P, epilogue, 1 if norm is not None else 0)
-    if key not in (KERNELS if version == 3 else KERNELS4):
-        what, table = ("P", "KERNELS") if version == 3 else ("D", "KERNELS4")
+    if key not in TABLES[version]:
+        what, table = ("P", "KERNELS") if version == 3 else ("D", f"KERNELS{version}")
         raise ValueError(f"not compiled: (format, R, NT, C, {what}, epilogue, norm) = {key}; see gemv_v3.{table}")
     if p.Kp % (CHUNK_K[p.fmt] * C):
         raise ValueError(f"K padded to {p.Kp} is not a whole number of {C}-chunk units")
@@ -495,21 +518,26 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     U = G * KU
     sms = sms or sm_count(x.device)
     wpc = max(1, min(wpc, U))
-    if version == 4:  # the ring (version 4 has no fused norm: not compiled); allow_dynamic_smem checks it fits
-        smem = ring_bytes(p.fmt, p.R, C, P, wpc)
+    if version >= 4:  # the ring (versions 4 and 5 have no fused norm: not compiled); allow_dynamic_smem checks it fits
+        smem = ring_bytes(p.fmt, p.R, C, P, wpc, version, NT)
     cp = _cuda._cupy()
     fn = _cuda.load_module(f"gemv_v{version}.cu").get_function(kernel_name(*key, version=version))
     from .launch_ex import resident_ctas
 
     _cuda.allow_dynamic_smem(fn, smem)
     cps = min(cps, resident_ctas(fn, 32 * wpc, smem))   # the whole grid resident at once (stream-K: no late CTAs)
-    if whole is None:
-        whole = whole_groups_pays(G, sms, sms * cps * wpc, NT)
-    if whole:  # units per grain: whole row groups, one per warp where they fit (a few warps idle, spread evenly)
-        gran, grid = KU, max(1, min(sms * cps, -(-G // wpc)))
-    else:      # any unit (stream-K): every warp gets >= 1 unit
-        gran, grid = 1, max(1, min(sms * cps, U // wpc))
-    Wt = grid * wpc
+    if version == 5:  # the work is split over CTAs (each CTA's warps split K): stream-K unless told
+        whole = whole or 0
+        gran, grid = (KU, max(1, min(sms * cps, G))) if whole else (1, max(1, min(sms * cps, U)))
+        Wt = grid
+    else:
+        if whole is None:
+            whole = whole_groups_pays(G, sms, sms * cps * wpc, NT)
+        if whole:  # units per grain: whole row groups, one per warp where they fit (a few warps idle, spread evenly)
+            gran, grid = KU, max(1, min(sms * cps, -(-G // wpc)))
+        else:      # any unit (stream-K): every warp gets >= 1 unit
+            gran, grid = 1, max(1, min(sms * cps, U // wpc))
+        Wt = grid * wpc
     smax = 1 if whole else smax_bound(G, KU, Wt)
     # the stream-K workspace: smax slots of R*NT*4*32 fp32 partial sums per row group (a few MB at most)
     ws = torch.empty(G * smax * p.R * NT * 4 * 32, dtype=torch.float32, device=x.device)
