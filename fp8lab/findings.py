@@ -17,6 +17,7 @@ the kernel JSONs) and returns strings; none reads a file or prints, so each is t
 from __future__ import annotations
 
 import math
+import re
 
 __all__ = ["ci", "excludes_zero", "recipe_label", "causal_label", "sweep_delta", "step_sentence",
            "cheapest_causal", "mc_reading", "granularity_note", "kv_drift_findings", "kv_long_findings",
@@ -289,8 +290,8 @@ def latest_kernels(names) -> list[str]:
 
 def kernel_roofline_points(data: dict, Ms=(1, 16), ours_prefix=("gemv", "w8a8"), anchors=("bf16_cublas",),
                            skip=("channel",)) -> list[dict]:
-    """Measured points for a roofline from a recorded GEMM benchmark (harness schema): our kernels' newest
-    versions and the anchors, at the largest decode shape for each M in `Ms` and at the largest prefill shape.
+    """Measured points for a roofline from a recorded GEMM benchmark (harness schema): the fastest version of each of
+    our kernels and the anchors, at the largest decode shape for each M in `Ms` and at the largest prefill shape.
 
     intensity = FLOPs / bytes the kernel moves, tflops = its measured rate: where it sits under the roofs."""
     res = [r for r in data.get("results", []) if r.get("flops") and r.get("bytes") and r.get("time_us")]
@@ -303,10 +304,16 @@ def kernel_roofline_points(data: dict, Ms=(1, 16), ours_prefix=("gemv", "w8a8"),
                 continue
             top = max(((r.get("N"), r.get("K")) for r in rm), key=lambda nk: (nk[0] or 0) * (nk[1] or 0))
             rm = [r for r in rm if (r.get("N"), r.get("K")) == top]
-            ours = latest_kernels(r["kernel"] for r in rm if r["kernel"].startswith(ours_prefix)
-                                  and not any(k in r["kernel"] for k in skip))
-            if fam == "prefill" and ours:      # the fastest of our prefill kernels, not every variant
-                ours = [max((r for r in rm if r["kernel"] in ours), key=lambda r: r.get("tflops") or 0)["kernel"]]
+            mine = [r for r in rm if r["kernel"].startswith(ours_prefix) and not any(k in r["kernel"] for k in skip)]
+            if fam == "prefill":  # the fastest of our prefill kernels, not every variant
+                ours = [max(mine, key=lambda r: r.get("tflops") or 0)["kernel"]] if mine else []
+            else:                 # per kernel, its fastest version (a newer version is not always a faster one)
+                fastest: dict = {}
+                for r in mine:
+                    base = re.sub(r"_v\d+$", "", r["kernel"])
+                    if base not in fastest or (r.get("tflops") or 0) > (fastest[base].get("tflops") or 0):
+                        fastest[base] = r
+                ours = [r["kernel"] for r in fastest.values()]
             for r in rm:
                 short = r["kernel"].split(" (")[0]
                 if r["kernel"] in ours or short in anchors:

@@ -90,6 +90,10 @@ def test_latest_kernels_and_roofline_points():
         dict(kernel="gemv_x_v2", family="decode", M=1, N=8, K=8, flops=128, bytes=64, time_us=0.5, tflops=4.0)]}
     pts = findings.kernel_roofline_points(data, Ms=(1,))
     assert [p["kernel"] for p in pts] == ["bf16_cublas", "gemv_x_v2"] and pts[1]["intensity"] == 2.0
+    # a newer version that is slower does not replace the faster older one
+    data["results"].append(dict(kernel="gemv_x_v3", family="decode", M=1, N=8, K=8, flops=128, bytes=64, time_us=0.8,
+                                tflops=2.5))
+    assert [p["kernel"] for p in findings.kernel_roofline_points(data, Ms=(1,))] == ["bf16_cublas", "gemv_x_v2"]
 
 
 # ---- fp8lab.notebook ---------------------------------------------------------------------------------------

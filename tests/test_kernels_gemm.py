@@ -511,7 +511,9 @@ def test_v3_rejects_bad_arguments():
     assert not V3.whole_groups_pays(1792, 132, 1584) and not V3.whole_groups_pays(224, 132, 2112)
     assert not V3.whole_groups_pays(1184, 132, 2112, NT=2)
     with pytest.raises(ValueError, match="version must be one of"):
-        V3.gemv_v3(x, p, version=5)
+        V3.gemv_v3(x, p, version=6)
+    with pytest.raises(ValueError, match=r"not compiled: \(format, R, NT, C, D"):
+        V3.gemv_v3(x, p, version=5, config=(2, 5, 8, 3))
     with pytest.raises(ValueError, match=r"not compiled: \(format, R, NT, C, D"):
         V3.gemv_v3(x, p, version=4, config=(2, 3, 8, 4))
     with pytest.raises(TypeError, match="CUDA"):
@@ -555,12 +557,18 @@ def test_v3_compiled_list_is_the_python_set():
     built4 = {(ids[int(a)], int(b), int(c), int(e), int(f), eps[int(h)], int(n))
               for a, b, c, e, f, h, n in re.findall(r"GEMV4\((\d),(\d),(\d),(\d),(\d),(\d),(\d)\)", d4["FP8LAB_GEMV_V4"])}
     assert built4 == V3.KERNELS4
-    for fmt in V3.FORMATS:  # version 4's defaults are compiled, and their ring fits with room for two CTAs per SM
-        for M in (1, 8, 16, 32):
-            R = 2 if M > 16 else 1
-            C, D, wpc, _ = V3.default_config(fmt, M, R, version=4)
-            assert (fmt, R, V3.n_tiles(M), C, D, "store", 0) in V3.KERNELS4, (fmt, M)
-            assert 2 * (V3.ring_bytes(fmt, R, C, D, wpc) + 1024) <= 228 * 1024   # sm_90: two CTAs per SM
+    d5 = dict(x.split("=", 1) for x in V3.cuda_defines5())
+    built5 = {(ids[int(a)], int(b), int(c), int(e), int(f), eps[int(h)], int(n))
+              for a, b, c, e, f, h, n in re.findall(r"GEMV5\((\d),(\d),(\d),(\d),(\d),(\d),(\d)\)", d5["FP8LAB_GEMV_V5"])}
+    assert built5 == V3.KERNELS5
+    for version in (4, 5):  # the ring versions' defaults are compiled, and their ring fits with room for two CTAs per SM
+        for fmt in V3.FORMATS:
+            for M in (1, 8, 16, 32):
+                R = 2 if M > 16 else 1
+                C, D, wpc, _ = V3.default_config(fmt, M, R, version=version)
+                assert (fmt, R, V3.n_tiles(M), C, D, "store", 0) in V3.TABLES[version], (fmt, M)
+                assert 2 * (V3.ring_bytes(fmt, R, C, D, wpc, version) + 1024) <= 228 * 1024   # sm_90: two CTAs per SM
+    assert V3.ring_bytes("fp8c", 1, 4, 3, 8, version=5) == 128 + 3 * 8 * 4096
     for fmt in ("fp8c", "nvfp4"):  # the decode layer's defaults exist with every epilogue (and the fused norm)
         for M in (1, 8, 16, 32):
             C, P, _, _ = V3.default_config(fmt, M)

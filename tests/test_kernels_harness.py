@@ -113,3 +113,13 @@ def test_merge_runs_keeps_each_record_with_its_run_and_refuses_dirty_trees(tmp_p
     d = rec(tmp_path / "d.json", "ddd", True, ["k4"], 1.0)
     with pytest.raises(ValueError, match="dirty"):
         harness.merge_runs([a, d], tmp_path / "m2.json", "merge a d")
+    # one run back out (to re-record the other part and join them again): its records, provenance and ceilings
+    back = harness.run_of(m, 1, keep=("notes",))
+    assert back["results"] == [{"kernel": "k3", "time_us": 1.0}] and back["provenance"]["git_commit"] == "bbb"
+    assert back["ceilings"] == {"copy_gbps": 4300.0} and back["notes"] == ["bbb"] and "merged_from" not in back["provenance"]
+    (tmp_path / "b2.json").write_text(json.dumps(back))
+    again = harness.merge_runs([a, tmp_path / "b2.json"], tmp_path / "m3.json", "merge a, run 1 of m")
+    assert [(r["kernel"], r["run"], r["run_commit"]) for r in again["results"]] == [
+        (r["kernel"], r["run"], r["run_commit"]) for r in m["results"]]
+    with pytest.raises(ValueError, match="no run 2"):
+        harness.run_of(m, 2)

@@ -62,7 +62,7 @@ def v2_candidates(M: int, N: int, K: int) -> tuple[list, list]:
 
 
 def v3_candidates(fmt: str, M: int, tune: bool, version: int = 3) -> list[tuple]:
-    """Version-3 (or 4) configs ((C, P or D, WPC, CPS[, whole]), R) to validate and time: the default, or (tune)
+    """Version-3 (4, 5) configs ((C, P or D, WPC, CPS[, whole]), R) to validate and time: the default, or (tune)
     every compiled (C, P) of this M at a few grid shapes, split stream-K (whole = 0) and by whole row groups
     (whole = 1). R = 2 (32 rows per unit) is a separate packing."""
     from . import _cuda
@@ -73,11 +73,11 @@ def v3_candidates(fmt: str, M: int, tune: bool, version: int = 3) -> list[tuple]
     R0 = 2 if NT == 4 or (fmt == "nvfp4" and NT == 2 and version == 3) else 1
     out = [(V3.default_config(fmt, M, R0, version), R0)]
     if tune:
-        grids = ((4, 4), (4, 2), (8, 2)) if version == 3 else ((8, 4), (4, 8), (8, 2))
-        for (f, R, nt, C, P, e, norm) in sorted(V3.KERNELS if version == 3 else V3.KERNELS4):
+        grids = {3: ((4, 4), (4, 2), (8, 2)), 4: ((8, 4), (4, 8), (8, 2)), 5: ((8, 3), (8, 2), (4, 4))}[version]
+        for (f, R, nt, C, P, e, norm) in sorted(V3.TABLES[version]):
             if f == fmt and nt == NT and e == "store" and not norm:
                 for wpc, cps in grids:
-                    if version == 4 and V3.ring_bytes(f, R, C, P, wpc) > _cuda.smem_limits()[0]:
+                    if version >= 4 and V3.ring_bytes(f, R, C, P, wpc, version) > _cuda.smem_limits()[0]:
                         continue  # more shared memory than one block may have on this device
                     for whole in (0, 1):  # stream-K, whole row groups per warp (the default picks by N)
                         out.append(((C, P, wpc, cps, whole), R))
@@ -243,7 +243,7 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
                 bench.validation[name] = bench.validation[f"{kname} {best} {shape}"]
                 timers[name] = lambda make=make, best=best: harness.graph_time_us(make(best), rep=30)
                 version = int(kname[-1]) if packed else 2 if kname.endswith("_v2") else 1
-                cfg_key = {1: "config_RSPF", 2: "config_RSCD", 3: "config_CPWC_R", 4: "config_CDWC_R"}[version]
+                cfg_key = {1: "config_RSPF", 2: "config_RSCD", 3: "config_CPWC_R", 4: "config_CDWC_R", 5: "config_CDWC_R"}[version]
                 info = {}
                 if packed:
                     li = make(best)[0].info

@@ -11,7 +11,7 @@ Prefill (the W8A8 block-scaled GEMM, gemm_prefill):
     prefill_goals(data)      the prefill goals, each with its measured ratio (also part of goals(data))
 
 Decode (the W8A16 / NVFP4 GEMVs, gemm_decode):
-    decode_versions(data)    per shape and M: the anchors and every version (v1 to v4) of each kernel, in us
+    decode_versions(data)    per shape and M: the anchors and every version (v1 to v5) of each kernel, in us
     goal_reasons(data)       each missed decode goal at its worst shape: the bytes, the rates, the time left over
     plot_prefill(data)       TFLOP/s against M for each (N, K), ours and the anchors
 
@@ -438,9 +438,10 @@ def decode_roofline_points(data: dict, kernels=("bf16_cublas (torch F.linear)", 
 
 
 def goal_table(data: dict) -> list[dict]:
-    """The goals as table rows (goal, target, measured, met, worst shape, kernel)."""
+    """The goals as table rows (goal, target, measured, met, worst shape, kernel), computed from the records (a file
+    merged from several runs carries one run's `goals`, computed before the others joined)."""
     return [{"goal": g["goal"], "target": g["target"], "measured": g["measured"], "met": g["met"],
-             "shape": g.get("shape"), "kernel": g.get("kernel")} for g in data.get("goals") or goals(data)]
+             "shape": g.get("shape"), "kernel": g.get("kernel")} for g in goals(data)]
 
 
 def format_rows(rows: list[dict], cols: list[str] | None = None) -> str:

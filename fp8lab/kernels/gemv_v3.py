@@ -69,13 +69,13 @@ KERNELS4 = (
     | {(f, 2, 4, 2, 4, "store", 0) for f in FORMATS}
 )
 #: version 5 (gemv_v5.cu): (format, R, NT, C, D, epilogue, norm) -- one ring per CTA of D stages of WPC units (C R KiB
-#: each, one unit per warp): stages of 8-32 KB at 4-8 warps
+#: each, one per warp, from neighbouring row groups at the same k): stages of 8-32 KB at 4-8 warps
 KERNELS5 = (
     {(f, 1, nt, C, D, "store", 0) for f in FORMATS for nt in (1, 2) for C, D in ((2, 4), (4, 2), (4, 3), (2, 6))}
     | {(f, 2, 4, 2, 3, "store", 0) for f in FORMATS}
 )
 VERSIONS = GEMV_PACKED_VERSIONS   # gemv_v3.cu (P units in registers), gemv_v4.cu (D ring slots per warp), gemv_v5.cu
-#                                   (one ring per CTA, K split over its warps)
+#                                   (one ring per CTA, its warps on neighbouring row groups)
 TABLES = {3: KERNELS, 4: KERNELS4, 5: KERNELS5}
 
 
@@ -391,8 +391,10 @@ DEFAULT_CONFIG = {  # (C, P, WPC, CPS) by format and token tiles; chosen by H200
 DEFAULT_CONFIG4 = {("fp8", 1): (2, 4, 8, 4), ("fp8", 2): (2, 4, 8, 4), ("fp8", 4): (2, 4, 4, 4),
                    ("nvfp4", 1): (2, 4, 8, 4), ("nvfp4", 2): (2, 4, 8, 4), ("nvfp4", 4): (2, 4, 4, 4)}
 #: version 5: (C, D, WPC, CPS) -- D stages of WPC units per CTA; CPS is capped by what fits (shared memory)
-DEFAULT_CONFIG5 = {("fp8", 1): (4, 3, 8, 2), ("fp8", 2): (4, 3, 8, 2), ("fp8", 4): (2, 3, 4, 2),
-                   ("nvfp4", 1): (4, 3, 8, 2), ("nvfp4", 2): (4, 3, 8, 2), ("nvfp4", 4): (2, 3, 4, 2)}
+#: (tools/gpu/v5_probe.py, exploratory H200 runs at 18944x3584, 3584x18944, 28672x8192, M = 1 and 16: (2, 4, 8, 3) was
+#: within 4 % of the best version-5 config everywhere)
+DEFAULT_CONFIG5 = {("fp8", 1): (2, 4, 8, 3), ("fp8", 2): (2, 4, 8, 3), ("fp8", 4): (2, 3, 4, 4),
+                   ("nvfp4", 1): (2, 4, 8, 3), ("nvfp4", 2): (2, 4, 8, 3), ("nvfp4", 4): (2, 3, 4, 4)}
 DEFAULTS = {3: DEFAULT_CONFIG, 4: DEFAULT_CONFIG4, 5: DEFAULT_CONFIG5}
 
 
@@ -404,16 +406,14 @@ def default_config(fmt: str, M: int, R: int = 1, version: int = 3) -> tuple[int,
     return C, P, wpc, cps
 
 
-def ring_bytes(fmt: str, R: int, C: int, D: int, wpc: int, version: int = 4, NT: int = 1) -> int:
+def ring_bytes(fmt: str, R: int, C: int, D: int, wpc: int, version: int = 4) -> int:
     """Dynamic shared memory per CTA. Version 4: WPC warps x D slots of one unit (+ NVFP4 scale codes), and one 8-byte
-    mbarrier per slot. Version 5: 128 bytes of barriers, two buffers of the warps' partial sums (WPC x R NT 4 x 32
-    fp32, rounded up to 128 bytes), and D stages of WPC units.
-    ring_bytes("fp8c", 1, 2, 4, 8) -> 65792;  ring_bytes("fp8c", 1, 4, 3, 8, version=5) -> 106624"""
+    mbarrier per slot. Version 5: 128 bytes of barriers and D stages of WPC units.
+    ring_bytes("fp8c", 1, 2, 4, 8) -> 65792;  ring_bytes("fp8c", 1, 4, 3, 8, version=5) -> 98432"""
     unit = C * R * 1024 + (C * R * 128 if fmt == "nvfp4" else 0)
     if version == 4:
         return wpc * D * (unit + 8)
-    red = 2 * wpc * R * NT * 4 * 32 * 4
-    return 128 + -(-red // 128) * 128 + D * wpc * unit
+    return 128 + D * wpc * unit
 
 
 def sm_count(device=None) -> int:
@@ -519,16 +519,16 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     sms = sms or sm_count(x.device)
     wpc = max(1, min(wpc, U))
     if version >= 4:  # the ring (versions 4 and 5 have no fused norm: not compiled); allow_dynamic_smem checks it fits
-        smem = ring_bytes(p.fmt, p.R, C, P, wpc, version, NT)
+        smem = ring_bytes(p.fmt, p.R, C, P, wpc, version)
     cp = _cuda._cupy()
     fn = _cuda.load_module(f"gemv_v{version}.cu").get_function(kernel_name(*key, version=version))
     from .launch_ex import resident_ctas
 
     _cuda.allow_dynamic_smem(fn, smem)
-    cps = min(cps, resident_ctas(fn, 32 * wpc, smem))   # the whole grid resident at once (stream-K: no late CTAs)
-    if version == 5:  # the work is split over CTAs (each CTA's warps split K): stream-K unless told
-        whole = whole or 0
-        gran, grid = (KU, max(1, min(sms * cps, G))) if whole else (1, max(1, min(sms * cps, U)))
+    cps = min(cps, resident_ctas(fn, 32 * (wpc + 1 if version == 5 else wpc), smem))   # the whole grid resident at once (stream-K: no late CTAs)
+    if version == 5:  # the work is split over CTAs, in bands of WPC row groups (one per warp): stream-K unless told
+        whole, NB = whole or 0, -(-G // wpc)
+        gran, grid = (KU, max(1, min(sms * cps, NB))) if whole else (1, max(1, min(sms * cps, NB * KU)))
         Wt = grid
     else:
         if whole is None:
@@ -538,7 +538,7 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
         else:      # any unit (stream-K): every warp gets >= 1 unit
             gran, grid = 1, max(1, min(sms * cps, U // wpc))
         Wt = grid * wpc
-    smax = 1 if whole else smax_bound(G, KU, Wt)
+    smax = 1 if whole else smax_bound(-(-G // wpc) if version == 5 else G, KU, Wt)
     # the stream-K workspace: smax slots of R*NT*4*32 fp32 partial sums per row group (a few MB at most)
     ws = torch.empty(G * smax * p.R * NT * 4 * 32, dtype=torch.float32, device=x.device)
     cnt = torch.zeros(G, dtype=torch.int32, device=x.device)
@@ -553,7 +553,8 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     info = {"kernel": kernel_name(*key, version=version), "version": version, "config": (C, P, wpc, cps), "grid": grid,
             "warps": Wt, "units": U, "whole_groups": bool(whole), "bytes_per_unit": C * p.R * 1024, "smax": smax,
             "weight_bytes": p.weight_bytes(), "smem": smem}
-    return Launch(fn, (grid,), (32 * wpc,), args, out, info, pdl=pdl, keep=keep, smem=smem)
+    threads = 32 * (wpc + 1 if version == 5 else wpc)   # version 5: WPC MMA warps + one producer warp
+    return Launch(fn, (grid,), (threads,), args, out, info, pdl=pdl, keep=keep, smem=smem)
 
 
 def gemv_v3(x: torch.Tensor, p: Packed, **kw) -> torch.Tensor:

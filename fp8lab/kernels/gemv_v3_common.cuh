@@ -125,13 +125,15 @@ __device__ __forceinline__ void v3_range(int wg, int Wt, int U, int gran, long l
 // whose groups reach the fix-up).
 __device__ __forceinline__ int v3_owner(long long u, int U, int Wt) { return (int)(((u + 1) * Wt - 1) / U); }
 
-// Group `grp` ends in this warp's range: store it, or (split between warps) the stream-K fixup.
+// Group `grp` ends in this warp's range: store it, or (split between warps) the stream-K fixup. `span`: the index of
+// the span of KU units whose owners share the group (the group itself in versions 3 and 4; version 5's band of row
+// groups, whose units are interleaved).
 template <int FMT, int R, int NT, int EPI>
-__device__ __forceinline__ void v3_finish(const V3Out& o, const float (&acc)[R][NT][4], int grp, long long u0, long long u1,
-                                          int KU, int U, int Wt, int wg, int lane, float* __restrict__ ws, int* __restrict__ cnt,
-                                          int smax) {
+__device__ __forceinline__ void v3_finish_span(const V3Out& o, const float (&acc)[R][NT][4], int grp, int span,
+                                               long long u0, long long u1, int KU, int U, int Wt, int wg, int lane,
+                                               float* __restrict__ ws, int* __restrict__ cnt, int smax) {
     constexpr int NV = R * NT * 4;
-    const long long gs = (long long)grp * KU, ge = gs + KU;
+    const long long gs = (long long)span * KU, ge = gs + KU;
     if (u0 <= gs && u1 >= ge) {  // the whole group is ours
         v3_store<FMT, R, NT, EPI>(o, acc, grp, lane);
         return;
@@ -163,6 +165,13 @@ __device__ __forceinline__ void v3_finish(const V3Out& o, const float (&acc)[R][
                 for (int i = 0; i < 4; ++i) v[r][nt][i] += __ldcg(base + ((size_t)s * NV + (r * NT + nt) * 4 + i) * 32);
     if (lane == 0) cnt[grp] = 0;  // ready for the next call (every contributor has counted)
     v3_store<FMT, R, NT, EPI>(o, v, grp, lane);
+}
+
+template <int FMT, int R, int NT, int EPI>
+__device__ __forceinline__ void v3_finish(const V3Out& o, const float (&acc)[R][NT][4], int grp, long long u0, long long u1,
+                                          int KU, int U, int Wt, int wg, int lane, float* __restrict__ ws, int* __restrict__ cnt,
+                                          int smax) {
+    v3_finish_span<FMT, R, NT, EPI>(o, acc, grp, grp, u0, u1, KU, U, Wt, wg, lane, ws, cnt, smax);
 }
 
 // ---- one unit of the packed stream -------------------------------------------------------------------------------

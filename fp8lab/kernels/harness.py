@@ -343,6 +343,22 @@ def load_json(path: str | Path) -> dict:
     return store.read_json(path, required=("provenance", "results"))
 
 
+def run_of(merged: dict, index: int, keep=()) -> dict:
+    """One run back out of a merge_runs file: its records (without `run` / `run_commit`), its own provenance and
+    ceilings, and the top-level keys named in `keep` (those only that run set: merge_runs keeps the last run's value
+    of a key, so a key both runs set cannot be told apart). For re-recording one part of a merged file and joining it
+    to the other parts again:
+        merge_runs([new_decode_path, run_of_path], ...) with run_of(load_json("outputs/kernels/gemm.json"), 1, keep)"""
+    runs = merged.get("provenance", {}).get("merged_from")
+    if not runs or not 0 <= index < len(runs):
+        raise ValueError(f"no run {index} in this file (merged from {len(runs or [])} runs)")
+    results = [{k: v for k, v in r.items() if k not in ("run", "run_commit")}
+               for r in merged["results"] if r.get("run") == index]
+    out = {k: merged[k] for k in keep if k in merged}
+    ceilings = (merged.get("ceilings_by_run") or [None] * len(runs))[index]
+    return {**out, "provenance": runs[index], "ceilings": ceilings, "results": results}
+
+
 def merge_runs(paths, out: str | Path, command: str) -> dict:
     """Join recordings of one family made by separate device calls into one file (a call is at most 10 minutes).
 

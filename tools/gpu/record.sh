@@ -8,6 +8,8 @@
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 3     # gemm: the prefill climb and grid, the W8A8 gate (<= 9 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2d    # part 2's decode path only: GEMV + layer GPU tests, the
 #                                                          # decode gemm bench and the layer bench (~6 min)
+#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2g    # the GEMVs alone: their GPU tests and the decode gemm
+#                                                          # bench (~6 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2t    # the attention alone: its GPU tests, sweep and bench
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2a    # part 2's attention path only: attention + layer GPU
 #                                                          # tests, the attention sweep and bench, the layer bench (~5 min)
@@ -31,10 +33,10 @@ K=$S/outputs/kernels
 L=$S/logs
 T0=$(date +%s)
 stage() { echo "== $1 at $(( $(date +%s) - T0 )) s" | tee -a "$L/steps_$PART.txt"; }
-# the decode benches, shared by parts 2 and 2d: the GEMVs (versions 1-4, anchors, SASS), then the decode layer
+# the decode benches, shared by parts 2 and 2d: the GEMVs (versions 1-5, anchors, SASS), then the decode layer
 decode_gemm() {
-  stage "gemm bench (anchors, decode v1-v4, SASS)"
-  timeout 240 python3 -m fp8lab.kernels.bench gemm --no-pytest --only decode,sass --budget-s 200 --out "$K/gemm.json" > "$K/gemm_bench_log.txt" 2>&1; echo "gemm rc=$?" >> "$L/steps_$PART.txt"
+  stage "gemm bench (anchors, decode v1-v5, SASS)"
+  timeout 330 python3 -m fp8lab.kernels.bench gemm --no-pytest --only decode,sass --budget-s 280 --out "$K/gemm.json" > "$K/gemm_bench_log.txt" 2>&1; echo "gemm rc=$?" >> "$L/steps_$PART.txt"
 }
 decode_layer() {
   stage "decode layer bench"
@@ -89,6 +91,14 @@ elif [ "$PART" = 2d ]; then
   cp "$L/pytest_decode.log" "$K/gpu_tests_decode.log"
   decode_gemm
   decode_layer
+elif [ "$PART" = 2g ]; then
+  # the GEMVs alone (a GEMV version added or changed that the decode layer does not use): their GPU tests and the
+  # decode gemm bench; join the result to the committed file's prefill run (harness.run_of + merge_runs, see above)
+  stage "GPU tests: GEMVs"
+  timeout 120 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider -k "gemv or v3 or v4" tests/test_kernels_gemm.py \
+      > "$L/pytest_decode.log" 2>&1; echo "rc=$?" >> "$L/pytest_decode.log"
+  cp "$L/pytest_decode.log" "$K/gpu_tests_decode.log"
+  decode_gemm
 elif [ "$PART" = 2a ]; then
   # the decode attention re-recorded after an attention change (the layer's attention is the default kernel, so the
   # layer too; the GEMV, prefill attention and accumulation files of part 2 stay as recorded)
