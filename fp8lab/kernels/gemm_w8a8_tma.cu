@@ -43,6 +43,13 @@
 #include "tma.cuh"
 #include "wgmma.cuh"
 
+// STAGGER (exploratory, tools/gpu/prefill_diag.py sets it): the second consumer warpgroup issues its first k-block
+// only once the first one's has finished (named barrier 3), so their promotions fall under each other's MMAs instead
+// of both consumers promoting while the tensor cores idle. 1: once per CTA; 2: at the start of every work item.
+#ifndef FP8LAB_W8A8_STAGGER
+#define FP8LAB_W8A8_STAGGER 0
+#endif
+
 // threadIdx.x, read afresh (asm volatile: not kept in a register across a loop, so never spilled)
 __device__ __forceinline__ u32 tid_x() {
     u32 t;
@@ -408,9 +415,13 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                     for (int mh = 0; mh < MH; ++mh)
 #pragma unroll
                         for (int nh = 0; nh < NH; ++nh) {
+                            const bool lead = FP8LAB_W8A8_STAGGER && NWG == 2 && mh == 0 && nh == 0 && kb == kb0 &&
+                                              (FP8LAB_W8A8_STAGGER == 2 || i == cid);
+                            if (lead && (tid_x() >> 7) == 1) named_sync(3, 256);
                             // the warpgroup re-read from %tid.x: ptxas otherwise spills `wg` and reloads it per k-block
                             wg_issue(part, sA + ((SS ? (int)(tid_x() >> 7) : wg) * MH + mh) * (64 * 128), sB + nh * (128 * 128));
                             wgmma_wait<0>();
+                            if (lead && (tid_x() >> 7) == 0) named_arrive(3, 256);
                             if (mh == MH - 1 && nh == NH - 1) {  // the tensor cores are done with this stage
                                 if (lane == 0) mbar_arrive(empty0 + 8 * s);
                                 if (CL > 1 && lane == 1) mbar_arrive_cluster(empty0 + 8 * s, rank ^ 1u);
