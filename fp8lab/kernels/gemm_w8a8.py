@@ -148,6 +148,9 @@ class TmaConfig:
              are cut along K into up to n pieces run at once (split_plan), the last piece to finish adding the
              others' fp32 partial sums from a workspace (the sum of two partials rounds differently from one
              running sum: results agree with the unsplit kernel within fp32 reassociation, not bit for bit)
+    stagger  0: both consumer warpgroups start at once; 1 / 2 (nwg 2, pipe 0, scales 1): the second issues its first
+             k-block of the CTA (1) or of every work item (2) only when the first one's MMAs have finished, so each
+             promotes while the other's MMAs run (the same arithmetic: the same bits as stagger 0)
     persistent  one CTA (cluster) per SM walking the tiles, or one per tile
     group    m-units (of `cluster` m-blocks) per group of the tile order; 0: chosen per shape (group_size)
     grid     persistent grid size in clusters (0: as many as fit at once); the tests shrink it so that each CTA
@@ -167,19 +170,24 @@ class TmaConfig:
     pipe: int = 0
     scales: int = 0
     split: int = 0
+    stagger: int = 0
 
     @property
     def compiled(self) -> tuple:
-        return (self.bn, self.nwg, self.stages, self.cluster, self.epi)
+        """The instantiation's macro arguments (the stagger only in its own family)."""
+        return (self.bn, self.nwg, self.stages, self.cluster, self.epi) + ((self.stagger,) if self.stagger else ())
 
     @property
     def function(self) -> str:
-        return ("w8a8_tma_n{}_w{}_s{}_c{}_e{}".format(*self.compiled) + ("_ss" if self.scales else "")
-                + ("_p2" if self.pipe else ""))
+        return ("w8a8_tma_n{}_w{}_s{}_c{}_e{}".format(*self.compiled[:5]) + ("_ss" if self.scales else "")
+                + ("_p2" if self.pipe else "") + (f"_sg{self.stagger}" if self.stagger else ""))
 
     @property
     def family(self) -> str:
-        """The .cu macro that instantiates it: W8A8_TMA, W8A8_TMA_P (pipe), W8A8_TMA_S (scales), W8A8_TMA_PS."""
+        """The .cu macro that instantiates it: W8A8_TMA, W8A8_TMA_P (pipe), W8A8_TMA_S (scales), W8A8_TMA_PS,
+        W8A8_TMA_SG (scales, staggered consumers)."""
+        if self.stagger:
+            return "W8A8_TMA_SG"
         return "W8A8_TMA" + ("_" + "P" * self.pipe + "S" * self.scales if self.pipe or self.scales else "")
 
     @property
@@ -214,6 +222,8 @@ class TmaConfig:
         if self.split < 0 or self.split == 1 or (self.split and (not self.persistent or self.nwg != 2)):
             raise ValueError(f"{self}: split is 0 (off) or the most pieces per tile (>= 2), for persistent grids with "
                              "two consumer warpgroups only")
+        if self.stagger not in (0, 1, 2) or (self.stagger and (self.nwg != 2 or self.pipe or not self.scales)):
+            raise ValueError(f"{self}: stagger 0|1|2, and a stagger needs two consumer warpgroups, pipe 0, scales 1")
         if self.group < 0 or self.grid < 0:
             raise ValueError(f"group and grid must be >= 0, got {self.group}, {self.grid}")
         return self
@@ -252,11 +262,16 @@ TMA_VARIANTS = {
     "wgmma_tma_ss": TmaConfig(128, 2, 6, 2, 0, persistent=True, scales=1),
     "wgmma_tma_pss": TmaConfig(128, 2, 6, 2, 0, persistent=True, pipe=1, scales=1),
     "wgmma_tma_pss_tmastore": TmaConfig(128, 2, 5, 2, 1, persistent=True, pipe=1, scales=1),
+    # the second consumer warpgroup starts a k-block behind the first (once per CTA: sg1, every work item: sg2), so
+    # one promotes while the other's MMAs run instead of both at once
+    "wgmma_tma_e_ss_tmastore_sg1": TmaConfig(256, 2, 3, 2, 1, persistent=True, scales=1, stagger=1),
+    "wgmma_tma_e_ss_tmastore_sg2": TmaConfig(256, 2, 3, 2, 1, persistent=True, scales=1, stagger=2),
+    "wgmma_tma_e_ss_tmastore_split_sg2": TmaConfig(256, 2, 3, 2, 1, persistent=True, scales=1, split=4, stagger=2),
 }
 #: every named TMA kernel; "wgmma_tma" (None) picks its configuration per shape (tma_default)
 TMA_KERNELS: dict = {"wgmma_tma": None, **TMA_LADDER, **TMA_VARIANTS}
 #: what the .cu instantiates, per kernel family (macro): sources.py passes each list as -DFP8LAB_<macro>=<macro>(...)...
-TMA_FAMILIES = ("W8A8_TMA", "W8A8_TMA_P", "W8A8_TMA_S", "W8A8_TMA_PS")
+TMA_FAMILIES = ("W8A8_TMA", "W8A8_TMA_P", "W8A8_TMA_S", "W8A8_TMA_PS", "W8A8_TMA_SG")
 TMA_COMPILED = {f: sorted({c.compiled for c in TMA_KERNELS.values() if c is not None and c.family == f})
                 for f in TMA_FAMILIES}
 TMA_CONFIGS, TMA_PIPE_CONFIGS = TMA_COMPILED["W8A8_TMA"], TMA_COMPILED["W8A8_TMA_P"]

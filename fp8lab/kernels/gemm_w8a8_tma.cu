@@ -43,12 +43,6 @@
 #include "tma.cuh"
 #include "wgmma.cuh"
 
-// STAGGER (exploratory, tools/gpu/prefill_diag.py sets it): the second consumer warpgroup issues its first k-block
-// only once the first one's has finished (named barrier 3), so their promotions fall under each other's MMAs instead
-// of both consumers promoting while the tensor cores idle. 1: once per CTA; 2: at the start of every work item.
-#ifndef FP8LAB_W8A8_STAGGER
-#define FP8LAB_W8A8_STAGGER 0
-#endif
 
 // threadIdx.x, read afresh (asm volatile: not kept in a register across a loop, so never spilled)
 __device__ __forceinline__ u32 tid_x() {
@@ -148,7 +142,7 @@ __device__ __forceinline__ void walk_kblocks(const TileMap& tiles, int cid, int 
     }
 }
 
-template <int TBN, int NWG, int ST, int CL, int EPI, int PIPE, int SS>
+template <int TBN, int NWG, int ST, int CL, int EPI, int PIPE, int SS, int STG>
 __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc* tmB, const TmaDesc* tmC,
                                               const float* __restrict__ sa, long long sa_sm, long long sa_sk,
                                               const float* __restrict__ sb, u16* __restrict__ C, int M, int N, int K,
@@ -163,6 +157,7 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
     static_assert(MH * NH <= 2, "accumulators: at most two 64 x 128 sub-tiles per thread (128 + 64 registers)");
     static_assert(CL == 1 || CL == 2, "clusters of 1 or 2 CTAs");
     static_assert(!PIPE || (TBN == 128 && NWG == 2), "two partial-sum buffers: 64 + 2 x 64 registers, 128 x 128 tiles");
+    static_assert(!STG || (NWG == 2 && !PIPE), "the stagger orders two consumer warpgroups of the one-buffer loop");
 
     extern __shared__ __align__(1024) u8 smem_tma[];
     __shared__ __align__(8) u64 bars[2 * ST];  // full[s], empty[s]
@@ -394,6 +389,7 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
         } else {
             float acc[MH * NH][64], part[64];
             zero<64>(part);
+            bool pending = STG == 1;  // STG 1: the CTA's first k-block is still to come
             int s = 0;
             u32 ph = 0;
             for (int i = cid; i < items; i += P) {
@@ -415,8 +411,10 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                     for (int mh = 0; mh < MH; ++mh)
 #pragma unroll
                         for (int nh = 0; nh < NH; ++nh) {
-                            const bool lead = FP8LAB_W8A8_STAGGER && NWG == 2 && mh == 0 && nh == 0 && kb == kb0 &&
-                                              (FP8LAB_W8A8_STAGGER == 2 || i == cid);
+                            // STG: the second consumer warpgroup issues its first k-block of the CTA (1) or of every
+                            // work item (2) only once the first warpgroup's has finished (named barrier 3)
+                            const bool lead = STG && mh == 0 && nh == 0 && (STG == 2 ? kb == kb0 : pending);
+                            if (STG == 1) pending = pending && !lead;
                             if (lead && (tid_x() >> 7) == 1) named_sync(3, 256);
                             // the warpgroup re-read from %tid.x: ptxas otherwise spills `wg` and reloads it per k-block
                             wg_issue(part, sA + ((SS ? (int)(tid_x() >> 7) : wg) * MH + mh) * (64 * 128), sB + nh * (128 * 128));
@@ -454,33 +452,37 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
 // grid = CTAs (a multiple of CL), block = 128 * (NWG + 1); F, S: the split schedule (F = T, S = 1: none), ws: fp32
 // workspace of (T - F) x CL x NWG x S x (acc registers x 128) floats, cnt: (T - F) x CL x NWG zeroed counters;
 // dynamic smem = ST * (128 + TBN) * 128 + NWG * CWG + (SS ? ST * SLOT : 0) + 1 KB
-#define W8A8_TMA_KERNEL(NAME, TBN, NWG, ST, CL, EPI, PIPE, SS)                                                        \
+#define W8A8_TMA_KERNEL(NAME, TBN, NWG, ST, CL, EPI, PIPE, SS, STG)                                                      \
     extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1) W8A8_TMA_CLUSTER_##CL NAME(                    \
         const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB, const __grid_constant__ TmaDesc tmC, \
         const float* __restrict__ sa, long long sa_sm, long long sa_sk, const float* __restrict__ sb,               \
         u16* __restrict__ C, int M, int N, int K, int group, int F, int S, float* __restrict__ ws,                   \
         unsigned* __restrict__ cnt) {                                                                                \
-        w8a8_tma_body<TBN, NWG, ST, CL, EPI, PIPE, SS>(&tmA, &tmB, &tmC, sa, sa_sm, sa_sk, sb, C, M, N, K, group, F, S, \
+        w8a8_tma_body<TBN, NWG, ST, CL, EPI, PIPE, SS, STG>(&tmA, &tmB, &tmC, sa, sa_sm, sa_sk, sb, C, M, N, K, group, F, S, \
                                                        ws, cnt);                                                     \
     }
 #define W8A8_TMA(TBN, NWG, ST, CL, EPI) \
-    W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI, TBN, NWG, ST, CL, EPI, 0, 0)
+    W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI, TBN, NWG, ST, CL, EPI, 0, 0, 0)
 // the pipelined consumers (two partial-sum buffers): names end in _p2
 #define W8A8_TMA_P(TBN, NWG, ST, CL, EPI) \
-    W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI##_p2, TBN, NWG, ST, CL, EPI, 1, 0)
+    W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI##_p2, TBN, NWG, ST, CL, EPI, 1, 0, 0)
 // scales staged in shared memory by the scale warp: names end in _ss (_ss_p2 with the pipelined consumers)
 #define W8A8_TMA_S(TBN, NWG, ST, CL, EPI) \
-    W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI##_ss, TBN, NWG, ST, CL, EPI, 0, 1)
+    W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI##_ss, TBN, NWG, ST, CL, EPI, 0, 1, 0)
 #define W8A8_TMA_PS(TBN, NWG, ST, CL, EPI) \
-    W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI##_ss_p2, TBN, NWG, ST, CL, EPI, 1, 1)
+    W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI##_ss_p2, TBN, NWG, ST, CL, EPI, 1, 1, 0)
+// scales staged and the consumers staggered (the second warpgroup a k-block behind): names end in _ss_sg<STG>
+#define W8A8_TMA_SG(TBN, NWG, ST, CL, EPI, STG) \
+    W8A8_TMA_KERNEL(w8a8_tma_n##TBN##_w##NWG##_s##ST##_c##CL##_e##EPI##_ss_sg##STG, TBN, NWG, ST, CL, EPI, 0, 1, STG)
 
-#if !defined(FP8LAB_W8A8_TMA) || !defined(FP8LAB_W8A8_TMA_P) || !defined(FP8LAB_W8A8_TMA_S) || !defined(FP8LAB_W8A8_TMA_PS)
+#if !defined(FP8LAB_W8A8_TMA) || !defined(FP8LAB_W8A8_TMA_P) || !defined(FP8LAB_W8A8_TMA_S) || !defined(FP8LAB_W8A8_TMA_PS) || !defined(FP8LAB_W8A8_TMA_SG)
 #error "the loader passes the instantiation lists (gemm_w8a8.py TMA_CONFIGS) as -DFP8LAB_W8A8_TMA=W8A8_TMA(...)..."
 #endif
 FP8LAB_W8A8_TMA
 FP8LAB_W8A8_TMA_P
 FP8LAB_W8A8_TMA_S
 FP8LAB_W8A8_TMA_PS
+FP8LAB_W8A8_TMA_SG
 
 // ---- device-side checks of the host's tensor maps (fp8lab/kernels/tma.py) --------------------------------------
 // The parameter arrived byte for byte: copy its 128 bytes out.
