@@ -271,13 +271,38 @@ def kv_sweep_findings(df) -> list[str]:
 
 
 # ---- kernels ------------------------------------------------------------------------------------------------
-def ratio_range(values) -> str:
-    """'2.8–3.9' from a list of ratios (one decimal); '2.8' when they agree; '-' when empty."""
+def ratio_range(values, digits: int = 1) -> str:
+    """'2.8–3.9' from a list of ratios (`digits` decimals, default one); '2.8' when they agree; '-' when empty."""
     vs = [v for v in values if v is not None and v == v]
     if not vs:
         return "-"
-    lo, hi = min(vs), max(vs)
-    return f"{lo:.1f}" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}–{hi:.1f}"
+    lo, hi = f"{min(vs):.{digits}f}", f"{max(vs):.{digits}f}"
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def gap_sentence(data: dict, kernel: str | None = None) -> str:
+    """What a prefill gap run (fp8lab.kernels.gemm_report.leave_one_out) says, in one paragraph rendered from its
+    numbers: the promotion's share of the kernel's time, the kernel's and the promotion-free variant's ratios to
+    _scaled_mm blockwise, and what staggering the consumers moved (a factor under 1.02 at every shape: nothing)."""
+    from fp8lab.kernels.gemm_report import GAP_KERNEL, leave_one_out
+
+    kernel = kernel or GAP_KERNEL
+    rows = leave_one_out(data, kernel)
+    col = lambda key: [r[key] for r in rows if key in r]  # noqa: E731
+    share, x_k, x_np = col("no_promote share"), col("k x blk"), col("k-no_promote x blk")
+    if not (share and x_k and x_np):
+        return f"This gap run holds no leave-one-out timing of {kernel}."
+    dev = (data.get("provenance") or {}).get("device", "the recorded GPU")
+    n = len(rows)
+    text = (f"On the {dev}, at {n} full-grid shape{'s' if n != 1 else ''}, the promotion takes "
+            f"{ratio_range([100 * s for s in share], 0)} % of `{kernel}`'s time: it runs {ratio_range(x_k, 2)}x "
+            f"`_scaled_mm` blockwise, and with the promotion left out {ratio_range(x_np, 2)}x.")
+    sg = [r[f"k_sg{i} x blk"] / r["k x blk"] for r in rows for i in (1, 2) if f"k_sg{i} x blk" in r and "k x blk" in r]
+    if sg:
+        text += (f" Staggering the two consumers changed the rate by a factor of {ratio_range(sg, 2)}: "
+                 + ("it bought nothing, so the cost is not the two consumers promoting at the same moments." if max(sg) < 1.02
+                    else "it helped where the factor is above 1."))
+    return text
 
 
 def latest_kernels(names) -> list[str]:

@@ -422,3 +422,30 @@ def test_prefill_report_functions():
     assert len(rows) == 1 and rows[0]["x_vs_blockwise"] == pytest.approx(0.98)
     assert any(x["goal"].startswith("W8A8 faster than bf16") for x in R.goals(data))
     R.format_rows(climb)
+
+
+def test_leave_one_out_table_and_sentence():
+    """gemm_report.leave_one_out / gap_sentence on a gap run's records: the examined kernel called k, the left-out
+    stage's share of its time, the ratios to _scaled_mm blockwise, and what the stagger moved."""
+    from fp8lab.findings import gap_sentence
+    from fp8lab.kernels import gemm_report as R
+
+    def rec(kernel, t, blk=None, shape="M=4096 N=7168 K=7168"):
+        r = {"family": "prefill", "subset": "gap", "shape": shape, "kernel": kernel, "time_us": t, "tflops": 400 / t}
+        return {**r, "speedup_vs_scaled_mm_blockwise": blk / t} if blk else r
+
+    k = "w8a8_" + R.GAP_KERNEL
+    res = [rec("scaled_mm_blockwise (torch._scaled_mm)", 360), rec(k, 400, 360), rec(k + "_sg1", 404, 360),
+           rec(k + "-no_promote", 340, 360), rec(k, 200, 190, "M=8192 N=4096 K=4096"),
+           rec(k + "-no_promote", 180, 190, "M=8192 N=4096 K=4096"),
+           {"family": "prefill", "subset": "grid", "shape": "M=4096 N=7168 K=7168", "kernel": k, "time_us": 1.0,
+            "tflops": 400.0}]  # another subset: not read
+    rows = R.leave_one_out({"results": res})
+    assert [r["shape"] for r in rows] == ["M=4096 N=7168 K=7168", "M=8192 N=4096 K=4096"]
+    assert rows[0]["k"] == pytest.approx(1.0) and rows[0]["k x blk"] == pytest.approx(0.9)
+    assert rows[0]["no_promote share"] == pytest.approx(0.15) and rows[1]["no_promote share"] == pytest.approx(0.1)
+    assert rows[0]["k_sg1 x blk"] == pytest.approx(360 / 404) and "k_sg1" not in rows[1]
+    s = gap_sentence({"results": res, "provenance": {"device": "GPU X"}})
+    assert "GPU X" in s and "2 full-grid shapes" in s and "10–15 %" in s and "0.90–0.95x" in s
+    assert "left out 1.06x" in s and "0.99: it bought nothing" in s
+    assert "no leave-one-out" in gap_sentence({"results": res[:3]})

@@ -355,3 +355,29 @@ def test_attention_v3_reads_the_cache_through_the_bulk_copy_engine(built):
             first_copy = next(i for i, t in enumerate(body) if t.startswith("UBLKCP"))
             reads = [i for i, t in enumerate(body) if t.startswith("HMMA") or (t.startswith("LDS") and " RZ," not in t)]
             assert max(reads) < first_copy, what
+
+
+def test_leave_one_out_patch_compiles_and_removes_the_promotion():
+    """The prefill gap run's no_promote variant (gemm_prefill.LEAVE_ONE_OUT) applies to today's sources, compiles for
+    sm_90a, and leaves the examined kernel with its MMAs but a single FFMA per k-block where the promotion was; the
+    package's own sources are untouched and in use again after the block."""
+    _tools_or_skip()
+    from fp8lab.kernels import gemm_prefill, gemm_w8a8 as G
+
+    fn = G.TMA_KERNELS[gemm_prefill.GAP_KERNELS[0]].function
+    orig = _cuda.KERNEL_DIR
+    base = sass.parse(sass.disassemble(_cuda.compile_for(TMA_SRC, 90)[0]))[fn]
+    with _cuda.patched_sources(gemm_prefill.LEAVE_ONE_OUT["no_promote"][1]) as d:
+        assert _cuda.KERNEL_DIR == d != orig
+        cut = sass.parse(sass.disassemble(_cuda.compile_for(TMA_SRC, 90)[0]))[fn]
+    assert _cuda.KERNEL_DIR == orig and gemm_prefill.PROMOTE_LOOP in (orig / "wgmma.cuh").read_text()
+    b, c = innermost_matrix_loop(base), innermost_matrix_loop(cut)
+    assert b["QGMMA"] == c["QGMMA"] == base.count("QGMMA")
+    assert b["FFMA"] == 128 and c["FFMA"] == 2, (b.get("FFMA"), c.get("FFMA"))  # 2 x 64 per k-block -> one per half
+    with pytest.raises(ValueError, match="does not apply"):
+        with _cuda.patched_sources({"wgmma.cuh": [("no such text", "x")]}):
+            pass
+    with pytest.raises(ValueError, match="not a kernel source"):
+        with _cuda.patched_sources({"nope.cu": [("a", "b")]}):
+            pass
+    assert _cuda.KERNEL_DIR == orig

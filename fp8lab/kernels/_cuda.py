@@ -23,6 +23,7 @@ arithmetic, so kernels that must keep subnormals write the critical steps in PTX
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from pathlib import Path
 
@@ -138,6 +139,44 @@ def headers_stamp() -> str:
     for f in sorted(KERNEL_DIR.glob("*.cuh")):
         h.update(f.name.encode() + b"\0" + f.read_bytes())
     return f"\n// fp8lab headers {h.hexdigest()[:16]}\n"
+
+
+@contextlib.contextmanager
+def patched_sources(patches: dict):
+    """Compile from a copy of this folder's .cu / .cuh files with text replacements applied, for the duration of
+    the block: {filename: [(old, new), ...]}; every `old` must occur (ValueError otherwise: a patch that no longer
+    applies is an error, not a silent no-op). Kernels loaded inside stay usable after the block; the caches are
+    cleared on the way in and out, so nothing compiled from the copy is handed out afterwards. The copy lives in a
+    folder named by the patches (under the temporary directory, rewritten each time), so CuPy's compile cache, keyed
+    by source text and options, serves the same patched kernel again without recompiling.
+
+    The leave-one-out timings (gemm_prefill.bench_gap) use it: a stage's cost is the time it takes away."""
+    import hashlib
+    import tempfile
+
+    global KERNEL_DIR
+    orig = KERNEL_DIR
+    d = Path(tempfile.gettempdir()) / ("fp8lab_patched_" + hashlib.sha256(repr(sorted(patches.items())).encode()).hexdigest()[:12])
+    d.mkdir(exist_ok=True)
+    texts = {f.name: f.read_text() for f in orig.iterdir() if f.suffix in (".cu", ".cuh")}
+    for fname, subs in patches.items():
+        if fname not in texts:
+            raise ValueError(f"patch names {fname!r}, which is not a kernel source of {orig}")
+        for old, new in subs:
+            if old not in texts[fname]:
+                raise ValueError(f"patch does not apply to {fname}: {old[:60]!r} not found")
+            texts[fname] = texts[fname].replace(old, new)
+    for name, text in texts.items():
+        (d / name).write_text(text)
+    KERNEL_DIR = d
+    load_module.cache_clear()
+    compile_for.cache_clear()
+    try:
+        yield d
+    finally:
+        KERNEL_DIR = orig
+        load_module.cache_clear()
+        compile_for.cache_clear()
 
 
 @functools.lru_cache(maxsize=None)

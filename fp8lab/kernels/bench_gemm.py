@@ -8,7 +8,9 @@ Writes outputs/kernels/gemm.json (harness schema) and gemm_sass.txt beside it. O
      anchors in interleaved rounds (median and quartiles over --rounds);
   5. prefill: (M, N, K) in --prefill-shapes (default: M in 128..8192 x six (N, K)), version C's default and the
      previous best against the same anchors, and the climb (every rung) at 4096x7168x7168 (gemm_prefill);
-  6. seed 001's accuracy gate on the kernel outputs, and the SASS opcode counts of what runs (fp8lab.kernels.sass).
+  6. seed 001's accuracy gate on the kernel outputs, and the SASS opcode counts of what runs (fp8lab.kernels.sass);
+  7. only when asked (--only gap, its own file): where the prefill gap goes, the kernel with its promotion left out
+     and with staggered consumers beside the anchors (gemm_prefill.bench_gap).
 What notebook 07 reads back is gemm_report (re-exported here).
 
     python -m fp8lab.kernels.bench gemm --only decode,sass --no-smoke --no-pytest \
@@ -137,6 +139,9 @@ def main(argv=None) -> int:
         dump()
     if "prefill" in only:
         gemm_prefill.bench_prefill(bench, skip, **({"shapes": args.prefill_shapes} if args.prefill_shapes else {}))
+        dump()
+    if "gap" in only:
+        gemm_prefill.bench_gap(bench, skip, **({"shapes": args.prefill_shapes} if args.prefill_shapes else {}))
         dump()
     if "gate" in only and not gemm_smoke.out_of_time("accuracy gate", bench.notes):
         bench.extra["accuracy_gate"] = gemm_prefill.accuracy_gate_run(skip)

@@ -2,6 +2,7 @@
 torch._scaled_mm (blockwise, tensorwise) in interleaved rounds; the climb of version C; seed 001's accuracy gate.
 
     bench_prefill(bench, skip=set())           # the 30-shape grid + the climb at CLIMB_SHAPES (records into bench)
+    bench_gap(bench, skip=set())               # where the gap goes: the promotion left out, staggered consumers
     tune(shapes, names)                        # the tuning sweep of a device run (tools/gpu/prefill.sh)
     sass_facts()                               # QGMMA / TMA counts, registers, spills, shared memory per kernel
     accuracy_gate_run(skip) -> [{"kind": "random", "shape": ..., "wgmma_tma": {"cosine": ..., "rel_rms": ...}, ...}]
@@ -217,6 +218,75 @@ def bench_prefill(bench: harness.Bench, skip: set, shapes=None, climb_shapes=Non
         torch.cuda.empty_cache()
     th.join(timeout=300)
     bench.extra["prefill_sass"] = facts or None
+
+
+# ---- where the gap goes: leave-one-out timings ------------------------------------------------------------------
+#: the kernel examined (the default's configuration at full grids, without the split option it does not use there),
+#: and kernels of the same arithmetic timed beside it (the staggered consumers: the same bits, checked)
+GAP_KERNELS = ("wgmma_tma_e_ss_tmastore", "wgmma_tma_e_ss_tmastore_sg1", "wgmma_tma_e_ss_tmastore_sg2")
+#: full-grid shapes (wave_busy >= 0.97 with 128 x 256 tiles on 66 pairs) of the prefill list
+GAP_SHAPES = [(4096, 7168, 7168), (8192, 4096, 4096), (2048, 14336, 4096), (4096, 4096, 14336)]
+#: the promotion loop of wgmma.cuh, as the kernel has it
+PROMOTE_LOOP = "for (int j = 0; j < 16; ++j) promote4(acc + 4 * j, p + 4 * j, s0, s1);"
+#: leave-one-out variants: {name: (what is left out, source patches)}. They compute wrong numbers by design, so they
+#: are timed without validation and recorded as such; what a stage costs is the time it takes away.
+LEAVE_ONE_OUT = {
+    "no_promote": ("the FP32 promotion: one FFMA per k-block instead of 64 per 64 x 128 sub-tile (it keeps the MMA "
+                   "results live, so the MMAs and their waits stay)",
+                   {"wgmma.cuh": [(PROMOTE_LOOP, "acc[0] = fmaf(p[0] + p[63], s0, acc[0]);")]}),
+}
+
+
+def bench_gap(bench: harness.Bench, skip: set, shapes=None, kernels=GAP_KERNELS, leave_out=tuple(LEAVE_ONE_OUT)) -> None:
+    """Where the prefill gap goes, at full-grid shapes: the examined kernel (kernels[0]) with one stage left out
+    (LEAVE_ONE_OUT, compiled from patched sources), kernels of the same arithmetic (checked bit for bit against
+    kernels[0] on poisoned outputs, then against the float64 reference like every kernel), and _scaled_mm blockwise
+    and tensorwise, interleaved in the bench's rounds. Records: family "prefill", subset "gap"; the left-out variants
+    are named '<label>-<variant>' and carry left_out (what is missing) and validated False."""
+    import torch
+
+    from . import _cuda
+    from . import gemm_w8a8 as G
+
+    for M, N, K in (GAP_SHAPES if shapes is None else shapes):
+        shape = f"M={M} N={N} K={K}"
+        if out_of_time(shape, bench.notes):
+            continue
+        sh = _Shape(M, N, K, need_bf16=False)
+        timers, meta = {}, {}
+        _add_anchors(bench, sh, timers, meta, kinds=("scaled_mm_blockwise", "scaled_mm_tensorwise"))
+        names = [k for k in kernels if k not in skip]
+        ok = [k for k in names if _add_kernel(bench, sh, k, timers, meta)]
+        if names and names[0] in ok and len(ok) > 1:  # the same arithmetic: the same bits as the examined kernel
+            first = G.prepare(sh.A[0], sh.sa, sh.B[0], sh.sb, kernel=names[0])
+            harness.poison_(first.out)
+            first()
+            for k in ok[1:]:
+                other = G.prepare(sh.A[0], sh.sa, sh.B[0], sh.sb, kernel=k)
+                harness.poison_(other.out)
+                other()
+                torch.cuda.synchronize()
+                same = bool(torch.equal(other.out, first.out))
+                meta[f"w8a8_{k} {sh.name}"][3]["bits_equal_to"] = names[0] if same else None
+                if not same:
+                    bench.notes.append({"kernel": k, "shape": sh.name, "error": f"bits differ from {names[0]}"})
+        if names and names[0] in ok:
+            mc = _min_calls(sh.flops)
+            for v in leave_out:
+                what, patches = LEAVE_ONE_OUT[v]
+                label = f"w8a8_{names[0]}-{v}"
+                name = f"{label} {sh.name}"
+                with _cuda.patched_sources(patches):
+                    launches = [G.prepare(a, sh.sa, b, sh.sb, kernel=names[0]) for a, b in zip(sh.A, sh.B)]
+                    launches[0]()  # compiled from the patched copy while it exists
+                bench.trust(name, f"leave-one-out ({what}): computes wrong numbers by design; timed, not validated")
+                timers[name] = lambda ls=launches: harness.graph_time_us(ls, min_calls=mc, rep=10)
+                meta[name] = (label, "e4m3 x e4m3 (1x128, 128x128)", sh.fp8_bytes,
+                              {"left_out": what, "validated": False, "of_kernel": names[0]})
+        t = bench.compare(timers)
+        _record(bench, sh, t, meta, "gap")
+        del sh
+        torch.cuda.empty_cache()
 
 
 # ---- the tuning sweep of a device run -------------------------------------------------------------------------

@@ -250,6 +250,36 @@ def prefill_gap(data: dict, kernel: str = "wgmma_tma", min_m: int = 2048) -> lis
     return sorted(rows, key=lambda r: [int(x.split("=")[1]) for x in r["shape"].split()])
 
 
+#: the kernel a gap run examines (gemm_prefill.GAP_KERNELS[0]); leave_one_out names it "k" in its columns
+GAP_KERNEL = "wgmma_tma_e_ss_tmastore"
+
+
+def leave_one_out(data: dict, kernel: str = GAP_KERNEL) -> list[dict]:
+    """Per shape of a gap run (gemm_prefill.bench_gap), TFLOP/s and ratios to _scaled_mm blockwise of the same run
+    ('<name> x blk'), the examined kernel called "k": "k", "k-no_promote" (a stage left out), "k_sg1" (a kernel of
+    the same arithmetic), the anchors; '<variant> share' is the fraction of k's time the left-out stage costs
+    (1 - t_without / t_with): k at 2.0 us and k-no_promote at 1.5 us give 'no_promote share' 0.25."""
+    rows: dict = {}
+    for r in _prefill(data):
+        if r.get("subset") != "gap" or not r.get("tflops"):
+            continue
+        row = rows.setdefault(r["shape"], {"shape": r["shape"], "_time": {}})
+        k = _short(r["kernel"])
+        k = "k" + k[len(kernel):] if k.startswith(kernel) else k
+        row[k] = r["tflops"]
+        if r.get("speedup_vs_scaled_mm_blockwise"):
+            row[f"{k} x blk"] = r["speedup_vs_scaled_mm_blockwise"]
+        row["_time"][k] = r["time_us"]
+    out = []
+    for row in rows.values():
+        times = row.pop("_time")
+        for k in times:
+            if k.startswith("k-") and "k" in times:
+                row[f"{k[2:]} share"] = 1 - times[k] / times["k"]
+        out.append(row)
+    return sorted(out, key=lambda r: [int(x.split("=")[1]) for x in r["shape"].split()])
+
+
 def prefill_goals(data: dict, kernel: str = "wgmma_tma") -> list[dict]:
     """The prefill goals with their measured same-run ratios (worst case over the shapes each one covers)."""
     rows = [r for r in _prefill(data) if _short(r["kernel"]) == kernel]

@@ -297,6 +297,31 @@ wave as 1 / S of one; a last wave between half and fully busy is left whole — 
 division of stream-K proper, which the lab's kernel does not do.
 """),
 ("md", r"""
+### The promotion, measured by leaving it out
+
+A stage's cost is the time it takes away. The gap run (`python -m fp8lab.kernels.bench gemm --only gap`) times the
+default's full-grid configuration as it is, the same kernel compiled with the promotion cut to one FFMA per k-block
+(`-no_promote`: it computes wrong numbers by design, so it is timed but never validated), and the same kernel with
+its two consumer warpgroups staggered (`_sg1`: the second starts a k-block behind the first once per CTA; `_sg2`: at
+every tile) — the same arithmetic, checked bit for bit — beside `_scaled_mm` blockwise and tensorwise, interleaved.
+If the two consumers promoted at the same moments and left the tensor cores idle, staggering them would win back
+the promotion's share; if the cost is the FFMAs themselves competing with the MMAs for the warp schedulers and the
+register file, staggering buys nothing.
+"""),
+("code", r"""
+GP = nb.recorded("kernels", "prefill_gap.json", prov=None, quiet=True)
+gapd = bg.load(GP / "prefill_gap.json") if GP else None
+if gapd:
+    for k, v in bg.provenance_summary(gapd).items():
+        print(f"{k:24s} {' '.join(str(v).split())}")
+    print(f"k = {gemm_report.GAP_KERNEL}; 'x blk': the ratio to _scaled_mm blockwise of the same run (> 1: faster)")
+    print(bg.format_rows(gemm_report.leave_one_out(gapd)))
+    nb.md(findings.gap_sentence(gapd))
+else:
+    print("(no gap run recorded yet: python -m fp8lab.kernels.bench gemm --only gap --no-smoke --no-pytest "
+          "--out outputs/kernels/prefill_gap.json on a GPU)")
+"""),
+("md", r"""
 ## The label versus the kernel: SASS evidence
 
 Opcode counts from `cuobjdump --dump-sass` of each kernel (compiled with nvcc from the same source NVRTC compiles).

@@ -18,7 +18,9 @@ grep -E "^FAILED|^ERROR" "$OUT/pytest_tma.txt" | head -8
     --out "$OUT/tune.json" > "$OUT/tune.log" 2>&1
 echo "tune rc=$? at $(( $(date +%s) - T0 )) s"
 if [ "${DIAG:-0}" = 1 ]; then
-  timeout 200 python3 tools/gpu/prefill_diag.py 4096x7168x7168 ${DIAG_KERNELS:-wgmma_tma_p_tmastore,wgmma_tma_e} > "$OUT/diag.txt" 2>&1
+  # leave-one-out (the promotion cut out) beside the anchors: the package's gap run (gemm_prefill.bench_gap)
+  timeout 200 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only gap --prefill-shapes 4096x7168x7168 \
+      --out "$OUT/gap.json" > "$OUT/diag.txt" 2>&1
   echo "diag rc=$? at $(( $(date +%s) - T0 )) s"; cat "$OUT/diag.txt" | tail -12
 fi
 if [ "${NCU:-1}" = 1 ]; then

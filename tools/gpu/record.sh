@@ -6,6 +6,7 @@
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2     # gemm (decode, SASS), attention, prefill attention, layer,
 #                                                          # accumulation (~8 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 3     # gemm: the prefill climb and grid, the W8A8 gate (<= 9 min)
+#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 3g    # the prefill gap: TMA GPU tests, leave-one-out run (~6 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2d    # part 2's decode path only: GEMV + layer GPU tests, the
 #                                                          # decode gemm bench and the layer bench (~6 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2g    # the GEMVs alone: their GPU tests and the decode gemm
@@ -108,6 +109,15 @@ elif [ "$PART" = 2t ]; then
   # the decode attention alone (a change that leaves the layer's kernels as they were: e.g. a sweep-only config):
   # its GPU tests, the sweep and the bench (~2.5 min)
   attention_path 110 45 80 65
+elif [ "$PART" = 3g ]; then
+  # where the prefill gap goes (its own file, outputs/kernels/prefill_gap.json): the TMA GPU tests of the kernels it
+  # times, then the leave-one-out run (gemm_prefill.bench_gap)
+  stage "GPU tests: TMA kernels"
+  timeout 150 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_kernels_gemm_tma.py \
+      > "$L/pytest_tma.log" 2>&1; echo "rc=$?" >> "$L/pytest_tma.log"
+  cp "$L/pytest_tma.log" "$K/gpu_tests_tma.log"
+  stage "gemm bench: the prefill gap (leave-one-out, staggered consumers)"
+  timeout 300 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only gap --budget-s 260 --out "$K/prefill_gap.json" > "$K/prefill_gap_log.txt" 2>&1; echo "gap rc=$?" >> "$L/steps_3g.txt"
 elif [ "$PART" = 3 ]; then
   stage "gemm bench (prefill climb and grid, W8A8 gate)"
   timeout 560 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only prefill,gate --budget-s 480 --out "$K/gemm_prefill.json" > "$K/gemm_prefill_bench_log.txt" 2>&1; echo "gemm prefill rc=$?" >> "$L/steps_3.txt"
