@@ -452,3 +452,5 @@ def test_leave_one_out_table_and_sentence():
     s = gap_sentence({"results": fast})
     assert "saved 5 % of the kernel's time, at best 5 % at M=4096 N=7168 K=7168, where the promotion costs 15 %" in s
     assert "no leave-one-out" in gap_sentence({"results": res[:3]})
+    # rates as whole numbers, not exponent form; ratios to 3 significant digits
+    assert R.format_rows([{"x": 1124.3, "y": 0.9183}]).splitlines()[-1].split() == ["1124", "0.918"]

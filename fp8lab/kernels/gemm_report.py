@@ -475,7 +475,8 @@ def goal_table(data: dict) -> list[dict]:
 
 
 def format_rows(rows: list[dict], cols: list[str] | None = None) -> str:
-    """A plain-text table (no pandas): numbers to 3 significant digits, missing values as '-'."""
+    """A plain-text table (no pandas): numbers to 3 significant digits (whole numbers from 100 up, never in
+    exponent form below 10^4: 1124.3 -> '1124'), missing values as '-'."""
     if not rows:
         return "(no rows)"
     cols = cols or list(rows[0])
@@ -486,7 +487,7 @@ def format_rows(rows: list[dict], cols: list[str] | None = None) -> str:
         if isinstance(v, bool):
             return "yes" if v else "no"
         if isinstance(v, float):
-            return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.0f}"
+            return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
         return str(v)
     cells = [[f(r.get(c)) for c in cols] for r in rows]
     w = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
