@@ -151,7 +151,7 @@ def main(argv=None) -> int:
         m = g["measured"]
         print(f"GOAL {g['goal']}: measured {m if m is None else round(m, 3)}"
               + (f" (worst shape {g['shape']}, {g['kernel']})" if g.get("shape") else "")
-              + f" -> {'MET' if g['met'] else 'not met'}")
+              + f" -> {'not measured in this run' if m is None else 'MET' if g['met'] else 'not met'}")
     print("wrote", out)
     return 0
 
