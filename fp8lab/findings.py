@@ -283,7 +283,9 @@ def ratio_range(values, digits: int = 1) -> str:
 def gap_sentence(data: dict, kernel: str | None = None) -> str:
     """What a prefill gap run (fp8lab.kernels.gemm_report.leave_one_out) says, in one paragraph rendered from its
     numbers: the promotion's share of the kernel's time, the kernel's and the promotion-free variant's ratios to
-    _scaled_mm blockwise, and the time staggering the consumers saved (under 2 % at every shape: nothing)."""
+    _scaled_mm blockwise, what a second copy of the promotion adds against what leaving it out saves (>= 0.7 of it
+    at every shape: a cost that grows with the FFMAs; <= 0.4: a fixed wait per k-block), and the time staggering the
+    consumers saved (under 2 % at every shape: nothing)."""
     from fp8lab.kernels.gemm_report import GAP_KERNEL, leave_one_out
 
     kernel = kernel or GAP_KERNEL
@@ -297,6 +299,17 @@ def gap_sentence(data: dict, kernel: str | None = None) -> str:
     text = (f"On the {dev}, at {n} full-grid shape{'s' if n != 1 else ''}, the promotion takes "
             f"{ratio_range([100 * s for s in share], 0)} % of `{kernel}`'s time: it runs {ratio_range(x_k, 2)}x "
             f"`_scaled_mm` blockwise, and with the promotion left out {ratio_range(x_np, 2)}x.")
+    # a second copy of the promotion: does its cost grow with the FFMAs, or is it a fixed wait per k-block?
+    twice = [(-r["promote_twice share"], r["no_promote share"]) for r in rows
+             if "promote_twice share" in r and "no_promote share" in r]
+    if twice:
+        ratio = [a / b for a, b in twice if b > 0]
+        text += (f" Doing the promotion twice added {ratio_range([100 * a for a, _ in twice], 0)} % to the kernel's "
+                 f"time, {ratio_range(ratio, 1)} times what leaving it out saved: ")
+        text += ("its cost grows with the FFMAs themselves (they take issue slots and register-file bandwidth from the "
+                 "MMAs), not a fixed wait per k-block." if min(ratio) >= 0.7 else
+                 "most of its cost is a fixed wait per k-block, not the FFMA work." if max(ratio) <= 0.4 else
+                 "its cost is partly the FFMA work and partly a fixed wait per k-block.")
     # the time a stagger saved at each shape (1 - t_staggered / t_k), against the promotion's share there
     saved = [(1 - r["k x blk"] / r[f"k_sg{i} x blk"], r.get("no_promote share"), r["shape"]) for r in rows
              for i in (1, 2) if f"k_sg{i} x blk" in r and "k x blk" in r]

@@ -452,5 +452,12 @@ def test_leave_one_out_table_and_sentence():
     s = gap_sentence({"results": fast})
     assert "saved 5 % of the kernel's time, at best 5 % at M=4096 N=7168 K=7168, where the promotion costs 15 %" in s
     assert "no leave-one-out" in gap_sentence({"results": res[:3]})
+    # a second promotion adding 55 us where leaving it out saved 60 us: a cost that grows with the FFMAs
+    twice = res + [rec(k + "-promote_twice", 455, 360)]
+    assert R.leave_one_out({"results": twice})[0]["promote_twice share"] == pytest.approx(-55 / 400)
+    s = gap_sentence({"results": twice})
+    assert "added 14 % to the kernel's time, 0.9 times what leaving it out saved: its cost grows with the FFMAs" in s
+    s = gap_sentence({"results": res + [rec(k + "-promote_twice", 410, 360)]})
+    assert "0.2 times what leaving it out saved: most of its cost is a fixed wait per k-block" in s
     # rates as whole numbers, not exponent form; ratios to 3 significant digits
     assert R.format_rows([{"x": 1124.3, "y": 0.9183}]).splitlines()[-1].split() == ["1124", "0.918"]

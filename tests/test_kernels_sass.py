@@ -358,9 +358,10 @@ def test_attention_v3_reads_the_cache_through_the_bulk_copy_engine(built):
 
 
 def test_leave_one_out_patch_compiles_and_removes_the_promotion():
-    """The prefill gap run's no_promote variant (gemm_prefill.LEAVE_ONE_OUT) applies to today's sources, compiles for
-    sm_90a, and leaves the examined kernel with its MMAs but a single FFMA per k-block where the promotion was; the
-    package's own sources are untouched and in use again after the block."""
+    """The prefill gap run's variants (gemm_prefill.LEAVE_ONE_OUT) apply to today's sources and compile for sm_90a:
+    no_promote leaves the examined kernel its MMAs but a single FFMA per k-block where the promotion was,
+    promote_twice doubles the FFMAs (ptxas does not fuse them away); the package's own sources are untouched and in
+    use again after the block."""
     _tools_or_skip()
     from fp8lab.kernels import gemm_prefill, gemm_w8a8 as G
 
@@ -374,6 +375,9 @@ def test_leave_one_out_patch_compiles_and_removes_the_promotion():
     b, c = innermost_matrix_loop(base), innermost_matrix_loop(cut)
     assert b["QGMMA"] == c["QGMMA"] == base.count("QGMMA")
     assert b["FFMA"] == 128 and c["FFMA"] == 2, (b.get("FFMA"), c.get("FFMA"))  # 2 x 64 per k-block -> one per half
+    with _cuda.patched_sources(gemm_prefill.LEAVE_ONE_OUT["promote_twice"][1]):
+        twice = innermost_matrix_loop(sass.parse(sass.disassemble(_cuda.compile_for(TMA_SRC, 90)[0]))[fn])
+    assert twice["QGMMA"] == b["QGMMA"] and twice["FFMA"] == 256, twice.get("FFMA")  # the FFMAs doubled, not fused
     with pytest.raises(ValueError, match="does not apply"):
         with _cuda.patched_sources({"wgmma.cuh": [("no such text", "x")]}):
             pass

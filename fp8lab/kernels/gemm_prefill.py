@@ -228,12 +228,16 @@ GAP_KERNELS = ("wgmma_tma_e_ss_tmastore", "wgmma_tma_e_ss_tmastore_sg1", "wgmma_
 GAP_SHAPES = [(4096, 7168, 7168), (8192, 4096, 4096), (2048, 14336, 4096), (4096, 4096, 14336)]
 #: the promotion loop of wgmma.cuh, as the kernel has it
 PROMOTE_LOOP = "for (int j = 0; j < 16; ++j) promote4(acc + 4 * j, p + 4 * j, s0, s1);"
-#: leave-one-out variants: {name: (what is left out, source patches)}. They compute wrong numbers by design, so they
-#: are timed without validation and recorded as such; what a stage costs is the time it takes away.
+#: leave-one-out and do-it-twice variants: {name: (what changes, source patches)}. They compute wrong numbers by
+#: design, so they are timed without validation and recorded as such. What a stage costs is the time it takes away
+#: (no_promote); whether that cost grows with the stage's work or is a fixed wait per k-block shows when the stage is
+#: done twice (promote_twice: twice the FFMAs, the same waits).
 LEAVE_ONE_OUT = {
     "no_promote": ("the FP32 promotion: one FFMA per k-block instead of 64 per 64 x 128 sub-tile (it keeps the MMA "
                    "results live, so the MMAs and their waits stay)",
                    {"wgmma.cuh": [(PROMOTE_LOOP, "acc[0] = fmaf(p[0] + p[63], s0, acc[0]);")]}),
+    "promote_twice": ("the FP32 promotion done twice: 128 FFMAs per 64 x 128 sub-tile instead of 64, the same waits",
+                      {"wgmma.cuh": [(PROMOTE_LOOP, "for (int r = 0; r < 2; ++r) " + PROMOTE_LOOP)]}),
 }
 
 

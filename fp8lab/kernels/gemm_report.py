@@ -257,8 +257,9 @@ GAP_KERNEL = "wgmma_tma_e_ss_tmastore"
 def leave_one_out(data: dict, kernel: str = GAP_KERNEL) -> list[dict]:
     """Per shape of a gap run (gemm_prefill.bench_gap), TFLOP/s and ratios to _scaled_mm blockwise of the same run
     ('<name> x blk'), the examined kernel called "k": "k", "k-no_promote" (a stage left out), "k_sg1" (a kernel of
-    the same arithmetic), the anchors; '<variant> share' is the fraction of k's time the left-out stage costs
-    (1 - t_without / t_with): k at 2.0 us and k-no_promote at 1.5 us give 'no_promote share' 0.25."""
+    the same arithmetic), the anchors; '<variant> share' is the fraction of k's time the variant saves
+    (1 - t_variant / t_k): k at 2.0 us and k-no_promote at 1.5 us give 'no_promote share' 0.25 (a variant that does
+    a stage twice has a negative share: the time the second copy adds)."""
     rows: dict = {}
     for r in _prefill(data):
         if r.get("subset") != "gap" or not r.get("tflops"):
