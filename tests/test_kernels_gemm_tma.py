@@ -425,39 +425,53 @@ def test_prefill_report_functions():
 
 
 def test_leave_one_out_table_and_sentence():
-    """gemm_report.leave_one_out / gap_sentence on a gap run's records: the examined kernel called k, the left-out
-    stage's share of its time, the ratios to _scaled_mm blockwise, and what the stagger moved."""
+    """gemm_report.leave_one_out / findings.gap_sentence on a gap run's records: the examined kernel (named by its
+    variants' of_kernel) called k, each variant's share of its time, the ratios to _scaled_mm blockwise, what doing
+    the promotion twice and the stagger say, and the cases with nothing to say."""
     from fp8lab.findings import gap_sentence
+    from fp8lab.kernels import gemm_prefill
     from fp8lab.kernels import gemm_report as R
 
-    def rec(kernel, t, blk=None, shape="M=4096 N=7168 K=7168"):
-        r = {"family": "prefill", "subset": "gap", "shape": shape, "kernel": kernel, "time_us": t, "tflops": 400 / t}
+    kern = gemm_prefill.GAP_KERNELS[0]
+    k = "w8a8_" + kern
+
+    def rec(kernel, t, blk=None, shape="M=4096 N=7168 K=7168", **kw):
+        r = {"family": "prefill", "subset": "gap", "shape": shape, "kernel": kernel, "time_us": t, "tflops": 400 / t, **kw}
         return {**r, "speedup_vs_scaled_mm_blockwise": blk / t} if blk else r
 
-    k = "w8a8_" + R.GAP_KERNEL
-    res = [rec("scaled_mm_blockwise (torch._scaled_mm)", 360), rec(k, 400, 360), rec(k + "_sg1", 404, 360),
-           rec(k + "-no_promote", 340, 360), rec(k, 200, 190, "M=8192 N=4096 K=4096"),
-           rec(k + "-no_promote", 180, 190, "M=8192 N=4096 K=4096"),
+    res = [rec("scaled_mm_blockwise (torch._scaled_mm)", 360), rec(k, 400, 360),
+           rec(k + "_sg1", 404, 360, bits_equal_to=kern), rec(k + "_sg2", 300, 360, bits_equal_to=None),  # bits differ
+           rec(k + "-no_promote", 340, 360, of_kernel=kern), rec(k, 200, 190, "M=8192 N=4096 K=4096"),
+           rec(k + "-no_promote", 180, 190, "M=8192 N=4096 K=4096", of_kernel=kern),
            {"family": "prefill", "subset": "grid", "shape": "M=4096 N=7168 K=7168", "kernel": k, "time_us": 1.0,
             "tflops": 400.0}]  # another subset: not read
+    assert R.gap_kernel({"results": res}) == kern
     rows = R.leave_one_out({"results": res})
     assert [r["shape"] for r in rows] == ["M=4096 N=7168 K=7168", "M=8192 N=4096 K=4096"]
     assert rows[0]["k"] == pytest.approx(1.0) and rows[0]["k x blk"] == pytest.approx(0.9)
     assert rows[0]["no_promote share"] == pytest.approx(0.15) and rows[1]["no_promote share"] == pytest.approx(0.1)
-    assert rows[0]["k_sg1 x blk"] == pytest.approx(360 / 404) and "k_sg1" not in rows[1]
+    assert rows[0]["sg1 share"] == pytest.approx(-0.01) and rows[0]["k_sg1 x blk"] == pytest.approx(360 / 404)
+    assert "sg2 share" not in rows[0] and "k_sg2" in rows[0]  # shown, but a kernel whose bits differed saves nothing
     s = gap_sentence({"results": res, "provenance": {"device": "GPU X"}})
-    assert "GPU X" in s and "2 full-grid shapes" in s and "10–15 %" in s and "0.90–0.95x" in s
-    assert "left out 1.06x" in s and "saved -1 % of the kernel's time: it bought nothing" in s
-    fast = [rec(k + "_sg2", 380, 360) if r["kernel"] == k + "_sg1" else r for r in res]  # 5 % of 400 us saved
+    assert s.startswith("On the GPU X, at 2 shapes, the promotion takes 10–15 % of")
+    assert "0.90–0.95x" in s and "left out 1.06x" in s
+    assert "saved -1 % of the kernel's time: nothing, so the cost is not" in s
+    slower = [rec(k + "_sg1", 440, 360, bits_equal_to=kern) if r["kernel"] == k + "_sg1" else r for r in res]
+    assert "lost time at some shapes" in gap_sentence({"results": slower})
+    fast = [rec(k + "_sg1", 380, 360, bits_equal_to=kern) if r["kernel"] == k + "_sg1" else r for r in res]
     s = gap_sentence({"results": fast})
     assert "saved 5 % of the kernel's time, at best 5 % at M=4096 N=7168 K=7168, where the promotion costs 15 %" in s
-    assert "no leave-one-out" in gap_sentence({"results": res[:3]})
     # a second promotion adding 55 us where leaving it out saved 60 us: a cost that grows with the FFMAs
-    twice = res + [rec(k + "-promote_twice", 455, 360)]
+    twice = res + [rec(k + "-promote_twice", 455, 360, of_kernel=kern)]
     assert R.leave_one_out({"results": twice})[0]["promote_twice share"] == pytest.approx(-55 / 400)
     s = gap_sentence({"results": twice})
     assert "added 14 % to the kernel's time, 0.9 times what leaving it out saved: its cost grows with the FFMAs" in s
-    s = gap_sentence({"results": res + [rec(k + "-promote_twice", 410, 360)]})
+    s = gap_sentence({"results": res + [rec(k + "-promote_twice", 410, 360, of_kernel=kern)]})
     assert "0.2 times what leaving it out saved: most of its cost is a fixed wait per k-block" in s
+    # nothing to say: no left-out variant; a promotion too cheap to compare a second copy with
+    assert "no timing" in gap_sentence({"results": res[:4]})
+    cheap = [rec(k, 400, 360), rec(k + "-no_promote", 398, 360, of_kernel=kern),
+             rec(k + "-promote_twice", 402, 360, of_kernel=kern)]
+    assert "twice" not in gap_sentence({"results": cheap}) and "the the" not in gap_sentence({"results": cheap})
     # rates as whole numbers, not exponent form; ratios to 3 significant digits
     assert R.format_rows([{"x": 1124.3, "y": 0.9183}]).splitlines()[-1].split() == ["1124", "0.918"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from pathlib import Path
 
 from . import sources as _sources
@@ -148,7 +149,10 @@ def patched_sources(patches: dict):
     applies is an error, not a silent no-op). Kernels loaded inside stay usable after the block; the caches are
     cleared on the way in and out, so nothing compiled from the copy is handed out afterwards. The copy lives in a
     folder named by the patches (under the temporary directory, rewritten each time), so CuPy's compile cache, keyed
-    by source text and options, serves the same patched kernel again without recompiling.
+    by source text and options, serves the same patched kernel again without recompiling; a file is rewritten only
+    when its text changed, through a temporary file and a rename, so a reader never sees half of one.
+    Not for concurrent use: the folder is process-wide state, so no other thread may compile while the block runs;
+    fp8lab.kernels.sass.kernels keeps its own cache (call it outside the block, or use compile_for directly).
 
     The leave-one-out timings (gemm_prefill.bench_gap) use it: a stage's cost is the time it takes away."""
     import hashlib
@@ -167,7 +171,11 @@ def patched_sources(patches: dict):
                 raise ValueError(f"patch does not apply to {fname}: {old[:60]!r} not found")
             texts[fname] = texts[fname].replace(old, new)
     for name, text in texts.items():
-        (d / name).write_text(text)
+        f = d / name
+        if not f.exists() or f.read_text() != text:
+            tmp = d / f".{name}.{os.getpid()}.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, f)
     KERNEL_DIR = d
     load_module.cache_clear()
     compile_for.cache_clear()

@@ -250,33 +250,40 @@ def prefill_gap(data: dict, kernel: str = "wgmma_tma", min_m: int = 2048) -> lis
     return sorted(rows, key=lambda r: [int(x.split("=")[1]) for x in r["shape"].split()])
 
 
-#: the kernel a gap run examines (gemm_prefill.GAP_KERNELS[0]); leave_one_out names it "k" in its columns
-GAP_KERNEL = "wgmma_tma_e_ss_tmastore"
+def gap_kernel(data: dict) -> str | None:
+    """The kernel a gap run examined: the one its left-out variants name (of_kernel), None if it has none."""
+    return next((_short(r["of_kernel"]) for r in _prefill(data) if r.get("subset") == "gap" and r.get("of_kernel")),
+                None)
 
 
-def leave_one_out(data: dict, kernel: str = GAP_KERNEL) -> list[dict]:
+def leave_one_out(data: dict, kernel: str | None = None) -> list[dict]:
     """Per shape of a gap run (gemm_prefill.bench_gap), TFLOP/s and ratios to _scaled_mm blockwise of the same run
-    ('<name> x blk'), the examined kernel called "k": "k", "k-no_promote" (a stage left out), "k_sg1" (a kernel of
-    the same arithmetic), the anchors; '<variant> share' is the fraction of k's time the variant saves
-    (1 - t_variant / t_k): k at 2.0 us and k-no_promote at 1.5 us give 'no_promote share' 0.25 (a variant that does
-    a stage twice has a negative share: the time the second copy adds)."""
+    ('<name> x blk'), the examined kernel (default: gap_kernel(data)) called "k": "k", "k-no_promote" (a variant
+    that leaves a stage out or does it twice), "k_sg1" (a kernel of the same arithmetic), the anchors.
+    '<variant> share' = 1 - t_variant / t_k, the fraction of k's time the variant saves (the same rule for both
+    kinds; a kernel of the same arithmetic whose bits differed from k's gets none): k at 2.0 us and k-no_promote at
+    1.5 us give 'no_promote share' 0.25; doing a stage twice gives a negative share, the time the second copy adds."""
+    kernel = kernel or gap_kernel(data)
     rows: dict = {}
     for r in _prefill(data):
         if r.get("subset") != "gap" or not r.get("tflops"):
             continue
         row = rows.setdefault(r["shape"], {"shape": r["shape"], "_time": {}})
         k = _short(r["kernel"])
-        k = "k" + k[len(kernel):] if k.startswith(kernel) else k
+        k = "k" + k[len(kernel):] if kernel and k.startswith(kernel) else k
         row[k] = r["tflops"]
         if r.get("speedup_vs_scaled_mm_blockwise"):
             row[f"{k} x blk"] = r["speedup_vs_scaled_mm_blockwise"]
-        row["_time"][k] = r["time_us"]
+        if k != "k" and k[:2] in ("k-", "k_") and ("bits_equal_to" not in r or r["bits_equal_to"]):
+            row["_time"][k] = r["time_us"]
+        elif k == "k":
+            row["_time"]["k"] = r["time_us"]
     out = []
     for row in rows.values():
         times = row.pop("_time")
-        for k in times:
-            if k.startswith("k-") and "k" in times:
-                row[f"{k[2:]} share"] = 1 - times[k] / times["k"]
+        for k, tv in times.items():
+            if k != "k" and "k" in times:
+                row[f"{k[2:]} share"] = 1 - tv / times["k"]
         out.append(row)
     return sorted(out, key=lambda r: [int(x.split("=")[1]) for x in r["shape"].split()])
 

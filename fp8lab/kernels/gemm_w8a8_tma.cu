@@ -412,14 +412,17 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
 #pragma unroll
                         for (int nh = 0; nh < NH; ++nh) {
                             // STG: the second consumer warpgroup issues its first k-block of the CTA (1) or of every
-                            // work item (2) only once the first warpgroup's has finished (named barrier 3)
+                            // work item (2) only once the first warpgroup's has finished. Both wait on named barrier 3
+                            // (the second before its issue, the first after its MMAs): a bar.arrive by the first could
+                            // run a whole short item ahead and complete the barrier on its own arrivals, after which
+                            // the second would wait forever; a bar.sync on both sides pairs item i with item i.
                             const bool lead = STG && mh == 0 && nh == 0 && (STG == 2 ? kb == kb0 : pending);
                             if (STG == 1) pending = pending && !lead;
                             if (lead && (tid_x() >> 7) == 1) named_sync(3, 256);
                             // the warpgroup re-read from %tid.x: ptxas otherwise spills `wg` and reloads it per k-block
                             wg_issue(part, sA + ((SS ? (int)(tid_x() >> 7) : wg) * MH + mh) * (64 * 128), sB + nh * (128 * 128));
                             wgmma_wait<0>();
-                            if (lead && (tid_x() >> 7) == 0) named_arrive(3, 256);
+                            if (lead && (tid_x() >> 7) == 0) named_sync(3, 256);
                             if (mh == MH - 1 && nh == NH - 1) {  // the tensor cores are done with this stage
                                 if (lane == 0) mbar_arrive(empty0 + 8 * s);
                                 if (CL > 1 && lane == 1) mbar_arrive_cluster(empty0 + 8 * s, rank ^ 1u);

@@ -124,11 +124,6 @@ __device__ __forceinline__ void named_sync(u32 id, u32 threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Arrive on a named barrier without waiting (the producer side of a bar.sync elsewhere, `threads` in all).
-__device__ __forceinline__ void named_arrive(u32 id, u32 threads) {
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
 // bar.red.or over a named barrier: every one of `threads` threads waits and gets (pred of any of them).
 __device__ __forceinline__ bool named_sync_or(u32 id, u32 threads, bool pred) {
     u32 r;

@@ -314,7 +314,7 @@ gapd = bg.load(GP / "prefill_gap.json") if GP else None
 if gapd:
     for k, v in bg.provenance_summary(gapd).items():
         print(f"{k:24s} {' '.join(str(v).split())}")
-    print(f"k = {gemm_report.GAP_KERNEL}; 'x blk': the ratio to _scaled_mm blockwise of the same run (> 1: faster)")
+    print(f"k = {gemm_report.gap_kernel(gapd)}; 'x blk': the ratio to _scaled_mm blockwise of the same run (> 1: faster)")
     print(bg.format_rows(gemm_report.leave_one_out(gapd)))
     nb.md(findings.gap_sentence(gapd))
 else:
