@@ -274,10 +274,8 @@ def leave_one_out(data: dict, kernel: str | None = None) -> list[dict]:
         row[k] = r["tflops"]
         if r.get("speedup_vs_scaled_mm_blockwise"):
             row[f"{k} x blk"] = r["speedup_vs_scaled_mm_blockwise"]
-        if k != "k" and k[:2] in ("k-", "k_") and ("bits_equal_to" not in r or r["bits_equal_to"]):
+        if k == "k" or (k[:2] in ("k-", "k_") and r.get("bits_equal_to", True)):
             row["_time"][k] = r["time_us"]
-        elif k == "k":
-            row["_time"]["k"] = r["time_us"]
     out = []
     for row in rows.values():
         times = row.pop("_time")

@@ -43,7 +43,6 @@
 #include "tma.cuh"
 #include "wgmma.cuh"
 
-
 // threadIdx.x, read afresh (asm volatile: not kept in a register across a loop, so never spilled)
 __device__ __forceinline__ u32 tid_x() {
     u32 t;

@@ -306,7 +306,9 @@ its two consumer warpgroups staggered (`_sg1`: the second starts a k-block behin
 every tile) — the same arithmetic, checked bit for bit — beside `_scaled_mm` blockwise and tensorwise, interleaved.
 If the two consumers promoted at the same moments and left the tensor cores idle, staggering them would win back
 the promotion's share; if the cost is the FFMAs themselves competing with the MMAs for the warp schedulers and the
-register file, staggering buys nothing.
+register file, staggering buys nothing. A run that also holds `-promote_twice` (the promotion done twice: twice the
+FFMAs, the same waits) tells the last two apart: a second copy that adds about what the first costs means the cost
+grows with the FFMAs; one that adds little means it is a fixed wait per k-block.
 """),
 ("code", r"""
 GP = nb.recorded("kernels", "prefill_gap.json", prov=None, quiet=True)

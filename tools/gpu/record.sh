@@ -6,7 +6,7 @@
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2     # gemm (decode, SASS), attention, prefill attention, layer,
 #                                                          # accumulation (~8 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 3     # gemm: the prefill climb and grid, the W8A8 gate (<= 9 min)
-#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 3g    # the prefill gap: TMA GPU tests, leave-one-out run (~6 min)
+#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 3g    # the prefill gap: TMA GPU tests, leave-one-out run (~2 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2d    # part 2's decode path only: GEMV + layer GPU tests, the
 #                                                          # decode gemm bench and the layer bench (~6 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2g    # the GEMVs alone: their GPU tests and the decode gemm
