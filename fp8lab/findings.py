@@ -285,8 +285,8 @@ def gap_sentence(data: dict, kernel: str | None = None) -> str:
     numbers: the promotion's share of the kernel's time at the shapes where it was left out, the kernel's and the
     promotion-free variant's ratios to _scaled_mm blockwise; what a second copy of the promotion adds against what
     leaving it out saves (>= 0.7 of it at every shape: a cost that grows with the FFMAs; <= 0.4: a fixed wait per
-    k-block); and the time staggering the consumers saved (under 2 % everywhere: nothing; a slowdown is said as one).
-    """
+    k-block); the time staggering the consumers saved (under 2 % everywhere: nothing; a slowdown is said as one);
+    and what rewriting the promotion FFMAs' control bits saved (_edit_sentence)."""
     from fp8lab.kernels.gemm_report import gap_kernel, leave_one_out
 
     kernel = kernel or gap_kernel(data)
@@ -328,7 +328,32 @@ def gap_sentence(data: dict, kernel: str | None = None) -> str:
         else:
             text += (f", at best {100 * best[0]:.0f} % at {best[2]}, where the promotion costs {100 * best[1]:.0f} %: "
                      "at most a part of the promotion's cost is the two consumers promoting at the same moments.")
+    text += _edit_sentence(rows)
     return text
+
+
+#: what each control-bit edit of the gap run (gemm_prefill.CONTROL_EDITS) does, in a few words
+_EDIT_WORDS = {"ffma_yield_all": "letting every promotion FFMA yield (and dropping its reuse flag)",
+               "ffma_yield_none": "letting none yield", "ffma_no_reuse": "dropping every reuse flag"}
+
+
+def _edit_sentence(rows: list) -> str:
+    """The control-bit edits of a gap run, read against the unedited cubin loaded the same way ('as_compiled'): the
+    range of each edit's saving over the shapes (1 - t_edit / t_as_compiled), '' where the run has none. Within
+    2 % either way at every shape is said as 'nothing'."""
+    base = [r for r in rows if "as_compiled share" in r]
+    parts, won = [], False
+    for e, words in _EDIT_WORDS.items():
+        saved = [1 - (1 - r[f"{e} share"]) / (1 - r["as_compiled share"]) for r in base if f"{e} share" in r]
+        if saved:
+            small = max(abs(x) for x in saved) < 0.02
+            won = won or max(saved) >= 0.02
+            parts.append(f"{words} saved " + ("nothing" if small else f"{ratio_range([100 * x for x in saved], 0)} %"))
+    if not parts:
+        return ""
+    return (" Rewriting the control bits of the promotion's FFMAs in the binary (the same bits computed, checked), "
+            "against the unedited binary loaded the same way: " + "; ".join(parts) + "."
+            + ("" if won else " The scheduling hints ptxas wrote are not where the promotion's cost is."))
 
 
 def latest_kernels(names) -> list[str]:

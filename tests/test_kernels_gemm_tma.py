@@ -285,6 +285,31 @@ def test_all_versions_agree_bit_for_bit_with_wgmma_ws():
 
 
 @pytest.mark.gpu
+def test_control_bit_edits_compute_the_same_bits():
+    """The gap run's control-bit edits (gemm_prefill.CONTROL_EDITS, loaded through _cuda.edited_binary): each edited
+    kernel returns the unedited kernel's bits on a poisoned output, over several persistent tiles; after the block
+    the package's own kernel is loaded again."""
+    from fp8lab.kernels import _cuda, gemm_prefill
+
+    kernel = gemm_prefill.GAP_KERNELS[0]
+    M, N, K = 520, 1160, 1536
+    a, sa, b, sb, ref, terms = _case(M, N, K, seed=9)
+    want = G.gemm_w8a8(a, sa, b, sb, kernel=kernel)
+    _check(want, ref, terms, kernel, K)
+    fn = G.TMA_KERNELS[kernel].function
+    for name, (what, fields) in gemm_prefill.CONTROL_EDITS.items():
+        counts: dict = {}
+        with _cuda.edited_binary("gemm_w8a8_tma.cu", gemm_prefill.control_edit(fn, fields, counts)):
+            launch = G.prepare(a, sa, b, sb, kernel=kernel,
+                               out=torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda"))
+        launch()
+        assert counts["ffmas"] > 0 and (counts["changed"] > 0) == bool(fields), (name, counts)
+        diff = int((launch.out.view(torch.int16) != want.view(torch.int16)).sum())
+        assert diff == 0, f"{name}: {diff} of {want.numel()} outputs differ from the unedited kernel"
+    assert not _cuda._BINARY_EDITS
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("kernel", [k for k, c in G.TMA_KERNELS.items() if c is not None and c.split])
 @pytest.mark.parametrize("grid", [7, 10, 40])
 def test_split_last_wave_matches_reference_and_repeats(kernel, grid):
@@ -473,5 +498,18 @@ def test_leave_one_out_table_and_sentence():
     cheap = [rec(k, 400, 360), rec(k + "-no_promote", 398, 360, of_kernel=kern),
              rec(k + "-promote_twice", 402, 360, of_kernel=kern)]
     assert "twice" not in gap_sentence({"results": cheap}) and "the the" not in gap_sentence({"results": cheap})
+    # control-bit edits, read against the unedited binary loaded the same way (as_compiled at 404 us)
+    ed = res + [rec(k + "+as_compiled", 404, 360, bits_equal_to=kern, of_kernel=kern),
+                rec(k + "+ffma_yield_all", 384, 360, bits_equal_to=kern, of_kernel=kern),
+                rec(k + "+ffma_no_reuse", 405, 360, bits_equal_to=kern, of_kernel=kern),
+                rec(k + "+ffma_yield_none", 300, 360, bits_equal_to=None, of_kernel=kern)]  # bits differ: not read
+    assert R.leave_one_out({"results": ed})[0]["ffma_yield_all share"] == pytest.approx(0.04)
+    s = gap_sentence({"results": ed})
+    assert "yield (and dropping its reuse flag) saved 5 %; dropping every reuse flag saved nothing." in s
+    assert "letting none yield" not in s and "not where the promotion's cost is" not in s
+    s = gap_sentence({"results": [r for r in ed if "yield_all" not in r["kernel"]]})
+    assert s.endswith("dropping every reuse flag saved nothing. The scheduling hints ptxas wrote are not where the "
+                      "promotion's cost is.")
+    assert "control bits" not in gap_sentence({"results": [r for r in ed if "as_compiled" not in r["kernel"]]})
     # rates as whole numbers, not exponent form; ratios to 3 significant digits
     assert R.format_rows([{"x": 1124.3, "y": 0.9183}]).splitlines()[-1].split() == ["1124", "0.918"]

@@ -359,6 +359,65 @@ def test_attention_v3_reads_the_cache_through_the_bulk_copy_engine(built):
             assert max(reads) < first_copy, what
 
 
+def test_control_fields_round_trip():
+    """sass.control / with_control: each field of the high word read back as written, the others untouched; a value
+    too wide for its field is an error."""
+    hi = 0x000FE20000000003
+    for field, (lo, n) in sass.CONTROL_FIELDS.items():
+        top = (1 << n) - 1
+        new = sass.with_control(hi, **{field: top})
+        c, c0 = sass.control(new), sass.control(hi)
+        assert c[field] == top and all(c[f] == c0[f] for f in c if f != field)
+        assert new & ((1 << 41) - 1) == hi & ((1 << 41) - 1)  # below the control bits: the operands stay
+        with pytest.raises(ValueError, match="does not fit"):
+            sass.with_control(hi, **{field: top + 1})
+    assert sass.control(sass.with_control(hi, reuse=0b0010, **{"yield": 0})) == {**sass.control(hi), "reuse": 2, "yield": 0}
+
+
+def test_control_edit_rewrites_only_the_promotion_ffmas(monkeypatch):
+    """sass.edit_control on the examined prefill kernel (sm_90a): each CONTROL_EDITS entry leaves every instruction's
+    text and low word as they were and changes high words only of the promotion's FFMAs, which then carry the fields
+    asked for; ptxas's own pattern (the yield bit cleared on every other promotion FFMA, reuse flags on the others)
+    is what the edits start from. Bytes that do not match the disassembly and unknown kernels are errors."""
+    _tools_or_skip()
+    from fp8lab.kernels import gemm_prefill, gemm_w8a8 as G
+
+    fn = G.TMA_KERNELS[gemm_prefill.GAP_KERNELS[0]].function
+    cubin = _cuda.compile_for(TMA_SRC, 90)[0]
+    k = sass.parse(sass.disassemble(cubin))[fn]
+    pick = sass.promotion_ffmas(k)
+    before = sass.encoded(sass.disassemble(cubin))[fn]
+    ffma = [sass.control(hi) for a, t, lo, hi in before if pick(a, t)]
+    assert len(ffma) == 128  # 2 x 64 per k-block: a 64 x 256 slice per consumer warpgroup
+    assert {(c["yield"], c["reuse"] != 0) for c in ffma} <= {(1, True), (0, False), (1, False)}
+    assert sum(c["yield"] == 0 for c in ffma) >= 48  # ptxas interleaves yields across the promotion
+    for name, (what, fields) in gemm_prefill.CONTROL_EDITS.items():
+        counts: dict = {}
+        new = gemm_prefill.control_edit(fn, fields, counts)(cubin)
+        assert len(new) == len(cubin) and counts["ffmas"] == 128
+        after = sass.encoded(sass.disassemble(new))[fn]
+        plain = lambda code: [(a, t.replace(".reuse", ""), lo) for a, t, lo, _ in code]  # noqa: E731
+        assert plain(after) == plain(before), name  # the same instructions; the reuse flags may differ
+        moved = [(a, t) for (a, t, _, h0), (_, _, _, h1) in zip(before, after) if h0 != h1]
+        assert all(pick(a, t) for a, t in moved) and len(moved) == counts["changed"], name
+        for a, t, lo, hi in after:
+            if pick(a, t):
+                assert all(sass.control(hi)[f] == v for f, v in fields.items()), (name, hex(a))
+        diff = [i for i, (x, y) in enumerate(zip(cubin, new)) if x != y]
+        assert len({i // 16 for i in diff}) == counts["changed"], name  # nothing else in the file moved
+        assert (counts["changed"] > 0) == bool(fields), name
+    with pytest.raises(KeyError, match="no kernel"):
+        sass.edit_control(cubin, "no_such_kernel", pick, reuse=0)
+    secs = sass.elf_sections(cubin)
+    shifted = {**secs, ".text." + fn: (secs[".text." + fn][0] + 16, secs[".text." + fn][1])}  # a wrong offset
+    monkeypatch.setattr(sass, "elf_sections", lambda blob: shifted)
+    with pytest.raises(ValueError, match="not those cuobjdump printed"):
+        sass.edit_control(cubin, fn, pick, reuse=0)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="not a 64-bit"):
+        sass.elf_sections(b"not an elf file at all")
+
+
 def test_leave_one_out_patch_compiles_and_removes_the_promotion():
     """The prefill gap run's variants (gemm_prefill.LEAVE_ONE_OUT) apply to today's sources and compile for sm_90a:
     no_promote leaves the examined kernel its MMAs but a single FFMA per k-block where the promotion was,

@@ -187,10 +187,46 @@ def patched_sources(patches: dict):
         compile_for.cache_clear()
 
 
+#: {filename: edit}: while edited_binary is active, load_module loads edit(cubin) for that source
+_BINARY_EDITS: dict = {}
+
+
+@contextlib.contextmanager
+def edited_binary(filename: str, edit):
+    """Load `filename` from an edited cubin for the duration of the block: load_module compiles it with compile_for
+    (the options CuPy would use, for this device) and loads edit(cubin) (a function bytes -> bytes; sass.edit_control
+    rewrites control bits). Kernels loaded inside stay usable after the block; load_module's cache is cleared on the
+    way in and out, so nothing edited is handed out afterwards. Not for concurrent use (process-wide state).
+
+    The control-bit experiments of the prefill gap run (gemm_prefill.CONTROL_EDITS) use it."""
+    _BINARY_EDITS[filename] = edit
+    load_module.cache_clear()
+    try:
+        yield
+    finally:
+        _BINARY_EDITS.pop(filename, None)
+        load_module.cache_clear()
+
+
+def _load_edited(filename: str, edit):
+    import hashlib
+    import tempfile
+
+    cubin = edit(compile_for(filename, device_cc())[0])
+    path = Path(tempfile.gettempdir()) / f"fp8lab_edited_{hashlib.sha256(cubin).hexdigest()[:16]}.cubin"
+    if not path.exists():  # through a temporary file and a rename: a reader never sees half of one
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(cubin)
+        os.replace(tmp, path)
+    return _cupy().RawModule(path=str(path))
+
+
 @functools.lru_cache(maxsize=None)
 def load_module(filename: str):
     """Compile `fp8lab/kernels/<filename>` with NVRTC for this device and return a `cupy.RawModule`."""
     cp = _cupy()
+    if filename in _BINARY_EDITS:
+        return _load_edited(filename, _BINARY_EDITS[filename])
     src = (KERNEL_DIR / filename).read_text() + headers_stamp()
     opts = compile_options(filename, device_arch(filename))
     return cp.RawModule(code=src, options=opts, backend="nvrtc", name_expressions=None)

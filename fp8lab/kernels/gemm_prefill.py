@@ -241,12 +241,48 @@ LEAVE_ONE_OUT = {
 }
 
 
-def bench_gap(bench: harness.Bench, skip: set, shapes=None, kernels=GAP_KERNELS, leave_out=tuple(LEAVE_ONE_OUT)) -> None:
+#: control-bit edits of the examined kernel's cubin (sass.edit_control on the promotion's FFMAs, sass.promotion_ffmas):
+#: {name: (what changes, control fields set)}. The opcodes stay, so an edited kernel must compute the examined
+#: kernel's bits (checked on poisoned outputs); only when its warps issue changes. ptxas already clears the yield bit
+#: on every other promotion FFMA (those without a reuse flag); DeepGEMM rewrites its binaries to clear it on more of
+#: them, together with their reuse flags (a warp switch loses the reuse cache). "as_compiled" loads the unedited
+#: cubin the same way: the control the others are read against.
+CONTROL_EDITS = {
+    "as_compiled": ("no change: the cubin as compiled, loaded the way the edited ones are", {}),
+    "ffma_yield_all": ("every promotion FFMA may yield the issue slot to another warp (yield bit clear) and keeps "
+                       "nothing in the reuse cache", {"yield": 0, "reuse": 0}),
+    "ffma_yield_none": ("no promotion FFMA yields (yield bit set on all; reuse flags as compiled)", {"yield": 1}),
+    "ffma_no_reuse": ("no promotion FFMA keeps an operand in the reuse cache (yield bits as compiled): every operand "
+                      "read from the register file", {"reuse": 0}),
+}
+
+
+def control_edit(function: str, fields: dict, counts: dict | None = None):
+    """An edit for _cuda.edited_binary: set `fields` on the promotion FFMAs of kernel `function` (counts, if given,
+    receives {"changed": instructions changed, "ffmas": promotion FFMAs})."""
+    from . import sass
+
+    def edit(cubin: bytes) -> bytes:
+        k = sass.parse(sass.disassemble(cubin))[function]
+        pick = sass.promotion_ffmas(k)
+        new, n = sass.edit_control(cubin, function, pick, **fields)
+        if counts is not None:
+            counts.update(changed=n, ffmas=sum(1 for a, t in k.instrs if pick(a, t)))
+        return new
+
+    return edit
+
+
+def bench_gap(bench: harness.Bench, skip: set, shapes=None, kernels=GAP_KERNELS, leave_out=tuple(LEAVE_ONE_OUT),
+              edits=tuple(CONTROL_EDITS)) -> None:
     """Where the prefill gap goes, at full-grid shapes: the examined kernel (kernels[0]) with one stage left out
     (LEAVE_ONE_OUT, compiled from patched sources), kernels of the same arithmetic (checked bit for bit against
     kernels[0] on poisoned outputs, then against the float64 reference like every kernel), and _scaled_mm blockwise
-    and tensorwise, interleaved in the bench's rounds. Records: family "prefill", subset "gap"; the left-out variants
-    are named '<label>-<variant>' and carry left_out (what is missing) and validated False."""
+    and tensorwise, interleaved in the bench's rounds; and the examined kernel with control bits of its promotion
+    FFMAs rewritten in the cubin (CONTROL_EDITS; checked bit for bit like the kernels of the same arithmetic).
+    Records: family "prefill", subset "gap"; the left-out variants are named '<label>-<variant>' and carry left_out
+    (what is missing) and validated False; the edited ones '<label>+<edit>', with sass_edit, ffmas_changed and
+    bits_equal_to."""
     import torch
 
     from . import _cuda
@@ -261,7 +297,8 @@ def bench_gap(bench: harness.Bench, skip: set, shapes=None, kernels=GAP_KERNELS,
         _add_anchors(bench, sh, timers, meta, kinds=("scaled_mm_blockwise", "scaled_mm_tensorwise"))
         names = [k for k in kernels if k not in skip]
         ok = [k for k in names if _add_kernel(bench, sh, k, timers, meta)]
-        if names and names[0] in ok and len(ok) > 1:  # the same arithmetic: the same bits as the examined kernel
+        first = None
+        if names and names[0] in ok:  # the same arithmetic: the same bits as the examined kernel
             first = G.prepare(sh.A[0], sh.sa, sh.B[0], sh.sb, kernel=names[0])
             harness.poison_(first.out)
             first()
@@ -287,6 +324,28 @@ def bench_gap(bench: harness.Bench, skip: set, shapes=None, kernels=GAP_KERNELS,
                 timers[name] = lambda ls=launches: harness.graph_time_us(ls, min_calls=mc, rep=10)
                 meta[name] = (label, "e4m3 x e4m3 (1x128, 128x128)", sh.fp8_bytes,
                               {"left_out": what, "validated": False, "of_kernel": names[0]})
+        if first is not None:
+            mc = _min_calls(sh.flops)
+            for v in edits:
+                what, fields = CONTROL_EDITS[v]
+                label = f"w8a8_{names[0]}+{v}"
+                name = f"{label} {sh.name}"
+                counts: dict = {}
+                try:
+                    with _cuda.edited_binary("gemm_w8a8_tma.cu", control_edit(first.config.function, fields, counts)):
+                        launches = [G.prepare(a, sh.sa, b, sh.sb, kernel=names[0]) for a, b in zip(sh.A, sh.B)]
+                except Exception as e:  # noqa: BLE001 - an edit that does not apply or load is recorded, not fatal
+                    bench.notes.append({"kernel": name, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+                    continue
+                same = bench.validate(name, launches[0], lambda y: bool(torch.equal(y, first.out)),
+                                      outputs=[launches[0].out])
+                if not same:
+                    continue
+                timers[name] = lambda ls=launches: harness.graph_time_us(ls, min_calls=mc, rep=10)
+                meta[name] = (label, "e4m3 x e4m3 (1x128, 128x128)", sh.fp8_bytes,
+                              {"sass_edit": what, "control_fields": fields, "ffmas_changed": counts.get("changed"),
+                               "promotion_ffmas": counts.get("ffmas"), "bits_equal_to": names[0],
+                               "of_kernel": names[0]})
         t = bench.compare(timers)
         _record(bench, sh, t, meta, "gap")
         del sh

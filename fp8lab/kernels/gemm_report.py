@@ -259,7 +259,8 @@ def gap_kernel(data: dict) -> str | None:
 def leave_one_out(data: dict, kernel: str | None = None) -> list[dict]:
     """Per shape of a gap run (gemm_prefill.bench_gap), TFLOP/s and ratios to _scaled_mm blockwise of the same run
     ('<name> x blk'), the examined kernel (default: gap_kernel(data)) called "k": "k", "k-no_promote" (a variant
-    that leaves a stage out or does it twice), "k_sg1" (a kernel of the same arithmetic), the anchors.
+    that leaves a stage out or does it twice), "k_sg1" (a kernel of the same arithmetic), "k+ffma_yield_all" (k with
+    control bits rewritten in its cubin), the anchors.
     '<variant> share' = 1 - t_variant / t_k, the fraction of k's time the variant saves (the same rule for both
     kinds; a kernel of the same arithmetic whose bits differed from k's gets none): k at 2.0 us and k-no_promote at
     1.5 us give 'no_promote share' 0.25; doing a stage twice gives a negative share, the time the second copy adds."""
@@ -274,7 +275,7 @@ def leave_one_out(data: dict, kernel: str | None = None) -> list[dict]:
         row[k] = r["tflops"]
         if r.get("speedup_vs_scaled_mm_blockwise"):
             row[f"{k} x blk"] = r["speedup_vs_scaled_mm_blockwise"]
-        if k == "k" or (k[:2] in ("k-", "k_") and r.get("bits_equal_to", True)):
+        if k == "k" or (k[:2] in ("k-", "k_", "k+") and r.get("bits_equal_to", True)):
             row["_time"][k] = r["time_us"]
     out = []
     for row in rows.values():

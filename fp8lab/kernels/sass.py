@@ -86,18 +86,24 @@ class Kernel:
         rx = re.compile(pattern)
         return any(rx.search(t) for _, t in self.instrs)
 
-    def loop_body(self, innermost: bool = False) -> list | None:
-        """The instructions (in order) of the largest loop (a backward branch) holding a matrix instruction, or with
-        innermost=True the shortest such loop (a GEMM's k-loop inside its tile loop)."""
+    def loop_range(self, innermost: bool = False) -> tuple[int, int] | None:
+        """(first, last) address of the largest loop (a backward branch) holding a matrix instruction, or with
+        innermost=True of the shortest such loop (a GEMM's k-loop inside its tile loop); None if none."""
         best = None
         for addr, text in self.instrs:
             m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", text)
             if m and int(m.group(1), 16) <= addr:
-                body = [t for a, t in self.instrs if int(m.group(1), 16) <= a <= addr]
+                lo = int(m.group(1), 16)
+                body = [t for a, t in self.instrs if lo <= a <= addr]
                 if any(t.split()[0].split(".")[0] in MATRIX_OPS for t in body if t) and (
-                        best is None or (len(body) < len(best) if innermost else len(body) > len(best))):
-                    best = body
+                        best is None or (addr - lo < best[1] - best[0] if innermost else addr - lo > best[1] - best[0])):
+                    best = (lo, addr)
         return best
+
+    def loop_body(self, innermost: bool = False) -> list | None:
+        """The instructions (in order) of the loop loop_range(innermost) names."""
+        r = self.loop_range(innermost)
+        return None if r is None else [t for a, t in self.instrs if r[0] <= a <= r[1]]
 
     def loop(self) -> dict | None:
         """The largest loop (a backward branch) holding a matrix instruction: the work per iteration.
@@ -161,6 +167,92 @@ def arch_cc(arch: str) -> int:
     if not m:
         raise ValueError(f"not an arch: {arch!r} (write sm_89, sm_90, sm_120, sm_121)")
     return int(m.group(1))
+
+
+# ---- control bits: read them, and rewrite them in a cubin ------------------------------------------------------
+# Since Volta an instruction is 128 bits; ptxas's scheduling decisions sit in the top 23 bits, which cuobjdump shows
+# as the second 64-bit word of each instruction. NVIDIA does not document them; the layout below is the one the
+# public reverse-engineering work reads (Jia et al., "Dissecting the NVIDIA Volta GPU Architecture via
+# Microbenchmarking", 2018; the open assemblers after it) and DeepGEMM's FFMA rewrite relies on. Bits of the high word:
+CONTROL_FIELDS = {"stall": (41, 4), "yield": (45, 1), "write_barrier": (46, 3), "read_barrier": (49, 3),
+                  "wait_mask": (52, 6), "reuse": (58, 4)}
+_ENCODED = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;\s*/\*\s*(0x[0-9a-f]{16})\s*\*/\s*\n\s*/\*\s*(0x[0-9a-f]{16})\s*\*/")
+
+
+def control(hi: int) -> dict:
+    """The control fields of an instruction's high word: {"stall": cycles, "yield": raw bit, ...}. The raw yield bit
+    is set on most instructions; ptxas clears it on every other FFMA of the promotion (those without a reuse flag),
+    which the reverse-engineering work reads as 'the scheduler may switch to another warp after this one'."""
+    return {k: (hi >> lo) & ((1 << n) - 1) for k, (lo, n) in CONTROL_FIELDS.items()}
+
+
+def with_control(hi: int, **fields) -> int:
+    """`hi` with some control fields replaced: with_control(hi, reuse=0, **{"yield": 0})."""
+    for k, v in fields.items():
+        lo, n = CONTROL_FIELDS[k]
+        if not 0 <= v < (1 << n):
+            raise ValueError(f"control field {k} holds {n} bit(s): {v} does not fit")
+        hi = (hi & ~(((1 << n) - 1) << lo)) | (v << lo)
+    return hi
+
+
+def encoded(sass_text: str) -> dict[str, list]:
+    """cuobjdump -sass output -> {kernel: [(address, text with predicate, low word, high word), ...]}."""
+    out = {}
+    for block in re.split(r"\n\s*Function : ", "\n" + sass_text)[1:]:
+        name = block.split("\n", 1)[0].strip()
+        out[name] = [(int(a, 16), t.strip(), int(lo, 16), int(hi, 16)) for a, t, lo, hi in _ENCODED.findall(block)]
+    return out
+
+
+def elf_sections(blob: bytes) -> dict[str, tuple[int, int]]:
+    """{section name: (file offset, size)} of a 64-bit little-endian ELF file (a cubin). A kernel's code is the
+    section '.text.<kernel>'; the addresses cuobjdump prints are offsets into it."""
+    import struct
+
+    if blob[:4] != b"\x7fELF" or blob[4] != 2 or blob[5] != 1:
+        raise ValueError("not a 64-bit little-endian ELF file (a cubin)")
+    shoff, = struct.unpack_from("<Q", blob, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", blob, 0x3A)
+    heads = [struct.unpack_from("<IIQQQQIIQQ", blob, shoff + i * shentsize) for i in range(shnum)]
+    stroff = heads[shstrndx][4]
+    out = {}
+    for h in heads:
+        end = blob.index(b"\0", stroff + h[0])
+        out[blob[stroff + h[0]:end].decode()] = (h[4], h[5])
+    return out
+
+
+def edit_control(cubin: bytes, kernel: str, select, **fields) -> tuple[bytes, int]:
+    """Rewrite control fields (see CONTROL_FIELDS) of the instructions of `kernel` that select(address, text)
+    picks: (new cubin, instructions changed). Every picked instruction's bytes are checked against the disassembly
+    first (a mismatch is an error, never a silent edit elsewhere). The opcodes and operands stay as they are, so a
+    kernel edited this way computes the same bits; only when its warps issue changes."""
+    code = encoded(disassemble(cubin))
+    if kernel not in code:
+        raise KeyError(f"no kernel {kernel!r} in this cubin; it has: {', '.join(sorted(code))}")
+    off, size = elf_sections(cubin).get(".text." + kernel, (None, None))
+    if off is None:
+        raise ValueError(f"no section .text.{kernel} in this cubin")
+    out = bytearray(cubin)
+    changed = 0
+    for addr, text, lo, hi in code[kernel]:
+        if not select(addr, text):
+            continue
+        at = off + addr
+        if addr + 16 > size or bytes(out[at:at + 16]) != lo.to_bytes(8, "little") + hi.to_bytes(8, "little"):
+            raise ValueError(f"{kernel} at {addr:#x}: the cubin's bytes are not those cuobjdump printed")
+        new = with_control(hi, **fields)
+        if new != hi:
+            out[at + 8:at + 16] = new.to_bytes(8, "little")
+            changed += 1
+    return bytes(out), changed
+
+
+def promotion_ffmas(kernel: Kernel):
+    """select() for edit_control: the FFMAs of `kernel`'s innermost matrix loop (a W8A8 kernel's FP32 promotion)."""
+    lo, hi = kernel.loop_range(innermost=True) or (1, 0)
+    return lambda addr, text: lo <= addr <= hi and _PRED.sub("", text).startswith("FFMA")
 
 
 # ---- the summary written under outputs/ ----------------------------------------------------------------------

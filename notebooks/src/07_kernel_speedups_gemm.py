@@ -309,6 +309,17 @@ the promotion's share; if the cost is the FFMAs themselves competing with the MM
 register file, staggering buys nothing. A run that also holds `-promote_twice` (the promotion done twice: twice the
 FFMAs, the same waits) tells the last two apart: a second copy that adds about what the first costs means the cost
 grows with the FFMAs; one that adds little means it is a fixed wait per k-block.
+
+The run also edits the machine code itself. Each instruction carries scheduling hints that ptxas writes beside the
+opcode (`fp8lab.kernels.sass.control` reads them): a stall count, a *yield* bit (whether the warp scheduler may
+switch to another warp after this instruction) and *reuse* flags (keep an operand in a small cache for the next
+instruction, saving a register-file read; a warp switch would lose it). DeepGEMM rewrites these bits on its
+promotion FFMAs to let the other warpgroup's MMAs issue in between. `sass.edit_control` does the same to the
+cubin (`+ffma_yield_all`: every promotion FFMA may yield and drops its reuse flag; `+ffma_yield_none`: none
+yields; `+ffma_no_reuse`: no reuse flags), loaded through `_cuda.edited_binary`; `+as_compiled` is the unedited
+cubin loaded the same way, the control the edits are read against. The opcodes do not change, so each edited
+kernel must return the unedited kernel's bits (checked on poisoned outputs) — only the order in which the warps
+issue changes.
 """),
 ("code", r"""
 GP = nb.recorded("kernels", "prefill_gap.json", prov=None, quiet=True)
