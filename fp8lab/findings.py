@@ -342,18 +342,20 @@ def _edit_sentence(rows: list) -> str:
     range of each edit's saving over the shapes (1 - t_edit / t_as_compiled), '' where the run has none. Within
     2 % either way at every shape is said as 'nothing'."""
     base = [r for r in rows if "as_compiled share" in r]
-    parts, won = [], False
+    parts, best = [], []
     for e, words in _EDIT_WORDS.items():
         saved = [1 - (1 - r[f"{e} share"]) / (1 - r["as_compiled share"]) for r in base if f"{e} share" in r]
         if saved:
             small = max(abs(x) for x in saved) < 0.02
-            won = won or max(saved) >= 0.02
+            best.append(max(saved))
             parts.append(f"{words} saved " + ("nothing" if small else f"{ratio_range([100 * x for x in saved], 0)} %"))
     if not parts:
         return ""
+    verdict = ("" if max(best) >= 0.02 else
+               " Every rewrite lost time at every shape: ptxas's own mix of hints was the fastest of those tried."
+               if max(best) <= -0.02 else " None of these rewrites won back any of the promotion's cost.")
     return (" Rewriting the control bits of the promotion's FFMAs in the binary (the same bits computed, checked), "
-            "against the unedited binary loaded the same way: " + "; ".join(parts) + "."
-            + ("" if won else " The scheduling hints ptxas wrote are not where the promotion's cost is."))
+            "against the unedited binary loaded the same way: " + "; ".join(parts) + "." + verdict)
 
 
 def latest_kernels(names) -> list[str]:

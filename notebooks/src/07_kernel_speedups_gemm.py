@@ -322,15 +322,20 @@ kernel must return the unedited kernel's bits (checked on poisoned outputs) — 
 issue changes.
 """),
 ("code", r"""
-GP = nb.recorded("kernels", "prefill_gap.json", prov=None, quiet=True)
-gapd = bg.load(GP / "prefill_gap.json") if GP else None
-if gapd:
+# every recorded gap run: the H200's (outputs/kernels/) and the H100's (outputs/kernels/h100/); each compares
+# variants timed in the same rounds on one GPU, so each stands on its own
+gap_runs = [bg.load(GP / "prefill_gap.json") for GP in (nb.recorded(folder, "prefill_gap.json", prov=None, quiet=True)
+                                                        for folder in ("kernels", "kernels/h100")) if GP]
+for gapd in gap_runs:
     for k, v in bg.provenance_summary(gapd).items():
         print(f"{k:24s} {' '.join(str(v).split())}")
     print(f"k = {gemm_report.gap_kernel(gapd)}; 'x blk': the ratio to _scaled_mm blockwise of the same run (> 1: faster)")
-    print(bg.format_rows(gemm_report.leave_one_out(gapd)))
+    rows = gemm_report.leave_one_out(gapd)
+    print(bg.format_rows([{c: v for c, v in r.items() if not c.endswith("share")} for r in rows]))
+    print("\nshare: the fraction of k's time a variant saves (1 - t_variant / t_k; negative: it costs time)")
+    print(bg.format_rows([{c: v for c, v in r.items() if c == "shape" or c.endswith("share")} for r in rows]))
     nb.md(findings.gap_sentence(gapd))
-else:
+if not gap_runs:
     print("(no gap run recorded yet: python -m fp8lab.kernels.bench gemm --only gap --no-smoke --no-pytest "
           "--out outputs/kernels/prefill_gap.json on a GPU)")
 """),
