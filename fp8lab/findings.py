@@ -348,7 +348,9 @@ def _edit_sentence(rows: list) -> str:
         if saved:
             small = max(abs(x) for x in saved) < 0.02
             best.append(max(saved))
-            parts.append(f"{words} saved " + ("nothing" if small else f"{ratio_range([100 * x for x in saved], 0)} %"))
+            parts.append(f"{words} saved nothing" if small else
+                         f"{words} lost {ratio_range([-100 * x for x in saved], 0)} %" if max(saved) < 0 else
+                         f"{words} saved {ratio_range([100 * x for x in saved], 0)} %")
     if not parts:
         return ""
     verdict = ("" if max(best) >= 0.02 else

@@ -513,7 +513,7 @@ def test_leave_one_out_table_and_sentence():
     slow = [rec(k + "+ffma_yield_all", 430, 360, bits_equal_to=kern, of_kernel=kern) if "yield_all" in r["kernel"] else r
             for r in ed if "no_reuse" not in r["kernel"]]
     assert gap_sentence({"results": slow}).endswith(
-        "saved -6 %. Every rewrite lost time at every shape: ptxas's own mix of hints was the fastest of those tried.")
+        "(and dropping its reuse flag) lost 6 %. Every rewrite lost time at every shape: ptxas's own mix of hints was the fastest of those tried.")
     assert "control bits" not in gap_sentence({"results": [r for r in ed if "as_compiled" not in r["kernel"]]})
     # rates as whole numbers, not exponent form; ratios to 3 significant digits
     assert R.format_rows([{"x": 1124.3, "y": 0.9183}]).splitlines()[-1].split() == ["1124", "0.918"]
