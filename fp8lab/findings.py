@@ -332,32 +332,42 @@ def gap_sentence(data: dict, kernel: str | None = None) -> str:
     return text
 
 
-#: what each control-bit edit of the gap run (gemm_prefill.CONTROL_EDITS) does, in a few words
+#: what each control-bit edit of the gap run (gemm_prefill.CONTROL_EDITS, every key but "as_compiled") does, in a
+#: few words (a test keeps the keys equal)
 _EDIT_WORDS = {"ffma_yield_all": "letting every promotion FFMA yield (and dropping its reuse flag)",
                "ffma_yield_none": "letting none yield", "ffma_no_reuse": "dropping every reuse flag"}
 
 
 def _edit_sentence(rows: list) -> str:
-    """The control-bit edits of a gap run, read against the unedited cubin loaded the same way ('as_compiled'): the
-    range of each edit's saving over the shapes (1 - t_edit / t_as_compiled), '' where the run has none. Within
-    2 % either way at every shape is said as 'nothing'."""
+    """The control-bit edits of a gap run, read against the unedited cubin loaded the same way (leave_one_out's
+    '<edit> share' = 1 - t_edit / t_as_compiled), '' where the run has none. The noise of these comparisons is the
+    same machine code loaded two ways: |as_compiled share| (its time against k's), at least 2 %. An edit is said to
+    have lost (or saved) time only where every shape's share is beyond that noise; otherwise its range is given."""
     base = [r for r in rows if "as_compiled share" in r]
-    parts, best = [], []
+    if not base:
+        return ""
+    noise = max([0.02] + [abs(r["as_compiled share"]) for r in base])
+    parts, lost_all, won = [], True, False
     for e, words in _EDIT_WORDS.items():
-        saved = [1 - (1 - r[f"{e} share"]) / (1 - r["as_compiled share"]) for r in base if f"{e} share" in r]
-        if saved:
-            small = max(abs(x) for x in saved) < 0.02
-            best.append(max(saved))
-            parts.append(f"{words} saved nothing" if small else
-                         f"{words} lost {ratio_range([-100 * x for x in saved], 0)} %" if max(saved) < 0 else
-                         f"{words} saved {ratio_range([100 * x for x in saved], 0)} %")
+        saved = [r[f"{e} share"] for r in base if f"{e} share" in r]
+        if not saved:
+            continue
+        lo, hi = min(saved), max(saved)
+        span = f"{100 * lo:+.0f} %" if f"{100 * lo:+.0f}" == f"{100 * hi:+.0f}" else f"{100 * lo:+.0f} to {100 * hi:+.0f} %"
+        lost_all = lost_all and hi < -noise
+        won = won or lo > noise
+        parts.append(f"{words} lost {ratio_range([-100 * x for x in saved], 0)} %" if hi < -noise else
+                     f"{words} saved {ratio_range([100 * x for x in saved], 0)} %" if lo > noise else
+                     f"{words} changed the time by {span} (+: faster), within the noise"
+                     if max(abs(lo), abs(hi)) <= noise else f"{words} changed the time by {span} (+: faster)")
     if not parts:
         return ""
-    verdict = ("" if max(best) >= 0.02 else
-               " Every rewrite lost time at every shape: ptxas's own mix of hints was the fastest of those tried."
-               if max(best) <= -0.02 else " None of these rewrites won back any of the promotion's cost.")
+    verdict = (" Every rewrite lost time at every shape, beyond that noise: ptxas's own mix of hints was the fastest "
+               "of those tried." if lost_all else "" if won else " No rewrite won time beyond that noise.")
     return (" Rewriting the control bits of the promotion's FFMAs in the binary (the same bits computed, checked), "
-            "against the unedited binary loaded the same way: " + "; ".join(parts) + "." + verdict)
+            f"against the unedited binary loaded the same way (which itself differed from the package's own load of "
+            f"the same machine code by up to {100 * noise:.0f} %, the noise of these comparisons): "
+            + "; ".join(parts) + "." + verdict)
 
 
 def latest_kernels(names) -> list[str]:

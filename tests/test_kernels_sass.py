@@ -372,6 +372,14 @@ def test_control_fields_round_trip():
         with pytest.raises(ValueError, match="does not fit"):
             sass.with_control(hi, **{field: top + 1})
     assert sass.control(sass.with_control(hi, reuse=0b0010, **{"yield": 0})) == {**sass.control(hi), "reuse": 2, "yield": 0}
+    # the positions themselves, written out (bits 105-125 of the instruction; DeepGEMM's FFMA mask 0x0800200000000000
+    # is reuse flag 1 and the yield bit)
+    assert sass.with_control(0, **{"yield": 1}) == 1 << 45 and sass.with_control(0, reuse=0b0010) == 1 << 59
+    assert sass.with_control(0, stall=15) == 0xF << 41 and sass.with_control(0, wait_mask=63) == 0x3F << 52
+    assert sass.with_control(0, reuse=1, **{"yield": 1}) | (1 << 59) == sass.with_control(0, reuse=3, **{"yield": 1})
+    for bad in ({"bogus": 1}, {"stall": 1.0}, {"stall": True}, {"reuse": -1}):
+        with pytest.raises(ValueError):
+            sass.with_control(0, **bad)
 
 
 def test_control_edit_rewrites_only_the_promotion_ffmas(monkeypatch):
@@ -387,6 +395,8 @@ def test_control_edit_rewrites_only_the_promotion_ffmas(monkeypatch):
     k = sass.parse(sass.disassemble(cubin))[fn]
     pick = sass.promotion_ffmas(k)
     before = sass.encoded(sass.disassemble(cubin))[fn]
+    # cuobjdump's own text is the independent check of the reuse field: '.reuse' on an operand <=> a reuse flag set
+    assert all((".reuse" in t) == (sass.control(hi)["reuse"] != 0) for _, t, _, hi in before)
     ffma = [sass.control(hi) for a, t, lo, hi in before if pick(a, t)]
     assert len(ffma) == 128  # 2 x 64 per k-block: a 64 x 256 slice per consumer warpgroup
     assert {(c["yield"], c["reuse"] != 0) for c in ffma} <= {(1, True), (0, False), (1, False)}
@@ -396,6 +406,7 @@ def test_control_edit_rewrites_only_the_promotion_ffmas(monkeypatch):
         new = gemm_prefill.control_edit(fn, fields, counts)(cubin)
         assert len(new) == len(cubin) and counts["ffmas"] == 128
         after = sass.encoded(sass.disassemble(new))[fn]
+        assert all((".reuse" in t) == (sass.control(hi)["reuse"] != 0) for _, t, _, hi in after), name
         plain = lambda code: [(a, t.replace(".reuse", ""), lo) for a, t, lo, _ in code]  # noqa: E731
         assert plain(after) == plain(before), name  # the same instructions; the reuse flags may differ
         moved = [(a, t) for (a, t, _, h0), (_, _, _, h1) in zip(before, after) if h0 != h1]
@@ -406,16 +417,45 @@ def test_control_edit_rewrites_only_the_promotion_ffmas(monkeypatch):
         diff = [i for i, (x, y) in enumerate(zip(cubin, new)) if x != y]
         assert len({i // 16 for i in diff}) == counts["changed"], name  # nothing else in the file moved
         assert (counts["changed"] > 0) == bool(fields), name
-    with pytest.raises(KeyError, match="no kernel"):
+    with pytest.raises(ValueError, match="no kernel"):
         sass.edit_control(cubin, "no_such_kernel", pick, reuse=0)
+    with pytest.raises(ValueError, match="picked no instruction"):
+        sass.edit_control(cubin, fn, lambda a, t: False, reuse=0)
+    with pytest.raises(ValueError, match="no loop holding a matrix instruction"):
+        sass.promotion_ffmas(sass.Kernel("plain", [(0, "FFMA R1, R2, R3, R1"), (16, "EXIT")]))
     secs = sass.elf_sections(cubin)
     shifted = {**secs, ".text." + fn: (secs[".text." + fn][0] + 16, secs[".text." + fn][1])}  # a wrong offset
     monkeypatch.setattr(sass, "elf_sections", lambda blob: shifted)
     with pytest.raises(ValueError, match="not those cuobjdump printed"):
         sass.edit_control(cubin, fn, pick, reuse=0)
     monkeypatch.undo()
-    with pytest.raises(ValueError, match="not a 64-bit"):
-        sass.elf_sections(b"not an elf file at all")
+    for blob in (b"not an elf file at all", b"\x7fELF", b"\x7fELF\x02\x01", cubin[:0x40], cubin[:len(cubin) // 2]):
+        with pytest.raises(ValueError):
+            sass.elf_sections(blob)
+
+
+def test_cli_prints_a_kernels_loop_with_its_control_bits(capsys):
+    """`python -m fp8lab.kernels.sass --source ... --kernel ... --control`: the examined prefill kernel's k-loop, one
+    line per instruction with the fields sass.control reads (the same as the encoded words say); a kernel the
+    source does not have is a one-line error with exit code 2."""
+    _tools_or_skip()
+    from fp8lab.kernels import gemm_prefill, gemm_w8a8 as G
+
+    fn = G.TMA_KERNELS[gemm_prefill.GAP_KERNELS[0]].function
+    assert sass.main(["--source", TMA_SRC, "--arch", "sm_90", "--kernel", fn, "--control"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["addr", "stall", "yield", "reuse", "instruction"]
+    k = sass.parse(sass.disassemble(_cuda.compile_for(TMA_SRC, 90)[0]))[fn]
+    lo, hi = k.loop_range(innermost=True)
+    assert len(out) - 1 == sum(1 for a, _ in k.instrs if lo <= a <= hi)
+    code = {a: w for a, _, _, w in sass.encoded(sass.disassemble(_cuda.compile_for(TMA_SRC, 90)[0]))[fn]}
+    for line in out[1:]:
+        addr, stall, yld, reuse = line.split()[:4]
+        c = sass.control(code[int(addr, 16)])
+        assert (int(stall), int(yld), int(reuse, 2)) == (c["stall"], c["yield"], c["reuse"]), line
+    assert sum("FFMA" in ln for ln in out) == 128
+    assert sass.main(["--source", TMA_SRC, "--arch", "sm_90", "--kernel", "nope", "--control"]) == 2
+    assert "no kernel 'nope'" in capsys.readouterr().err
 
 
 def test_leave_one_out_patch_compiles_and_removes_the_promotion():

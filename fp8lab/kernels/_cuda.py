@@ -198,7 +198,10 @@ def edited_binary(filename: str, edit):
     rewrites control bits). Kernels loaded inside stay usable after the block; load_module's cache is cleared on the
     way in and out, so nothing edited is handed out afterwards. Not for concurrent use (process-wide state).
 
-    The control-bit experiments of the prefill gap run (gemm_prefill.CONTROL_EDITS) use it."""
+    The control-bit experiments of the prefill gap run (gemm_prefill.CONTROL_EDITS) use it. Nesting two blocks on
+    the same source is an error (the inner one would end the outer one's edit)."""
+    if filename in _BINARY_EDITS:
+        raise ValueError(f"{filename} is already loaded from an edited cubin: one edit at a time")
     _BINARY_EDITS[filename] = edit
     load_module.cache_clear()
     try:
@@ -212,10 +215,13 @@ def _load_edited(filename: str, edit):
     import hashlib
     import tempfile
 
+    import threading
+
     cubin = edit(compile_for(filename, device_cc())[0])
     path = Path(tempfile.gettempdir()) / f"fp8lab_edited_{hashlib.sha256(cubin).hexdigest()[:16]}.cubin"
-    if not path.exists():  # through a temporary file and a rename: a reader never sees half of one
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if not path.is_file() or path.read_bytes() != cubin:  # a file left there is used only if it holds these bytes
+        # through a temporary file and a rename: a reader never sees half of one
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_bytes(cubin)
         os.replace(tmp, path)
     return _cupy().RawModule(path=str(path))

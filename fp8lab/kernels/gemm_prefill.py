@@ -243,10 +243,11 @@ LEAVE_ONE_OUT = {
 
 #: control-bit edits of the examined kernel's cubin (sass.edit_control on the promotion's FFMAs, sass.promotion_ffmas):
 #: {name: (what changes, control fields set)}. The opcodes stay, so an edited kernel must compute the examined
-#: kernel's bits (checked on poisoned outputs); only when its warps issue changes. ptxas already clears the yield bit
-#: on every other promotion FFMA (those without a reuse flag); DeepGEMM rewrites its binaries to clear it on more of
-#: them, together with their reuse flags (a warp switch loses the reuse cache). "as_compiled" loads the unedited
-#: cubin the same way: the control the others are read against.
+#: kernel's bits (checked on poisoned outputs); what changes is when its warps issue and, where reuse flags are
+#: dropped, how often the register file is read. ptxas already clears the yield bit on about half of the promotion
+#: FFMAs, alternating with FFMAs that carry a reuse flag; DeepGEMM rewrites its binaries to clear it on more of them,
+#: together with their reuse flags (a warp switch loses the reuse cache). "as_compiled" loads the unedited cubin the
+#: same way: the control the others are read against (gemm_report.leave_one_out gives their shares against it).
 CONTROL_EDITS = {
     "as_compiled": ("no change: the cubin as compiled, loaded the way the edited ones are", {}),
     "ffma_yield_all": ("every promotion FFMA may yield the issue slot to another warp (yield bit clear) and keeps "
@@ -263,9 +264,13 @@ def control_edit(function: str, fields: dict, counts: dict | None = None):
     from . import sass
 
     def edit(cubin: bytes) -> bytes:
-        k = sass.parse(sass.disassemble(cubin))[function]
+        text = sass.disassemble(cubin)
+        ks = sass.parse(text)
+        if function not in ks:
+            raise ValueError(f"no kernel {function!r} in this cubin")
+        k = ks[function]
         pick = sass.promotion_ffmas(k)
-        new, n = sass.edit_control(cubin, function, pick, **fields)
+        new, n = sass.edit_control(cubin, function, pick, sass_text=text, **fields)
         if counts is not None:
             counts.update(changed=n, ffmas=sum(1 for a, t in k.instrs if pick(a, t)))
         return new

@@ -10,6 +10,8 @@ Command line:
     python -m fp8lab.kernels.sass --summary --out outputs/kernels/sass/     # key kernels x sm_89/90/100/120/121
     python -m fp8lab.kernels.sass --source gemv_fp8.cu --arch sm_90 --ptxas-v   # registers and spills per kernel
     python -m fp8lab.kernels.sass --source gemm_w8a8.cu --arch sm_121 --kernel w8a8_mma_fp8   # the listing
+    python -m fp8lab.kernels.sass --source gemm_w8a8_tma.cu --arch sm_90 --kernel w8a8_tma_n256_w2_s3_c2_e1_ss --control
+                                                            # its k-loop with each instruction's stall/yield/reuse bits
 
 Why one module: the lab's claims about hardware paths ("QGMMA on sm_90a", "mma.sync e4m3 is emulated on sm_90",
 "QMMA on sm_89/sm_120") are claims about SASS, and SASS depends on every compile flag (CuPy's -ftz=true among
@@ -58,7 +60,6 @@ def cuobjdump() -> str:
 
 
 # ---- parsing ------------------------------------------------------------------------------------------------
-_INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _PRED = re.compile(r"^@!?U?P[T0-9]+\s+")
 
 
@@ -127,13 +128,9 @@ class Kernel:
 
 
 def parse(sass_text: str) -> dict[str, Kernel]:
-    """cuobjdump -sass output -> {kernel name: Kernel}."""
-    out = {}
-    for block in re.split(r"\n\s*Function : ", "\n" + sass_text)[1:]:
-        name = block.split("\n", 1)[0].strip()
-        instrs = [(int(a, 16), _PRED.sub("", t.strip())) for a, t in _INSTR.findall(block)]
-        out[name] = Kernel(name, instrs)
-    return out
+    """cuobjdump -sass output -> {kernel name: Kernel} (encoded() without the words, predicates dropped)."""
+    return {name: Kernel(name, [(a, _PRED.sub("", t)) for a, t, _, _ in code])
+            for name, code in encoded(sass_text).items()}
 
 
 def disassemble(cubin: bytes) -> str:
@@ -170,8 +167,8 @@ def arch_cc(arch: str) -> int:
 
 
 # ---- control bits: read them, and rewrite them in a cubin ------------------------------------------------------
-# Since Volta an instruction is 128 bits; ptxas's scheduling decisions sit in the top 23 bits, which cuobjdump shows
-# as the second 64-bit word of each instruction. NVIDIA does not document them; the layout below is the one the
+# Since Volta an instruction is 128 bits; ptxas's scheduling decisions sit in its top bits (105-125), in the second
+# 64-bit word cuobjdump prints for each instruction. NVIDIA does not document them; the layout below is the one the
 # public reverse-engineering work reads (Jia et al., "Dissecting the NVIDIA Volta GPU Architecture via
 # Microbenchmarking", 2018; the open assemblers after it) and DeepGEMM's FFMA rewrite relies on. Bits of the high word:
 CONTROL_FIELDS = {"stall": (41, 4), "yield": (45, 1), "write_barrier": (46, 3), "read_barrier": (49, 3),
@@ -181,16 +178,19 @@ _ENCODED = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;\s*/\*\s*(0x[0-9a-f]{16}
 
 def control(hi: int) -> dict:
     """The control fields of an instruction's high word: {"stall": cycles, "yield": raw bit, ...}. The raw yield bit
-    is set on most instructions; ptxas clears it on every other FFMA of the promotion (those without a reuse flag),
-    which the reverse-engineering work reads as 'the scheduler may switch to another warp after this one'."""
+    is set on most instructions; in the W8A8 promotion ptxas clears it on about half of the FFMAs, alternating with
+    FFMAs that carry a reuse flag, and the reverse-engineering work reads a clear bit as 'the scheduler may switch to
+    another warp after this one'."""
     return {k: (hi >> lo) & ((1 << n) - 1) for k, (lo, n) in CONTROL_FIELDS.items()}
 
 
 def with_control(hi: int, **fields) -> int:
     """`hi` with some control fields replaced: with_control(hi, reuse=0, **{"yield": 0})."""
     for k, v in fields.items():
+        if k not in CONTROL_FIELDS:
+            raise ValueError(f"no control field {k!r}; the fields are {', '.join(CONTROL_FIELDS)}")
         lo, n = CONTROL_FIELDS[k]
-        if not 0 <= v < (1 << n):
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < (1 << n):
             raise ValueError(f"control field {k} holds {n} bit(s): {v} does not fit")
         hi = (hi & ~(((1 << n) - 1) << lo)) | (v << lo)
     return hi
@@ -210,35 +210,41 @@ def elf_sections(blob: bytes) -> dict[str, tuple[int, int]]:
     section '.text.<kernel>'; the addresses cuobjdump prints are offsets into it."""
     import struct
 
-    if blob[:4] != b"\x7fELF" or blob[4] != 2 or blob[5] != 1:
+    if blob[:4] != b"\x7fELF" or len(blob) < 6 or blob[4] != 2 or blob[5] != 1:
         raise ValueError("not a 64-bit little-endian ELF file (a cubin)")
-    shoff, = struct.unpack_from("<Q", blob, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", blob, 0x3A)
-    heads = [struct.unpack_from("<IIQQQQIIQQ", blob, shoff + i * shentsize) for i in range(shnum)]
-    stroff = heads[shstrndx][4]
-    out = {}
-    for h in heads:
-        end = blob.index(b"\0", stroff + h[0])
-        out[blob[stroff + h[0]:end].decode()] = (h[4], h[5])
+    try:
+        shoff, = struct.unpack_from("<Q", blob, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", blob, 0x3A)
+        heads = [struct.unpack_from("<IIQQQQIIQQ", blob, shoff + i * shentsize) for i in range(shnum)]
+        stroff = heads[shstrndx][4]
+        out = {}
+        for h in heads:
+            end = blob.index(b"\0", stroff + h[0])
+            out[blob[stroff + h[0]:end].decode()] = (h[4], h[5])
+    except (struct.error, IndexError, ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"a truncated or malformed ELF file ({type(e).__name__}: {e})") from None
     return out
 
 
-def edit_control(cubin: bytes, kernel: str, select, **fields) -> tuple[bytes, int]:
+def edit_control(cubin: bytes, kernel: str, select, sass_text: str | None = None, **fields) -> tuple[bytes, int]:
     """Rewrite control fields (see CONTROL_FIELDS) of the instructions of `kernel` that select(address, text)
-    picks: (new cubin, instructions changed). Every picked instruction's bytes are checked against the disassembly
-    first (a mismatch is an error, never a silent edit elsewhere). The opcodes and operands stay as they are, so a
-    kernel edited this way computes the same bits; only when its warps issue changes."""
-    code = encoded(disassemble(cubin))
+    picks: (new cubin, instructions changed). sass_text: the cubin's disassembly, if already at hand. Every picked
+    instruction's bytes are checked against the disassembly first (a mismatch is an error, never a silent edit
+    elsewhere); picking nothing is an error too. The opcodes and operands stay as they are, so a kernel edited this
+    way computes the same bits; what changes is when its warps issue and, where reuse flags are dropped, how often
+    the register file is read."""
+    code = encoded(sass_text if sass_text is not None else disassemble(cubin))
     if kernel not in code:
-        raise KeyError(f"no kernel {kernel!r} in this cubin; it has: {', '.join(sorted(code))}")
+        raise ValueError(f"no kernel {kernel!r} in this cubin; it has: {', '.join(sorted(code))}")
     off, size = elf_sections(cubin).get(".text." + kernel, (None, None))
     if off is None:
         raise ValueError(f"no section .text.{kernel} in this cubin")
     out = bytearray(cubin)
-    changed = 0
+    changed = picked = 0
     for addr, text, lo, hi in code[kernel]:
         if not select(addr, text):
             continue
+        picked += 1
         at = off + addr
         if addr + 16 > size or bytes(out[at:at + 16]) != lo.to_bytes(8, "little") + hi.to_bytes(8, "little"):
             raise ValueError(f"{kernel} at {addr:#x}: the cubin's bytes are not those cuobjdump printed")
@@ -246,12 +252,30 @@ def edit_control(cubin: bytes, kernel: str, select, **fields) -> tuple[bytes, in
         if new != hi:
             out[at + 8:at + 16] = new.to_bytes(8, "little")
             changed += 1
+    if not picked:
+        raise ValueError(f"{kernel}: the selection picked no instruction; nothing to edit")
     return bytes(out), changed
 
 
+def format_control(kernel: Kernel, code: list) -> str:
+    """The innermost matrix loop of `kernel` (all of it if it has none) with each instruction's control bits;
+    `code` is encoded(...)[kernel.name]. The yield column is the raw bit (0: the scheduler may switch warps here)."""
+    lo, hi = kernel.loop_range(innermost=True) or (0, 1 << 62)
+    lines = [f"{'addr':>6s} {'stall':>5s} {'yield':>5s} {'reuse':>5s}  instruction"]
+    for addr, text, _, word in code:
+        if lo <= addr <= hi:
+            c = control(word)
+            lines.append(f"{addr:06x} {c['stall']:5d} {c['yield']:5d} {format(c['reuse'], '04b'):>5s}  {text}")
+    return "\n".join(lines)
+
+
 def promotion_ffmas(kernel: Kernel):
-    """select() for edit_control: the FFMAs of `kernel`'s innermost matrix loop (a W8A8 kernel's FP32 promotion)."""
-    lo, hi = kernel.loop_range(innermost=True) or (1, 0)
+    """select() for edit_control: the FFMAs of `kernel`'s innermost matrix loop (a W8A8 kernel's FP32 promotion).
+    A kernel without such a loop is an error."""
+    r = kernel.loop_range(innermost=True)
+    if r is None:
+        raise ValueError(f"{kernel.name} has no loop holding a matrix instruction: no promotion to select")
+    lo, hi = r
     return lambda addr, text: lo <= addr <= hi and _PRED.sub("", text).startswith("FFMA")
 
 
@@ -314,6 +338,9 @@ def main(argv=None) -> int:
     p.add_argument("--arch", default="sm_90", help="with --source: the device arch (sm_89, sm_90, sm_120, sm_121)")
     p.add_argument("--ptxas-v", action="store_true", help="with --source: print ptxas' registers/spills per kernel")
     p.add_argument("--kernel", help="with --source: print this kernel's SASS listing")
+    p.add_argument("--control", action="store_true",
+                   help="with --kernel: the innermost loop holding a matrix instruction (the whole kernel if none), "
+                        "each instruction with its control bits: stall cycles, yield bit, reuse flags")
     a = p.parse_args(argv)
     try:
         archs = tuple(arch_cc(x) for x in a.archs.split(",") if x)
@@ -333,7 +360,10 @@ def main(argv=None) -> int:
             if a.kernel not in ks:
                 print(f"no kernel {a.kernel!r} in {a.source}; it has: {', '.join(sorted(ks))}", file=sys.stderr)
                 return 2
-            print("\n".join(t for _, t in ks[a.kernel].instrs))
+            if a.control:
+                print(format_control(ks[a.kernel], encoded(disassemble(cubin))[a.kernel]))
+            else:
+                print("\n".join(t for _, t in ks[a.kernel].instrs))
         elif not a.ptxas_v:
             for name, k in sorted(ks.items()):
                 s = k.summary()

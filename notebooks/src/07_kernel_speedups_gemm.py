@@ -310,16 +310,18 @@ register file, staggering buys nothing. A run that also holds `-promote_twice` (
 FFMAs, the same waits) tells the last two apart: a second copy that adds about what the first costs means the cost
 grows with the FFMAs; one that adds little means it is a fixed wait per k-block.
 
-The run also edits the machine code itself. Each instruction carries scheduling hints that ptxas writes beside the
+A run that also holds `+…` variants edits the machine code itself. Each instruction carries scheduling hints that ptxas writes beside the
 opcode (`fp8lab.kernels.sass.control` reads them): a stall count, a *yield* bit (whether the warp scheduler may
 switch to another warp after this instruction) and *reuse* flags (keep an operand in a small cache for the next
 instruction, saving a register-file read; a warp switch would lose it). DeepGEMM rewrites these bits on its
-promotion FFMAs to let the other warpgroup's MMAs issue in between. `sass.edit_control` does the same to the
+promotion FFMAs so that the other warpgroup's MMAs get scheduled in between. `sass.edit_control` does the same to the
 cubin (`+ffma_yield_all`: every promotion FFMA may yield and drops its reuse flag; `+ffma_yield_none`: none
 yields; `+ffma_no_reuse`: no reuse flags), loaded through `_cuda.edited_binary`; `+as_compiled` is the unedited
 cubin loaded the same way, the control the edits are read against. The opcodes do not change, so each edited
-kernel must return the unedited kernel's bits (checked on poisoned outputs) — only the order in which the warps
-issue changes.
+kernel must return the unedited kernel's bits (checked on poisoned outputs); what changes is when the warps are scheduled
+and, where reuse flags go, how often the register file is read. The edits are read against `+as_compiled`, and
+`+as_compiled` against `k` (the same machine code, loaded two ways) says how much two identical kernels differ in
+one run: the noise of these comparisons.
 """),
 ("code", r"""
 # every recorded gap run: the H200's (outputs/kernels/) and the H100's (outputs/kernels/h100/); each compares
@@ -332,7 +334,8 @@ for gapd in gap_runs:
     print(f"k = {gemm_report.gap_kernel(gapd)}; 'x blk': the ratio to _scaled_mm blockwise of the same run (> 1: faster)")
     rows = gemm_report.leave_one_out(gapd)
     print(bg.format_rows([{c: v for c, v in r.items() if not c.endswith("share")} for r in rows]))
-    print("\nshare: the fraction of k's time a variant saves (1 - t_variant / t_k; negative: it costs time)")
+    print("\nshare: the fraction of k's time a variant saves (1 - t_variant / t_k; negative: it costs time); "
+          "a '+' edit's share is against k+as_compiled")
     print(bg.format_rows([{c: v for c, v in r.items() if c == "shape" or c.endswith("share")} for r in rows]))
     nb.md(findings.gap_sentence(gapd))
 if not gap_runs:

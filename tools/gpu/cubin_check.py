@@ -1,11 +1,11 @@
 """Exploratory check: does the gap run's `+as_compiled` control (the cubin fp8lab.kernels._cuda.compile_for builds,
 loaded through _cuda.edited_binary with no edit) run at the speed of the package's own kernel (CuPy's NVRTC path)?
-Both are timed in alternating order over eight rounds at one shape; the spread across rounds is the noise any single
-comparison of the gap run carries at that shape.
+Both are timed in interleaved rounds (harness.interleave) at one shape; the spread across rounds is the noise any
+single comparison of the gap run carries there. Whether the two are the same machine code is what
+tools/check_cupy_options.py checks.
 
     PYTHONPATH=. python tools/gpu/cubin_check.py 4096 4096 14336      # on a GPU (sm_90a)
 """
-import statistics
 import sys
 
 from fp8lab.kernels import _cuda, gemm_prefill as P, gemm_w8a8 as G, harness
@@ -17,9 +17,7 @@ base = [G.prepare(a, sh.sa, b, sh.sb, kernel=kern) for a, b in zip(sh.A, sh.B)]
 with _cuda.edited_binary("gemm_w8a8_tma.cu", lambda cubin: cubin):
     same = [G.prepare(a, sh.sa, b, sh.sb, kernel=kern) for a, b in zip(sh.A, sh.B)]
 mc = P._min_calls(sh.flops)
-t = {"cupy": [], "compile_for": []}
-for r in range(8):
-    for name in (["cupy", "compile_for"] if r % 2 == 0 else ["compile_for", "cupy"]):
-        t[name].append(harness.graph_time_us(base if name == "cupy" else same, min_calls=mc, rep=10)[0])
-for k, v in t.items():
-    print(f"{M}x{N}x{K} {k:12s} median {statistics.median(v):7.1f} us  rounds {[round(x, 1) for x in v]}")
+timers = {"cupy": lambda: harness.graph_time_us(base, min_calls=mc, rep=10),
+          "compile_for": lambda: harness.graph_time_us(same, min_calls=mc, rep=10)}
+for name, t in harness.interleave(timers, rounds=8).items():
+    print(f"{M}x{N}x{K} {name:12s} median {t.median:7.1f} us  q1-q3 {t.q1:.1f}-{t.q3:.1f}  min-max {t.min:.1f}-{t.max:.1f}")

@@ -116,7 +116,10 @@ elif [ "$PART" = 3g ]; then
   timeout 150 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_kernels_gemm_tma.py \
       > "$L/pytest_tma.log" 2>&1; echo "rc=$?" >> "$L/pytest_tma.log"
   cp "$L/pytest_tma.log" "$K/gpu_tests_tma.log"
-  stage "gemm bench: the prefill gap (leave-one-out, staggered consumers)"
+  stage "is the SASS offline the SASS CuPy runs? (the gap run's edits start from the offline cubin)"
+  timeout 120 python3 tools/check_cupy_options.py gemm_w8a8_tma.cu > "$K/check_cupy_options_tma.log" 2>&1
+  echo "check_cupy_options rc=$?" >> "$K/check_cupy_options_tma.log"
+  stage "gemm bench: the prefill gap (leave-one-out, staggered consumers, control-bit edits)"
   timeout 300 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only gap --budget-s 260 --out "$K/prefill_gap.json" > "$K/prefill_gap_log.txt" 2>&1; echo "gap rc=$?" >> "$L/steps_3g.txt"
 elif [ "$PART" = 3 ]; then
   stage "gemm bench (prefill climb and grid, W8A8 gate)"
