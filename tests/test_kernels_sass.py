@@ -359,6 +359,27 @@ def test_attention_v3_reads_the_cache_through_the_bulk_copy_engine(built):
             assert max(reads) < first_copy, what
 
 
+def test_largest_loop_is_a_loop_not_a_stubs_jump_back(built):
+    """Kernel.loop_range: no key kernel's loop spans an unpredicated EXIT (an out-of-line stub after the kernel's end
+    jumps back into it; that jump is no loop), and the examined prefill kernel's largest loop is its tile loop: it
+    holds the k-loop and is longer."""
+    from fp8lab.kernels import gemm_prefill, gemm_w8a8 as G
+
+    seen = 0
+    for (f, cc), ks in built.items():
+        for name in sources.get(f).key_kernels:
+            k = ks.get(name)
+            r = k and k.loop_range()
+            if r:
+                seen += 1
+                assert not any(r[0] <= e <= r[1] for e in k.exits), (f, cc, name, [hex(x) for x in r])
+    assert seen > 20
+    fn = G.TMA_KERNELS[gemm_prefill.GAP_KERNELS[0]].function
+    k = sass.parse(sass.disassemble(_cuda.compile_for(TMA_SRC, 90)[0]))[fn]
+    (lo, hi), (ilo, ihi) = k.loop_range(), k.loop_range(innermost=True)
+    assert k.exits and lo <= ilo and ihi <= hi and hi - lo > ihi - ilo
+
+
 def test_control_fields_round_trip():
     """sass.control / with_control: each field of the high word read back as written, the others untouched; a value
     too wide for its field is an error."""

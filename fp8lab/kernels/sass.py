@@ -65,10 +65,12 @@ _PRED = re.compile(r"^@!?U?P[T0-9]+\s+")
 
 @dataclass
 class Kernel:
-    """One kernel's SASS: `instrs` are (address, text without predicate) pairs in order."""
+    """One kernel's SASS: `instrs` are (address, text without predicate) pairs in order; `exits` the addresses of
+    its unpredicated EXITs (the ends of its code paths)."""
 
     name: str
     instrs: list
+    exits: frozenset = frozenset()
 
     def opcodes(self) -> Counter:
         """Base opcodes: 'HMMA.16816.F32.BF16' counts as 'HMMA'."""
@@ -89,12 +91,17 @@ class Kernel:
 
     def loop_range(self, innermost: bool = False) -> tuple[int, int] | None:
         """(first, last) address of the largest loop (a backward branch) holding a matrix instruction, or with
-        innermost=True of the shortest such loop (a GEMM's k-loop inside its tile loop); None if none."""
+        innermost=True of the shortest such loop (a GEMM's k-loop inside its tile loop); None if none.
+        A backward branch over an unpredicated EXIT is no loop: it is the jump back of an out-of-line stub that
+        ptxas places after the kernel's end (an mbarrier wait's retry, for one), and its range would span most of
+        the kernel."""
         best = None
         for addr, text in self.instrs:
             m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", text)
             if m and int(m.group(1), 16) <= addr:
                 lo = int(m.group(1), 16)
+                if any(lo <= e <= addr for e in self.exits):
+                    continue
                 body = [t for a, t in self.instrs if lo <= a <= addr]
                 if any(t.split()[0].split(".")[0] in MATRIX_OPS for t in body if t) and (
                         best is None or (addr - lo < best[1] - best[0] if innermost else addr - lo > best[1] - best[0])):
@@ -129,7 +136,8 @@ class Kernel:
 
 def parse(sass_text: str) -> dict[str, Kernel]:
     """cuobjdump -sass output -> {kernel name: Kernel} (encoded() without the words, predicates dropped)."""
-    return {name: Kernel(name, [(a, _PRED.sub("", t)) for a, t, _, _ in code])
+    return {name: Kernel(name, [(a, _PRED.sub("", t)) for a, t, _, _ in code],
+                         frozenset(a for a, t, _, _ in code if t.split()[0] == "EXIT"))
             for name, code in encoded(sass_text).items()}
 
 
