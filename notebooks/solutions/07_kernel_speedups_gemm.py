@@ -149,5 +149,41 @@ def exercise_7() -> dict:
     return out
 
 
+def exercise_8() -> dict:
+    """The scheduling hints on the promotion: the control bits of the default prefill kernel's k-loop FFMAs (compiled
+    and disassembled on the CPU), counted by pattern, and what each recorded gap run measured when they were rewritten.
+
+    ptxas sets a reuse flag on about half of the FFMAs (the scale operand stays in the operand cache for the next
+    FFMA) and, on those, keeps the yield bit set: a warp switch there would lose the cached operand. On the others it
+    clears the yield bit, so the scheduler may switch to another warp (the other consumer warpgroup, whose MMAs wait
+    to be issued) every second FFMA. The recorded runs read the edits against the unedited binary; a share below
+    zero is time lost."""
+    from fp8lab.kernels import _cuda, gemm_prefill, gemm_report, sass
+    from fp8lab.kernels import gemm_w8a8 as G
+
+    fn = G.TMA_KERNELS[gemm_prefill.GAP_KERNELS[0]].function
+    try:
+        text = sass.disassemble(_cuda.compile_for("gemm_w8a8_tma.cu", 90)[0])
+    except Exception as e:  # noqa: BLE001 - no NVRTC or cuobjdump on this machine: say so
+        return {"answer": f"needs NVRTC and cuobjdump (requirements.txt): {type(e).__name__}: {str(e)[:120]}"}
+    k = sass.parse(text)[fn]
+    pick = sass.promotion_ffmas(k)
+    cs = [sass.control(hi) for a, t, _, hi in sass.encoded(text)[fn] if pick(a, t)]
+    out = {"kernel": fn, "promotion FFMAs in the k-loop": len(cs),
+           "reuse flag, yield bit set": sum(c["reuse"] != 0 and c["yield"] == 1 for c in cs),
+           "yield bit clear (may switch warps)": sum(c["yield"] == 0 for c in cs),
+           "neither": sum(c["reuse"] == 0 and c["yield"] == 1 for c in cs)}
+    for folder in ("kernels", "kernels/h100"):
+        base = nb.recorded(folder, "prefill_gap.json", prov=None, quiet=True)
+        if base is None:
+            continue
+        d = gemm_report.load(base / "prefill_gap.json")
+        rows = {r["shape"]: {c: round(v, 3) for c, v in r.items() if c.startswith("ffma_") and c.endswith("share")}
+                for r in gemm_report.leave_one_out(d)}
+        if any(rows.values()):
+            out[f"recorded edits, {(d.get('provenance') or {}).get('device')}"] = rows
+    return out
+
+
 if __name__ == "__main__":
     nb.run_exercises(globals())

@@ -501,5 +501,10 @@ Worked answers: `notebooks/solutions/07_kernel_speedups_gemm.py` (the CPU parts 
 7. For each recorded prefill shape with M ≥ 2048: how many tiles and waves does the default run, what does
    `gemm_w8a8.split_plan` cut, and do the shapes with the emptiest last wave sit lowest against `_scaled_mm`
    blockwise? Which ones would stream-K proper (an even split of all the work, not only the last wave) still help?
+8. Read the scheduling hints ptxas wrote on the promotion (on a CPU): `python -m fp8lab.kernels.sass --source
+   gemm_w8a8_tma.cu --arch sm_90 --kernel w8a8_tma_n256_w2_s3_c2_e1_ss --control`. Which FFMAs carry a reuse flag,
+   which may yield, and why can one FFMA not do both? On a GPU, add an edit of your own to
+   `gemm_prefill.CONTROL_EDITS` (say, a yield on every fourth FFMA: `sass.edit_control` takes any selection) and run
+   `python -m fp8lab.kernels.bench gemm --only gap`.
 """),
 ]
