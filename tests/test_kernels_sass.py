@@ -359,12 +359,18 @@ def test_attention_v3_reads_the_cache_through_the_bulk_copy_engine(built):
             assert max(reads) < first_copy, what
 
 
+def _gap_kernel_sass():
+    """(kernel name, cubin, disassembly) of the prefill gap run's examined kernel on sm_90a, the package's sources."""
+    from fp8lab.kernels import gemm_prefill, gemm_w8a8 as G
+
+    cubin = _cuda.compile_for(TMA_SRC, 90)[0]
+    return G.TMA_KERNELS[gemm_prefill.GAP_KERNELS[0]].function, cubin, sass.disassemble(cubin)
+
+
 def test_largest_loop_is_a_loop_not_a_stubs_jump_back(built):
     """Kernel.loop_range: no key kernel's loop spans an unpredicated EXIT (an out-of-line stub after the kernel's end
     jumps back into it; that jump is no loop), and the examined prefill kernel's largest loop is its tile loop: it
     holds the k-loop and is longer."""
-    from fp8lab.kernels import gemm_prefill, gemm_w8a8 as G
-
     seen = 0
     for (f, cc), ks in built.items():
         for name in sources.get(f).key_kernels:
@@ -374,8 +380,8 @@ def test_largest_loop_is_a_loop_not_a_stubs_jump_back(built):
                 seen += 1
                 assert not any(r[0] <= e <= r[1] for e in k.exits), (f, cc, name, [hex(x) for x in r])
     assert seen > 20
-    fn = G.TMA_KERNELS[gemm_prefill.GAP_KERNELS[0]].function
-    k = sass.parse(sass.disassemble(_cuda.compile_for(TMA_SRC, 90)[0]))[fn]
+    fn, _, text = _gap_kernel_sass()
+    k = sass.parse(text)[fn]
     (lo, hi), (ilo, ihi) = k.loop_range(), k.loop_range(innermost=True)
     assert k.exits and lo <= ilo and ihi <= hi and hi - lo > ihi - ilo
 
@@ -406,16 +412,16 @@ def test_control_fields_round_trip():
 def test_control_edit_rewrites_only_the_promotion_ffmas(monkeypatch):
     """sass.edit_control on the examined prefill kernel (sm_90a): each CONTROL_EDITS entry leaves every instruction's
     text and low word as they were and changes high words only of the promotion's FFMAs, which then carry the fields
-    asked for; ptxas's own pattern (the yield bit cleared on every other promotion FFMA, reuse flags on the others)
-    is what the edits start from. Bytes that do not match the disassembly and unknown kernels are errors."""
+    asked for; ptxas's own pattern (the yield bit cleared on about half of the promotion FFMAs, alternating with
+    reuse flags) is what the edits start from. Bytes that do not match the disassembly and unknown kernels are
+    errors."""
     _tools_or_skip()
-    from fp8lab.kernels import gemm_prefill, gemm_w8a8 as G
+    from fp8lab.kernels import gemm_prefill
 
-    fn = G.TMA_KERNELS[gemm_prefill.GAP_KERNELS[0]].function
-    cubin = _cuda.compile_for(TMA_SRC, 90)[0]
-    k = sass.parse(sass.disassemble(cubin))[fn]
+    fn, cubin, text = _gap_kernel_sass()
+    k = sass.parse(text)[fn]
     pick = sass.promotion_ffmas(k)
-    before = sass.encoded(sass.disassemble(cubin))[fn]
+    before = sass.encoded(text)[fn]
     # cuobjdump's own text is the independent check of the reuse field: '.reuse' on an operand <=> a reuse flag set
     assert all((".reuse" in t) == (sass.control(hi)["reuse"] != 0) for _, t, _, hi in before)
     ffma = [sass.control(hi) for a, t, lo, hi in before if pick(a, t)]
@@ -460,16 +466,14 @@ def test_cli_prints_a_kernels_loop_with_its_control_bits(capsys):
     line per instruction with the fields sass.control reads (the same as the encoded words say); a kernel the
     source does not have is a one-line error with exit code 2."""
     _tools_or_skip()
-    from fp8lab.kernels import gemm_prefill, gemm_w8a8 as G
-
-    fn = G.TMA_KERNELS[gemm_prefill.GAP_KERNELS[0]].function
+    fn, _, text = _gap_kernel_sass()
     assert sass.main(["--source", TMA_SRC, "--arch", "sm_90", "--kernel", fn, "--control"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["addr", "stall", "yield", "reuse", "instruction"]
-    k = sass.parse(sass.disassemble(_cuda.compile_for(TMA_SRC, 90)[0]))[fn]
+    k = sass.parse(text)[fn]
     lo, hi = k.loop_range(innermost=True)
     assert len(out) - 1 == sum(1 for a, _ in k.instrs if lo <= a <= hi)
-    code = {a: w for a, _, _, w in sass.encoded(sass.disassemble(_cuda.compile_for(TMA_SRC, 90)[0]))[fn]}
+    code = {a: w for a, _, _, w in sass.encoded(text)[fn]}
     for line in out[1:]:
         addr, stall, yld, reuse = line.split()[:4]
         c = sass.control(code[int(addr, 16)])

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from pathlib import Path
+
+from fp8lab import store
 
 from . import sources as _sources
 
@@ -173,9 +174,7 @@ def patched_sources(patches: dict):
     for name, text in texts.items():
         f = d / name
         if not f.exists() or f.read_text() != text:
-            tmp = d / f".{name}.{os.getpid()}.tmp"
-            tmp.write_text(text)
-            os.replace(tmp, f)
+            store.atomic_write_text(f, text)
     KERNEL_DIR = d
     load_module.cache_clear()
     compile_for.cache_clear()
@@ -215,15 +214,10 @@ def _load_edited(filename: str, edit):
     import hashlib
     import tempfile
 
-    import threading
-
     cubin = edit(compile_for(filename, device_cc())[0])
     path = Path(tempfile.gettempdir()) / f"fp8lab_edited_{hashlib.sha256(cubin).hexdigest()[:16]}.cubin"
     if not path.is_file() or path.read_bytes() != cubin:  # a file left there is used only if it holds these bytes
-        # through a temporary file and a rename: a reader never sees half of one
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_bytes(cubin)
-        os.replace(tmp, path)
+        store.atomic_write_bytes(path, cubin)
     return _cupy().RawModule(path=str(path))
 
 

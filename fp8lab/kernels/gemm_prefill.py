@@ -307,12 +307,15 @@ def bench_gap(bench: harness.Bench, skip: set, shapes=None, kernels=GAP_KERNELS,
             first = G.prepare(sh.A[0], sh.sa, sh.B[0], sh.sb, kernel=names[0])
             harness.poison_(first.out)
             first()
+
+        def same_bits(name, launch) -> bool:
+            return bench.validate(name, launch, lambda y: bool(torch.equal(y, first.out)), outputs=[launch.out])
+
+        if first is not None:
             for k in ok[1:]:
-                other = G.prepare(sh.A[0], sh.sa, sh.B[0], sh.sb, kernel=k)
-                same = bench.validate(f"w8a8_{k} {sh.name} bits == {names[0]}", other,
-                                      lambda y: bool(torch.equal(y, first.out)), outputs=[other.out])
+                same = same_bits(f"w8a8_{k} {sh.name} bits == {names[0]}",
+                                 G.prepare(sh.A[0], sh.sa, sh.B[0], sh.sb, kernel=k))
                 meta[f"w8a8_{k} {sh.name}"][3]["bits_equal_to"] = names[0] if same else None
-        if names and names[0] in ok:
             mc = _min_calls(sh.flops)
             for v in leave_out:
                 what, patches = LEAVE_ONE_OUT[v]
@@ -329,8 +332,6 @@ def bench_gap(bench: harness.Bench, skip: set, shapes=None, kernels=GAP_KERNELS,
                 timers[name] = lambda ls=launches: harness.graph_time_us(ls, min_calls=mc, rep=10)
                 meta[name] = (label, "e4m3 x e4m3 (1x128, 128x128)", sh.fp8_bytes,
                               {"left_out": what, "validated": False, "of_kernel": names[0]})
-        if first is not None:
-            mc = _min_calls(sh.flops)
             for v in edits:
                 what, fields = CONTROL_EDITS[v]
                 label = f"w8a8_{names[0]}+{v}"
@@ -342,9 +343,7 @@ def bench_gap(bench: harness.Bench, skip: set, shapes=None, kernels=GAP_KERNELS,
                 except Exception as e:  # noqa: BLE001 - an edit that does not apply or load is recorded, not fatal
                     bench.notes.append({"kernel": name, "error": f"{type(e).__name__}: {str(e)[:300]}"})
                     continue
-                same = bench.validate(name, launches[0], lambda y: bool(torch.equal(y, first.out)),
-                                      outputs=[launches[0].out])
-                if not same:
+                if not same_bits(name, launches[0]):
                     continue
                 timers[name] = lambda ls=launches: harness.graph_time_us(ls, min_calls=mc, rep=10)
                 meta[name] = (label, "e4m3 x e4m3 (1x128, 128x128)", sh.fp8_bytes,

@@ -247,7 +247,12 @@ def prefill_gap(data: dict, kernel: str = "wgmma_tma", min_m: int = 2048) -> lis
                      "of_best": ours["tflops"] / best_rate, "wave_busy": wave_busy(ours),
                      "spec_dense_fp8 (datasheet)": SPEC_DENSE_FP8_TFLOPS,
                      "of_spec": ours["tflops"] / SPEC_DENSE_FP8_TFLOPS})
-    return sorted(rows, key=lambda r: [int(x.split("=")[1]) for x in r["shape"].split()])
+    return sorted(rows, key=_shape_key)
+
+
+def _shape_key(row: dict) -> list[int]:
+    """Sort key of a row by its shape 'M=4096 N=7168 K=7168': [4096, 7168, 7168]."""
+    return [int(x.split("=")[1]) for x in row["shape"].split()]
 
 
 def gap_kernel(data: dict) -> str | None:
@@ -288,7 +293,7 @@ def leave_one_out(data: dict, kernel: str | None = None) -> list[dict]:
             if k != "k" and ref in times:
                 row[f"{k[2:]} share"] = 1 - tv / times[ref]
         out.append(row)
-    return sorted(out, key=lambda r: [int(x.split("=")[1]) for x in r["shape"].split()])
+    return sorted(out, key=_shape_key)
 
 
 def prefill_goals(data: dict, kernel: str = "wgmma_tma") -> list[dict]:

@@ -363,13 +363,14 @@ def main(argv=None) -> int:
         cubin, log = _cuda.compile_for(a.source, cc, ptxas_verbose=a.ptxas_v)
         if a.ptxas_v:
             print(log.strip())
-        ks = parse(disassemble(cubin))
+        text = disassemble(cubin)
+        ks = parse(text)
         if a.kernel:
             if a.kernel not in ks:
                 print(f"no kernel {a.kernel!r} in {a.source}; it has: {', '.join(sorted(ks))}", file=sys.stderr)
                 return 2
             if a.control:
-                print(format_control(ks[a.kernel], encoded(disassemble(cubin))[a.kernel]))
+                print(format_control(ks[a.kernel], encoded(text)[a.kernel]))
             else:
                 print("\n".join(t for _, t in ks[a.kernel].instrs))
         elif not a.ptxas_v:
