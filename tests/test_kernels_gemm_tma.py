@@ -90,7 +90,9 @@ def test_every_named_config_is_valid_and_compiled():
     (G.TmaConfig(256, 1, 4, 1), "256 accumulators"),     # one warpgroup would hold 2 x 2 sub-tiles
     (G.TmaConfig(256, 2, 5, 2), "shared memory"),        # 5 x 48 KB > 227 KB
     (G.TmaConfig(128, 2, 7, 2, 1), "shared memory"),     # 7 x 32 KB + 32 KB C tiles
-    (G.TmaConfig(192, 2, 4, 2), "bn 128\\|256"),
+    (G.TmaConfig(160, 2, 4, 2), "bn 128\\|192\\|256"),
+    (G.TmaConfig(192, 2, 4, 2), "bn = 192 needs"),            # its scales are staged (two weight-scale blocks a tile)
+    (G.TmaConfig(192, 1, 4, 1, scales=1), "bn = 192 needs"),  # one warpgroup: 2 x (96 + 96) registers
     (G.TmaConfig(128, 3, 4, 2), "nwg 1\\|2"),
     (G.TmaConfig(128, 2, 4, 4), "cluster 1\\|2"),
     (G.TmaConfig(256, 2, 4, 2, pipe=1), "pipe = 1 needs bn 128"),   # 128 + 2 x 128 registers

@@ -134,7 +134,9 @@ SCALE_SLOT = 128 * 4 + 16  # scales = 1: one stage's sa (128 rows) and sb (<= 2 
 class TmaConfig:
     """One configuration of version C. Compiled: (bn, nwg, stages, cluster, epi); chosen at launch: persistent, group.
 
-    bn       block-tile columns: 128, or 256 (two n128 halves per consumer warpgroup); the block tile has 128 rows
+    bn       block-tile columns: 128, 256 (two n128 halves per consumer warpgroup, each issued and promoted on its
+             own), or 192 (one m64n192 batch per consumer warpgroup and k-block: one wait, one promotion; its columns
+             span two weight-scale blocks; nwg 2, scales 1); the block tile has 128 rows
     nwg      consumer warpgroups: 1 (it runs both m64 halves) or 2 (one each, with setmaxnreg 40 / 232)
     stages   shared-memory pipeline depth (k-blocks of 128 loaded ahead)
     cluster  1, or 2: CTA pairs on adjacent m-blocks of one n-block, each loading half of B and multicasting it
@@ -208,9 +210,11 @@ class TmaConfig:
         return self.stages * (BM + self.bn) * BK + c_tiles + slots + 1024
 
     def check(self) -> "TmaConfig":
-        if self.bn not in (128, 256) or self.nwg not in (1, 2) or self.cluster not in (1, 2) or self.epi not in (0, 1):
-            raise ValueError(f"invalid TMA config {self}: bn 128|256, nwg 1|2, cluster 1|2, epi 0|1")
-        if (self.bn // 128) * self.mh > 2:
+        if self.bn not in (128, 192, 256) or self.nwg not in (1, 2) or self.cluster not in (1, 2) or self.epi not in (0, 1):
+            raise ValueError(f"invalid TMA config {self}: bn 128|192|256, nwg 1|2, cluster 1|2, epi 0|1")
+        if self.bn == 192 and (self.nwg != 2 or self.pipe or not self.scales or self.stagger):
+            raise ValueError(f"{self}: bn = 192 needs nwg 2, scales 1, pipe 0, stagger 0 (96 + 96 registers per thread)")
+        if -(-self.bn // 128) * self.mh > 2:
             raise ValueError(f"{self}: one consumer warpgroup with bn = 256 needs 256 accumulators per thread")
         if self.stages < 2 or self.smem + STATIC_SMEM > SMEM_LIMIT:
             raise ValueError(f"{self}: {self.stages} stages need {self.smem} + {STATIC_SMEM} bytes of shared memory "
@@ -267,6 +271,11 @@ TMA_VARIANTS = {
     "wgmma_tma_e_ss_tmastore_sg1": TmaConfig(256, 2, 3, 2, 1, persistent=True, scales=1, stagger=1),
     "wgmma_tma_e_ss_tmastore_sg2": TmaConfig(256, 2, 3, 2, 1, persistent=True, scales=1, stagger=2),
     "wgmma_tma_e_ss_tmastore_split_sg2": TmaConfig(256, 2, 3, 2, 1, persistent=True, scales=1, split=4, stagger=2),
+    # 128 x 192 tiles: one m64n192 batch, one wait and one promotion per consumer warpgroup and k-block (4 stages fit
+    # beside the C tiles, 5 without them)
+    "wgmma_tma_w192_ss_tmastore": TmaConfig(192, 2, 4, 2, 1, persistent=True, scales=1),
+    "wgmma_tma_w192_ss_tmastore_split": TmaConfig(192, 2, 4, 2, 1, persistent=True, scales=1, split=4),
+    "wgmma_tma_w192_ss_s5": TmaConfig(192, 2, 5, 2, 0, persistent=True, scales=1),
 }
 #: every named TMA kernel; "wgmma_tma" (None) picks its configuration per shape (tma_default)
 TMA_KERNELS: dict = {"wgmma_tma": None, **TMA_LADDER, **TMA_VARIANTS}
@@ -401,7 +410,7 @@ def _prepare_tma(a, sa, b, sb, M, N, K, cfg: TmaConfig, out) -> Launch:
     # the split tiles' partial sums (one slot per piece, CTA and consumer warpgroup) and their arrival counters
     # (none unsplit: F = T); a one-element placeholder keeps the pointers valid
     slots = (mu * nb - F) * cfg.cluster * cfg.nwg
-    acc_regs = (cfg.bn // 128) * cfg.mh * 64
+    acc_regs = cfg.mh * cfg.bn // 2  # accumulators per consumer thread
     ws = torch.empty(max(1, slots * S * acc_regs * 128), dtype=torch.float32, device=a.device)
     cnt = torch.zeros(max(1, slots), dtype=torch.int32, device=a.device)
     args = (*descs, _sa_arg(sa), cp.int64(sa.stride(0)), cp.int64(sa.stride(1)), _cuda.as_cupy(sb),

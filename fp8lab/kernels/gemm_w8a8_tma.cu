@@ -91,16 +91,15 @@ __device__ __forceinline__ void work_item(int i, int F, int S, int KB, int& t, i
 
 // A split tile's fix-up, per consumer warpgroup (128 threads, thread tw): write this piece's partial sums to its
 // slot, count the piece in; the last to arrive sums the S slots in piece order into acc and returns true (it stores
-// the tile). ws: this (tile, CTA, warpgroup)'s S slots of A x 64 x 128 floats; cnt: its counter (reset by the last).
-template <int A>
-__device__ __forceinline__ bool split_fixup(float (&acc)[A][64], float* __restrict__ ws, unsigned* cnt, int S, int piece,
+// the tile). acc: the thread's R accumulators (any shape, flattened); ws: this (tile, CTA, warpgroup)'s S slots of
+// R x 128 floats; cnt: its counter (reset by the last).
+template <int R>
+__device__ __forceinline__ bool split_fixup(float (&acc)[R], float* __restrict__ ws, unsigned* cnt, int S, int piece,
                                             int tw, u32 bar_id) {
-    constexpr int SLOT = A * 64 * 128;
+    constexpr int SLOT = R * 128;
     float* mine = ws + (size_t)piece * SLOT + tw;
 #pragma unroll
-    for (int a = 0; a < A; ++a)
-#pragma unroll
-        for (int j = 0; j < 64; ++j) __stcg(mine + (a * 64 + j) * 128, acc[a][j]);
+    for (int j = 0; j < R; ++j) __stcg(mine + j * 128, acc[j]);
     __threadfence();  // this thread's partials are visible at GPU scope before the piece is counted
     named_sync(bar_id, 128);
     bool last = false;
@@ -111,14 +110,10 @@ __device__ __forceinline__ bool split_fixup(float (&acc)[A][64], float* __restri
     if (!named_sync_or(bar_id, 128, last)) return false;
     __threadfence();
 #pragma unroll
-    for (int a = 0; a < A; ++a)
-#pragma unroll
-        for (int j = 0; j < 64; ++j) acc[a][j] = __ldcg(ws + tw + (a * 64 + j) * 128);
+    for (int j = 0; j < R; ++j) acc[j] = __ldcg(ws + tw + j * 128);
     for (int p = 1; p < S; ++p) {
 #pragma unroll
-        for (int a = 0; a < A; ++a)
-#pragma unroll
-            for (int j = 0; j < 64; ++j) acc[a][j] += __ldcg(ws + (size_t)p * SLOT + tw + (a * 64 + j) * 128);
+        for (int j = 0; j < R; ++j) acc[j] += __ldcg(ws + (size_t)p * SLOT + tw + j * 128);
     }
     return true;
 }
@@ -148,11 +143,16 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                                               int group, int F, int S, float* __restrict__ ws, unsigned* __restrict__ cnt) {
     constexpr int MH = NWG == 1 ? 2 : 1;   // m64 sub-tiles per consumer warpgroup (the block tile has 128 rows)
     constexpr int NH = TBN / 128;          // n128 sub-tiles
+    // WIDE (TBN = 192): one m64n192 sub-tile per consumer warpgroup, issued as ONE batch per k-block (one wait, as
+    // DeepGEMM's BLOCK_N = 160 / 192 tiles) instead of two n128 halves; its columns span two weight-scale blocks
+    constexpr bool WIDE = TBN == 192;
+    constexpr int NS = WIDE ? 2 : NH;      // weight-scale blocks (of 128 columns) a tile touches
     constexpr int A_BYTES = 128 * 128, B_BYTES = TBN * 128, STAGE = A_BYTES + B_BYTES;
     constexpr int CBOX = 64 * MH * 128;    // one 64-column box of a warpgroup's C tile (bf16, 128B rows)
     constexpr int CWG = EPI ? (TBN / 64) * CBOX : 0;
     constexpr int SLOT = 128 * 4 + 16;     // SS: one stage's scales, sa of the tile's 128 rows + sb of its n128 blocks
-    static_assert(TBN == 128 || TBN == 256, "TBN is 128 or 256");
+    static_assert(TBN == 128 || TBN == 192 || TBN == 256, "TBN is 128, 192 or 256");
+    static_assert(!WIDE || (NWG == 2 && SS && !PIPE && !STG), "192-wide tiles: two consumer warpgroups, staged scales");
     static_assert(MH * NH <= 2, "accumulators: at most two 64 x 128 sub-tiles per thread (128 + 64 registers)");
     static_assert(CL == 1 || CL == 2, "clusters of 1 or 2 CTAs");
     static_assert(!PIPE || (TBN == 128 && NWG == 2), "two partial-sum buffers: 64 + 2 x 64 registers, 128 x 128 tiles");
@@ -214,7 +214,7 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                     cp_async4_zfill(slot + 4 * (lane + 32 * j), row < M ? sa + row * sa_sm + kb * sa_sk : sa, row < M);
                 }
                 const int nbk = n0 / 128 + lane;
-                if (lane < NH) cp_async4_zfill(slot + 512 + 4 * lane, nbk < NBS ? sb + (size_t)nbk * KB + kb : sb, nbk < NBS);
+                if (lane < NS) cp_async4_zfill(slot + 512 + 4 * lane, nbk < NBS ? sb + (size_t)nbk * KB + kb : sb, nbk < NBS);
                 cp_async_mbar_arrive_noinc(full0 + 8 * s);
             });
         }
@@ -266,6 +266,39 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                 }
             }
         };
+        // ---- the same for a WIDE warpgroup: its 64 x TBN sub-tile, column group j (8 columns) in acc[4j .. 4j + 3] ----
+        auto epilogue_wide = [&](float (&acc)[TBN / 2], int m0, int n0) {
+            const int rl = 16 * wq + g;
+            if (EPI == 0) {
+                const int row = m0 + 64 * wg + rl;
+#pragma unroll
+                for (int j = 0; j < TBN / 8; ++j) {
+                    const int col = n0 + 8 * j + 2 * t4;
+                    if (col < N) {
+                        store_bf16x2(C, N, M, row, col, acc[4 * j + 0], acc[4 * j + 1]);
+                        store_bf16x2(C, N, M, row + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
+                    }
+                }
+            } else {
+                if (wq == 0 && lane == 0) bulk_wait_read<0>();
+                named_sync(1 + wg, 128);
+#pragma unroll
+                for (int j = 0; j < TBN / 8; ++j) {
+                    const u32 a = cbuf + (j >> 3) * CBOX + rl * 128 + (((j & 7) ^ g) << 4) + 4 * t4;
+                    st_shared_u32(a, bf16x2_rn(acc[4 * j + 0], acc[4 * j + 1]));
+                    st_shared_u32(a + 8 * 128, bf16x2_rn(acc[4 * j + 2], acc[4 * j + 3]));
+                }
+                fence_proxy_async();
+                named_sync(1 + wg, 128);
+                if (wq == 0 && lane == 0) {
+                    const int r = m0 + 64 * wg;
+#pragma unroll
+                    for (int b = 0; b < TBN / 64; ++b)
+                        if (r < M && n0 + 64 * b < N) tma_store_2d(tmC, cbuf + b * CBOX, n0 + 64 * b, r);
+                    bulk_commit();
+                }
+            }
+        };
         // The dequantization scales of k-block kb for this thread's accumulator rows (g, g + 8 of each m64 sub-tile)
         // and the tile's n128 blocks; zero past the matrix.
         auto load_scales = [&](int m0, int n0, int kb, float (&b)[NH], float (&x0)[MH], float (&x1)[MH]) {
@@ -282,10 +315,10 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
             }
         };
         // SS: the same scales from stage s's slot (read before the stage is released: the scale warp refills it)
-        auto slot_scales = [&](int s, float (&b)[NH], float (&x0)[MH], float (&x1)[MH]) {
+        auto slot_scales = [&](int s, float (&b)[NS], float (&x0)[MH], float (&x1)[MH]) {
             const u32 slot = sbase + s * SLOT;
 #pragma unroll
-            for (int nh = 0; nh < NH; ++nh) b[nh] = ld_shared_f32(slot + 512 + 4 * nh);
+            for (int nh = 0; nh < NS; ++nh) b[nh] = ld_shared_f32(slot + 512 + 4 * nh);
 #pragma unroll
             for (int mh = 0; mh < MH; ++mh) {
                 const int r0 = 64 * (wg * MH + mh) + 16 * wq + g;
@@ -297,11 +330,45 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
         auto finish = [&](auto& acc, int t, int piece) -> bool {
             if constexpr (NWG == 1) return true;  // one consumer warpgroup: every register is taken; never split
             if (t < F || S == 1) return true;
-            constexpr int A = sizeof(acc) / sizeof(acc[0]);
+            constexpr int R = sizeof(acc) / sizeof(float);
             const size_t who = (size_t)((t - F) * CL + (int)rank) * NWG + wg;
-            return split_fixup<A>(acc, ws + who * S * (A * 64 * 128), cnt + who, S, piece, tid & 127, 1 + wg);
+            return split_fixup<R>(reinterpret_cast<float (&)[R]>(acc), ws + who * S * (R * 128), cnt + who, S, piece,
+                                  tid & 127, 1 + wg);
         };
-        if constexpr (PIPE) {
+        if constexpr (WIDE) {
+            // One 64 x 192 sub-tile per warpgroup: 96 accumulators + 96 partial sums per thread, one batch of four
+            // m64n192k32 per k-block, one wait, one promotion. A tile starts at n0 = 192 i, so its first 128 - n0 % 128
+            // columns (128 for even i, 64 for odd) take weight-scale block n0 / 128 and the rest the next one; the two
+            // promotions (JB = 16 or 8 column groups of the first block) are both compiled out straight.
+            constexpr int R = TBN / 2;
+            float acc[R], part[R];
+            int s = 0;
+            u32 ph = 0;
+            for (int i = cid; i < items; i += P) {
+                int t, kb0, kb1, piece, m0, n0;
+                work_item(i, F, S, KB, t, kb0, kb1, piece);
+                tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
+                zero<R>(acc);
+                const bool aligned = (n0 & 127) == 0;  // 128 columns in the first scale block (else 64)
+                for (int kb = kb0; kb < kb1; ++kb) {
+                    mbar_wait(full0 + 8 * s, ph);
+                    float b[NS], x0[1], x1[1];
+                    slot_scales(s, b, x0, x1);
+                    const u32 sA = base + s * STAGE;
+                    wg_issue_192(part, sA + (int)(tid_x() >> 7) * (64 * 128), sA + A_BYTES);
+                    wgmma_wait<0>();
+                    if (lane == 0) mbar_arrive(empty0 + 8 * s);
+                    if (CL > 1 && lane == 1) mbar_arrive_cluster(empty0 + 8 * s, rank ^ 1u);
+                    const float c0 = x0[0] * b[0], c8 = x1[0] * b[0], d0 = x0[0] * b[1], d8 = x1[0] * b[1];
+                    if (aligned) promote_split<R, 16>(acc, part, c0, c8, d0, d8);
+                    else promote_split<R, 8>(acc, part, c0, c8, d0, d8);
+                    if (++s == ST) { s = 0; ph ^= 1; }
+                }
+                work_item(i, F, S, KB, t, kb0, kb1, piece);  // recomputed: not live across the k-loop
+                tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
+                if (finish(acc, t, piece)) epilogue_wide(acc, m0, n0);
+            }
+        } else if constexpr (PIPE) {
             // Two partial-sum buffers (pa, pb): k-block kb + 1 is issued into one BEFORE k-block kb's products are
             // promoted from the other (wgmma.wait_group 1 instead of 0), so this warpgroup's next batch is already on
             // the tensor cores while its FFMAs run. acc 64 + pa 64 + pb 64 registers per thread.
