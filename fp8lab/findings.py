@@ -332,6 +332,42 @@ def gap_sentence(data: dict, kernel: str | None = None) -> str:
     return text
 
 
+def order_sentence(rows: list[dict]) -> str:
+    """What the order run (gemm_report.order_effect rows) says, in one paragraph rendered from its numbers: how far
+    the same kernel's time spread when only its predecessor changed, unsettled and settled, and what that does to
+    its ratio against _scaled_mm blockwise. '' where there is no order run."""
+    if not rows:
+        return ""
+    by = {}
+    for r in rows:
+        by.setdefault(r["settle_ms"] > 0, []).append(r)
+    parts = []
+    for settled in (False, True):
+        rs = by.get(settled)
+        if not rs:
+            continue
+        spread = ratio_range([100 * r["spread"] for r in rs], 0)
+        x = [v for r in rs for v in (r.get("x blk lo"), r.get("x blk hi")) if v is not None]
+        what = (f"after running alone for {rs[0]['settle_ms']:g} ms first" if settled else "timed straight after it")
+        text = f"{what}, its time spread by {spread} % over the {len([k for k in rs[0] if k.startswith('after ')])} " \
+               f"neighbours"
+        if x:
+            text += f" (from {min(x):.2f}x to {max(x):.2f}x `_scaled_mm` blockwise)"
+        parts.append(text)
+    n = len({r["shape"] for r in rows})
+    out = (f"The same machine code, timed after different kernels in one interleaved run at {n} "
+           f"shape{'s' if n != 1 else ''}: " + "; ".join(parts) + ".")
+    un, se = by.get(False), by.get(True)
+    if un and se:
+        if max(r["spread"] for r in se) < min(r["spread"] for r in un):
+            out += (" Settling narrowed the spread at every shape: on a GPU held at its power limit, what ran just "
+                    "before a kernel sets the clock it starts at, so every variant of the lab's prefill runs is "
+                    "settled before it is timed.")
+        else:
+            out += " Settling did not narrow the spread at every shape: the order is not the whole of this noise."
+    return out
+
+
 #: what each control-bit edit of the gap run (gemm_prefill.CONTROL_EDITS, every key but "as_compiled") does, in a
 #: few words (a test keeps the keys equal)
 _EDIT_WORDS = {"ffma_yield_all": "letting every promotion FFMA yield (and dropping its reuse flag)",

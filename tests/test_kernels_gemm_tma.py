@@ -541,3 +541,38 @@ def test_leave_one_out_table_and_sentence():
     assert set(findings._EDIT_WORDS) == set(gemm_prefill.CONTROL_EDITS) - {"as_compiled"}
     # rates as whole numbers, not exponent form; ratios to 3 significant digits
     assert R.format_rows([{"x": 1124.3, "y": 0.9183}]).splitlines()[-1].split() == ["1124", "0.918"]
+
+
+def test_order_effect_table_and_sentence():
+    """gemm_report.order_effect / findings.order_sentence on an order run's records (gemm_prefill.bench_order): the
+    same kernel's time after each neighbour, its spread, its ratio range to the first blockwise timing, the two
+    blockwise timings' difference; the sentence for a run where settling narrowed the spread, and for one where not."""
+    from fp8lab.findings import order_sentence
+    from fp8lab.kernels import gemm_prefill
+    from fp8lab.kernels import gemm_report as R
+
+    k = "w8a8_" + gemm_prefill.GAP_KERNELS[0]
+
+    def run(settle, times, blk=(360.0, 380.0), shape="M=4096 N=7168 K=7168"):
+        base = {"family": "prefill", "subset": "order", "shape": shape, "settle_ms": settle}
+        rs = [{**base, "kernel": "scaled_mm_blockwise (torch._scaled_mm)", "time_us": blk[0]},
+              {**base, "kernel": "scaled_mm_blockwise@after_x", "time_us": blk[1], "after": "x"}]
+        rs += [{**base, "kernel": f"{k}@after_{n}", "time_us": t, "after": n} for n, t in times.items()]
+        return rs
+
+    loud = run(0.0, {"scaled_mm_blockwise": 400.0, "bf16_cublas": 440.0, "w192": 380.0})
+    quiet = run(60.0, {"scaled_mm_blockwise": 400.0, "bf16_cublas": 404.0, "w192": 396.0})
+    other = [{"family": "prefill", "subset": "gap", "shape": "M=4096 N=7168 K=7168", "kernel": k, "time_us": 1.0}]
+    rows = R.order_effect({"results": loud + quiet + other})
+    assert [r["settle_ms"] for r in rows] == [0.0, 60.0] and rows[0]["kernel"] == k
+    assert rows[0]["after bf16_cublas"] == 440.0 and rows[0]["spread"] == pytest.approx(440 / 380 - 1)
+    assert rows[0]["x blk lo"] == pytest.approx(360 / 440) and rows[0]["x blk hi"] == pytest.approx(360 / 380)
+    assert rows[1]["spread"] == pytest.approx(404 / 396 - 1) and rows[1]["blk twice"] == pytest.approx(1 - 360 / 380)
+    s = order_sentence(rows)
+    assert s.startswith("The same machine code, timed after different kernels in one interleaved run at 1 shape: "
+                        "timed straight after it, its time spread by 16 % over the 3 neighbours (from 0.82x to 0.95x")
+    assert "after running alone for 60 ms first, its time spread by 2 % over the 3 neighbours" in s
+    assert "Settling narrowed the spread at every shape" in s
+    worse = R.order_effect({"results": loud + run(60.0, {"a": 400.0, "b": 480.0})})
+    assert "did not narrow" in order_sentence(worse)
+    assert R.order_effect({"results": other}) == [] and order_sentence([]) == ""

@@ -123,3 +123,19 @@ def test_merge_runs_keeps_each_record_with_its_run_and_refuses_dirty_trees(tmp_p
         (r["kernel"], r["run"], r["run_commit"]) for r in m["results"]]
     with pytest.raises(ValueError, match="no run 2"):
         harness.run_of(m, 2)
+
+
+@pytest.mark.gpu
+def test_graph_time_us_settles_before_timing():
+    """settle_ms replays the graph about that long before the timed replays (counted from one replay's time), and
+    says so in the second value; without it the timing is as before."""
+    import time
+
+    x = torch.randn(2048, 2048, device="cuda")
+    calls = [lambda: x @ x]
+    t0, how0 = harness.graph_time_us(calls, min_calls=4, rep=5)
+    start = time.perf_counter()
+    t1, how1 = harness.graph_time_us(calls, min_calls=4, rep=5, settle_ms=200)
+    took = time.perf_counter() - start
+    assert how0 == "cuda_graph" and how1 == "cuda_graph, settled 200 ms"
+    assert took >= 0.2 and t0 > 0 and t1 > 0

@@ -10,7 +10,8 @@ Writes outputs/kernels/gemm.json (harness schema) and gemm_sass.txt beside it. O
      previous best against the same anchors, and the climb (every rung) at 4096x7168x7168 (gemm_prefill);
   6. seed 001's accuracy gate on the kernel outputs, and the SASS opcode counts of what runs (fp8lab.kernels.sass);
   7. only when asked (--only gap, its own file): where the prefill gap goes, the kernel with its promotion left out
-     and done twice, and with staggered consumers, beside the anchors (gemm_prefill.bench_gap).
+     and done twice, and with staggered consumers, beside the anchors (gemm_prefill.bench_gap); --only order: the
+     same kernel timed after different neighbours, unsettled and settled (gemm_prefill.bench_order).
 What notebook 07 reads back is gemm_report (re-exported here).
 
     python -m fp8lab.kernels.bench gemm --only decode,sass --no-smoke --no-pytest \
@@ -142,6 +143,9 @@ def main(argv=None) -> int:
         dump()
     if "gap" in only:
         gemm_prefill.bench_gap(bench, skip, **({"shapes": args.prefill_shapes} if args.prefill_shapes else {}))
+        dump()
+    if "order" in only:
+        gemm_prefill.bench_order(bench, skip)
         dump()
     if "gate" in only and not gemm_smoke.out_of_time("accuracy gate", bench.notes):
         bench.extra["accuracy_gate"] = gemm_prefill.accuracy_gate_run(skip)

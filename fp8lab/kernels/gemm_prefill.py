@@ -64,6 +64,12 @@ ANCHORS = ("bf16_cublas", "scaled_mm_blockwise", "scaled_mm_tensorwise")
 SPEC_DENSE_FP8_TFLOPS = 1979
 
 
+#: each prefill timer first runs its variant alone for this long (harness.graph_time_us settle_ms). These kernels
+#: hold an H100/H200 at its power limit, where the clock a variant gets depends on what ran just before it
+#: (bench_order measures how much); every variant and anchor is settled alike.
+SETTLE_MS = 60.0
+
+
 def _min_calls(flops: float) -> int:
     """Calls per graph replay: about 200 us of work per replay at ~1 PFLOP/s, at least 4."""
     return int(min(64, max(4, math.ceil(200e-6 / max(flops / 1e15, 1e-9)))))
@@ -105,7 +111,8 @@ class _Shape:
         return lambda y: ((e := tol.worst(y, self.ref, self.terms)) <= 1.0, {"err_over_tol": e})
 
 
-def _add_anchors(bench: harness.Bench, sh: _Shape, timers: dict, meta: dict, kinds=ANCHORS) -> None:
+def _add_anchors(bench: harness.Bench, sh: _Shape, timers: dict, meta: dict, kinds=ANCHORS,
+                 settle_ms: float = SETTLE_MS) -> None:
     import torch
 
     mc = _min_calls(sh.flops)
@@ -113,7 +120,7 @@ def _add_anchors(bench: harness.Bench, sh: _Shape, timers: dict, meta: dict, kin
         name = f"bf16_cublas {sh.name}"
         bench.trust(name, "library anchor (torch matmul, bf16 operands of the same shape)")
         timers[name] = lambda: harness.graph_time_us([lambda a=a, b=b: a @ b.t() for a, b in zip(sh.Abf, sh.Bbf)],
-                                                     min_calls=mc, rep=10)
+                                                     min_calls=mc, rep=10, settle_ms=settle_ms)
         meta[name] = ("bf16_cublas (torch matmul)", "bf16 x bf16", 2 * (sh.M * sh.K + sh.N * sh.K + sh.M * sh.N), {})
     for kind in ("tensorwise", "rowwise", "blockwise"):
         if f"scaled_mm_{kind}" not in kinds:
@@ -130,12 +137,13 @@ def _add_anchors(bench: harness.Bench, sh: _Shape, timers: dict, meta: dict, kin
             bench.validate(name, fns[0][0], sh.check("mma_bf16"))
         else:
             bench.trust(name, "library anchor (unit scales: times the FP8 matmul, not our scaling)")
-        timers[name] = lambda fns=fns: harness.graph_time_us([f for f, _ in fns], min_calls=mc, rep=10)
+        timers[name] = lambda fns=fns: harness.graph_time_us([f for f, _ in fns], min_calls=mc, rep=10,
+                                                                    settle_ms=settle_ms)
         meta[name] = (f"scaled_mm_{kind} (torch._scaled_mm)", "e4m3 x e4m3", sh.fp8_bytes, extra)
 
 
 def _add_kernel(bench: harness.Bench, sh: _Shape, kernel: str, timers: dict, meta: dict, config=None,
-                label: str | None = None) -> bool:
+                label: str | None = None, settle_ms: float = SETTLE_MS) -> bool:
     """Validate one of our kernels (poisoned output) and add its timer; False if it failed."""
     from . import gemm_w8a8 as G
 
@@ -151,7 +159,8 @@ def _add_kernel(bench: harness.Bench, sh: _Shape, kernel: str, timers: dict, met
         return False
     mc = _min_calls(sh.flops)
     timers[name] = lambda: harness.graph_time_us(
-        [G.prepare(a, sh.sa, b, sh.sb, kernel=kernel, config=config) for a, b in zip(sh.A, sh.B)], min_calls=mc, rep=10)
+        [G.prepare(a, sh.sa, b, sh.sb, kernel=kernel, config=config) for a, b in zip(sh.A, sh.B)], min_calls=mc, rep=10,
+        settle_ms=settle_ms)
     extra = {"validated_err_over_tol": bench.validation[name].get("err_over_tol")}
     cfg = getattr(launch, "config", None)
     if cfg is not None:
@@ -329,7 +338,8 @@ def bench_gap(bench: harness.Bench, skip: set, shapes=None, kernels=GAP_KERNELS,
                     bench.notes.append({"kernel": name, "error": f"{type(e).__name__}: {str(e)[:300]}"})
                     continue
                 bench.trust(name, f"leave-one-out ({what}): computes wrong numbers by design; timed, not validated")
-                timers[name] = lambda ls=launches: harness.graph_time_us(ls, min_calls=mc, rep=10)
+                timers[name] = lambda ls=launches: harness.graph_time_us(ls, min_calls=mc, rep=10,
+                                                                                   settle_ms=SETTLE_MS)
                 meta[name] = (label, "e4m3 x e4m3 (1x128, 128x128)", sh.fp8_bytes,
                               {"left_out": what, "validated": False, "of_kernel": names[0]})
             for v in edits:
@@ -345,13 +355,66 @@ def bench_gap(bench: harness.Bench, skip: set, shapes=None, kernels=GAP_KERNELS,
                     continue
                 if not same_bits(name, launches[0]):
                     continue
-                timers[name] = lambda ls=launches: harness.graph_time_us(ls, min_calls=mc, rep=10)
+                timers[name] = lambda ls=launches: harness.graph_time_us(ls, min_calls=mc, rep=10,
+                                                                                   settle_ms=SETTLE_MS)
                 meta[name] = (label, "e4m3 x e4m3 (1x128, 128x128)", sh.fp8_bytes,
                               {"sass_edit": what, "control_fields": fields, "ffmas_changed": counts.get("changed"),
                                "promotion_ffmas": counts.get("ffmas"), "bits_equal_to": names[0],
                                "of_kernel": names[0]})
         t = bench.compare(timers)
         _record(bench, sh, t, meta, "gap")
+        del sh
+        torch.cuda.empty_cache()
+
+
+#: the order run: the examined kernel timed after each of these (anchors, and a slower kernel of ours that computes
+#: the same bits), under one name per neighbour, unsettled (settle 0) and settled (SETTLE_MS)
+ORDER_SHAPES = [(4096, 7168, 7168), (8192, 4096, 4096)]
+ORDER_NEIGHBOURS = ("scaled_mm_blockwise", "bf16_cublas", "wgmma_tma_w192_ss_tmastore", "scaled_mm_tensorwise")
+
+
+def bench_order(bench: harness.Bench, skip: set, shapes=None, kernel: str = GAP_KERNELS[0],
+                neighbours=ORDER_NEIGHBOURS, rounds: int = 5) -> None:
+    """Does a kernel's time depend on what ran just before it? One interleaved run per shape and settle time
+    (0, SETTLE_MS): the neighbours and the examined kernel alternate, the kernel under one name per neighbour
+    (A B A' C A'' ..., so copy i always follows neighbour i; interleave rotates where a round starts, not who
+    follows whom), and the first neighbour once more after the last copy. The same machine code under several names:
+    their spread is what the order alone does to a timing. Records: family "prefill", subset "order", labels
+    '<label>@after_<neighbour>' for the copies, with after and settle_ms."""
+    import torch
+
+    for M, N, K in (ORDER_SHAPES if shapes is None else shapes):
+        shape = f"M={M} N={N} K={K}"
+        if out_of_time(f"order {shape}", bench.notes) or kernel in skip:
+            continue
+        sh = _Shape(M, N, K)
+        for settle in (0.0, SETTLE_MS):
+            timers, meta = {}, {}
+            _add_anchors(bench, sh, timers, meta, kinds=tuple(n for n in neighbours if n in ANCHORS), settle_ms=settle)
+            for n in neighbours:
+                if n not in ANCHORS and n not in skip:
+                    _add_kernel(bench, sh, n, timers, meta, settle_ms=settle)
+            if not _add_kernel(bench, sh, kernel, timers, meta, settle_ms=settle):
+                break
+            own = f"w8a8_{kernel} {sh.name}"
+            named = {f"{n} {sh.name}" if n in ANCHORS else f"w8a8_{n} {sh.name}": n for n in neighbours}
+            named = {full: n for full, n in named.items() if full in timers}
+            order, info = {}, {}
+            for full, n in named.items():
+                order[full] = timers[full]
+                info[full] = meta[full]
+                copy = f"w8a8_{kernel}@after_{n} {sh.name}"
+                order[copy] = timers[own]
+                label, dtype, nbytes, extra = meta[own]
+                info[copy] = (f"{label}@after_{n}", dtype, nbytes, {**extra, "after": n})
+            first = next(iter(named))
+            again = f"{meta[first][0].split()[0]}@after_{kernel} {sh.name}"
+            order[again] = timers[first]
+            label, dtype, nbytes, extra = meta[first]
+            info[again] = (f"{label.split()[0]}@after_{kernel}", dtype, nbytes, {**extra, "after": kernel})
+            info = {n: (lb, dt, nb, {**ex, "settle_ms": settle}) for n, (lb, dt, nb, ex) in info.items()}
+            t = bench.compare(order, rounds=rounds)
+            _record(bench, sh, t, info, "order")
         del sh
         torch.cuda.empty_cache()
 

@@ -296,6 +296,37 @@ def leave_one_out(data: dict, kernel: str | None = None) -> list[dict]:
     return sorted(out, key=_shape_key)
 
 
+def order_effect(data: dict) -> list[dict]:
+    """The order run (gemm_prefill.bench_order), per shape and settle time: the examined kernel's median time after
+    each neighbour ('after <neighbour>' in us), its spread over them ((slowest - fastest) / fastest), the range of
+    its ratios to the run's first _scaled_mm blockwise timing, and the two blockwise timings' own difference (the
+    anchor timed once first and once after the examined kernel). [] where the file has no order run."""
+    runs: dict = {}
+    for r in _prefill(data):
+        if r.get("subset") != "order" or not r.get("time_us"):
+            continue
+        key = (r["shape"], float(r.get("settle_ms") or 0.0))
+        runs.setdefault(key, []).append(r)
+    rows = []
+    for (shape, settle), rs in runs.items():
+        copies = [r for r in rs if "@after_" in r["kernel"] and r["kernel"].startswith("w8a8_")]
+        blk = next((r for r in rs if r["kernel"].startswith("scaled_mm_blockwise") and "@" not in r["kernel"]), None)
+        blk2 = next((r for r in rs if r["kernel"].startswith("scaled_mm_blockwise@after_")), None)
+        if not copies:
+            continue
+        ts = [r["time_us"] for r in copies]
+        row = {"shape": shape, "settle_ms": settle, "kernel": copies[0]["kernel"].split("@")[0]}
+        row.update({f"after {r['after']}": r["time_us"] for r in copies})
+        row["spread"] = max(ts) / min(ts) - 1
+        if blk:
+            xs = [blk["time_us"] / t for t in ts]
+            row["x blk lo"], row["x blk hi"] = min(xs), max(xs)
+            if blk2:
+                row["blk twice"] = abs(blk["time_us"] / blk2["time_us"] - 1)
+        rows.append(row)
+    return sorted(rows, key=lambda r: (_shape_key(r), r["settle_ms"]))
+
+
 def prefill_goals(data: dict, kernel: str = "wgmma_tma") -> list[dict]:
     """The prefill goals with their measured same-run ratios (worst case over the shapes each one covers)."""
     rows = [r for r in _prefill(data) if _short(r["kernel"]) == kernel]

@@ -271,11 +271,9 @@ TMA_VARIANTS = {
     "wgmma_tma_e_ss_tmastore_sg1": TmaConfig(256, 2, 3, 2, 1, persistent=True, scales=1, stagger=1),
     "wgmma_tma_e_ss_tmastore_sg2": TmaConfig(256, 2, 3, 2, 1, persistent=True, scales=1, stagger=2),
     "wgmma_tma_e_ss_tmastore_split_sg2": TmaConfig(256, 2, 3, 2, 1, persistent=True, scales=1, split=4, stagger=2),
-    # 128 x 192 tiles: one m64n192 batch, one wait and one promotion per consumer warpgroup and k-block (4 stages fit
-    # beside the C tiles, 5 without them)
+    # 128 x 192 tiles: one m64n192 batch, one wait and one promotion per consumer warpgroup and k-block (4 stages
+    # beside the C tiles); slower than the 128 x 256 tiles (the order run times it: gemm_prefill.ORDER_NEIGHBOURS)
     "wgmma_tma_w192_ss_tmastore": TmaConfig(192, 2, 4, 2, 1, persistent=True, scales=1),
-    "wgmma_tma_w192_ss_tmastore_split": TmaConfig(192, 2, 4, 2, 1, persistent=True, scales=1, split=4),
-    "wgmma_tma_w192_ss_s5": TmaConfig(192, 2, 5, 2, 0, persistent=True, scales=1),
 }
 #: every named TMA kernel; "wgmma_tma" (None) picks its configuration per shape (tma_default)
 TMA_KERNELS: dict = {"wgmma_tma": None, **TMA_LADDER, **TMA_VARIANTS}

@@ -85,10 +85,16 @@ def time_us(fn: Callable[[int], object], n_sets: int = 1, warmup: int = 10, rep:
     return 1000.0 * median(s.elapsed_time(e) for s, e in zip(starts, ends)) / per
 
 
-def graph_time_us(calls, min_calls: int = 16, rep: int = 20) -> tuple[float, str]:
+def graph_time_us(calls, min_calls: int = 16, rep: int = 20, settle_ms: float = 0.0) -> tuple[float, str]:
     """Per-call time of `calls` (zero-arg callables, one per rotation set) replayed in a CUDA graph.
 
+    settle_ms: before timing, replay the graph for about this long (the count from one timed replay). A GPU held at
+    its power limit by compute-bound kernels sets its clock by what ran just before; run alone this long, the
+    variant is timed at its own sustained clock instead of its predecessor's (tools/gpu/order_probe.py). The second
+    value says how it was timed ("cuda_graph", "cuda_graph, settled N ms").
     Falls back to eager launches (noted in the second value) if the capture fails."""
+    import time
+
     import torch
 
     per = max(1, math.ceil(min_calls / len(calls)))
@@ -105,9 +111,19 @@ def graph_time_us(calls, min_calls: int = 16, rep: int = 20) -> tuple[float, str
             for _ in range(per):
                 for c in calls:
                     c()
+        how = "cuda_graph"
+        if settle_ms > 0:
+            t0 = time.perf_counter()
+            g.replay()
+            torch.cuda.synchronize()
+            one_ms = max((time.perf_counter() - t0) * 1e3, 1e-3)
+            for _ in range(min(10**5, math.ceil(settle_ms / one_ms))):  # back to back: no idle gap to cool in
+                g.replay()
+            torch.cuda.synchronize()
+            how += f", settled {settle_ms:g} ms"
         t = time_us(lambda i: g.replay(), warmup=3, rep=rep)
         del g
-        return t / (per * len(calls)), "cuda_graph"
+        return t / (per * len(calls)), how
     except Exception as e:  # pragma: no cover - depends on the device
         torch.cuda.synchronize()
 

@@ -1,6 +1,7 @@
 // wgmma.cuh -- Hopper's warpgroup matrix multiply (wgmma, sm_90a) as the W8A8 kernels use it: shared-memory
 // descriptors for 128-byte-swizzled K-major tiles, the fences around the asynchronous window, the
-// m64n128k32 e4m3 instruction, one k-block's issue (4 k-steps) and the FP32 promotion of its partial sums.
+// m64n128k32 and m64n192k32 e4m3 instructions, one k-block's issue (4 k-steps) and the FP32 promotion of its
+// partial sums (promote_split where a sub-tile spans two weight-scale blocks).
 // Included by gemm_w8a8_wgmma.cu (cp.async kernels) and gemm_w8a8_tma.cu (TMA kernels); sm_90a only.
 //
 // Descriptor (64 bits): start address >> 4 (bits 0-13), leading-dimension offset (bits 16-29; unused for

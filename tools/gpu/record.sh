@@ -6,7 +6,8 @@
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2     # gemm (decode, SASS), attention, prefill attention, layer,
 #                                                          # accumulation (~8 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 3     # gemm: the prefill climb and grid, the W8A8 gate (<= 9 min)
-#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 3g    # the prefill gap: TMA GPU tests, leave-one-out run (~2 min)
+#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 3g    # the prefill gap: TMA GPU tests, leave-one-out run, the
+#                                                          # order run (~5 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2d    # part 2's decode path only: GEMV + layer GPU tests, the
 #                                                          # decode gemm bench and the layer bench (~6 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2g    # the GEMVs alone: their GPU tests and the decode gemm
@@ -119,8 +120,8 @@ elif [ "$PART" = 3g ]; then
   stage "is the SASS offline the SASS CuPy runs? (the gap run's edits start from the offline cubin)"
   timeout 120 python3 tools/check_cupy_options.py gemm_w8a8_tma.cu > "$K/check_cupy_options_tma.log" 2>&1
   echo "check_cupy_options rc=$?" >> "$K/check_cupy_options_tma.log"
-  stage "gemm bench: the prefill gap (leave-one-out, staggered consumers, control-bit edits)"
-  timeout 300 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only gap --budget-s 260 --out "$K/prefill_gap.json" > "$K/prefill_gap_log.txt" 2>&1; echo "gap rc=$?" >> "$L/steps_3g.txt"
+  stage "gemm bench: the prefill gap (leave-one-out, staggered consumers, control-bit edits) and the order run"
+  timeout 360 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only gap,order --budget-s 320 --out "$K/prefill_gap.json" > "$K/prefill_gap_log.txt" 2>&1; echo "gap rc=$?" >> "$L/steps_3g.txt"
 elif [ "$PART" = 3 ]; then
   stage "gemm bench (prefill climb and grid, W8A8 gate)"
   timeout 560 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only prefill,gate --budget-s 480 --out "$K/gemm_prefill.json" > "$K/gemm_prefill_bench_log.txt" 2>&1; echo "gemm prefill rc=$?" >> "$L/steps_3.txt"
