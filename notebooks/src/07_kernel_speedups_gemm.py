@@ -283,6 +283,32 @@ if data:
     print(bg.format_rows(bg.prefill_table(data, min_m=2048)))
 """),
 ("md", r"""
+The same prefill grid recorded on an H100 (`outputs/kernels/h100/gemm_prefill.json`, where one was recorded): the
+same kernels and anchors, every variant settled before it was timed (see *The order a kernel is timed in* below).
+The goals are the H200's; an H100 has the same SM count and clocks, so its ratios are a second reading of the same
+kernels, not a substitute for the H200's.
+"""),
+("code", r"""
+H1 = nb.recorded("kernels/h100", "gemm_prefill.json", prov=None, quiet=True)
+h100 = bg.load(H1 / "gemm_prefill.json") if H1 else None
+if h100:
+    for k, v in bg.provenance_summary(h100).items():
+        print(f"{k:24s} {' '.join(str(v).split())}")
+    rows = sorted(gemm_report.prefill_table(h100, kernels=("wgmma_tma",), min_m=2048),
+                  key=lambda r: (r["N"], r["K"], r["M"]))
+    print(bg.format_rows(rows))
+    for g in gemm_report.prefill_goals(h100):
+        verdict = "not measured" if g["met"] is None else "met" if g["met"] else "NOT met"
+        m = "-" if g["measured"] is None else format(g["measured"], ".3f")
+        print(f"{verdict:12s} {m:>6s} (target {g['target']}) {g['goal']}  [{g.get('where') or '-'}]")
+    xs = [r["x_vs_blockwise"] for r in rows if r["x_vs_blockwise"]]
+    if xs:
+        nb.md(f"On the H100 the default ran {findings.ratio_range(xs, 2)}x `_scaled_mm` blockwise over the "
+              f"{len(xs)} shapes with M ≥ 2048, at least 0.95x at {sum(x >= 0.95 for x in xs)} of them.")
+else:
+    print("(no H100 prefill grid recorded)")
+"""),
+("md", r"""
 Where the rest of the gap goes (the mechanisms; the climb table shows which rungs moved the rate): the FP32
 promotion per 128-wide k-block is work `_scaled_mm` tensorwise does not do at all (one scale for the whole matrix),
 and it sits on the consumer warpgroups between two `wgmma` batches; a wider tile amortises it over more FLOPs.
@@ -341,6 +367,29 @@ for gapd in gap_runs:
 if not gap_runs:
     print("(no gap run recorded yet: python -m fp8lab.kernels.bench gemm --only gap --no-smoke --no-pytest "
           "--out outputs/kernels/prefill_gap.json on a GPU)")
+"""),
+("md", r"""
+### The order a kernel is timed in
+
+Two identical kernels should time alike; in one interleaved run they did not, and the reason is power. A prefill
+GEMM holds an H100 or H200 at its power limit, and the GPU then sets its clock from how much power it has been
+drawing: a kernel timed straight after a hungrier one starts at a lower clock, one timed after a lighter one at a
+higher clock. Interleaving (A B C, B C A, …) moves where a round starts but not who follows whom, so each variant
+keeps its neighbour in every round. The order run (`--only order`, in the gap file) times one kernel under several
+names, each straight after a different neighbour, first unsettled and then with every variant run alone for a
+while before it is timed (`harness.graph_time_us(settle_ms=…)`). The spread among the copies is what the order
+alone does to a timing. Every prefill timing of the lab is settled this way (`gemm_prefill.SETTLE_MS`); what
+remains after settling is the noise any ratio in this notebook carries.
+"""),
+("code", r"""
+for gapd in gap_runs:
+    rows = gemm_report.order_effect(gapd)
+    if rows:
+        print((gapd.get("provenance") or {}).get("device"), "-- the same kernel, after each neighbour (us):")
+        print(bg.format_rows(rows))
+        nb.md(findings.order_sentence(rows))
+if not any(gemm_report.order_effect(g) for g in gap_runs):
+    print("(no order run recorded yet: python -m fp8lab.kernels.bench gemm --only order on a GPU)")
 """),
 ("md", r"""
 ## The label versus the kernel: SASS evidence
