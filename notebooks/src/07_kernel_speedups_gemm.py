@@ -371,10 +371,10 @@ if not gap_runs:
 ("md", r"""
 ### The order a kernel is timed in
 
-Two identical kernels should time alike; in one interleaved run they did not, and the reason is power. A prefill
-GEMM holds an H100 or H200 at its power limit, and the GPU then sets its clock from how much power it has been
-drawing: a kernel timed straight after a hungrier one starts at a lower clock, one timed after a lighter one at a
-higher clock. Interleaving (A B C, B C A, …) moves where a round starts but not who follows whom, so each variant
+Two identical kernels should time alike; in one interleaved run they did not. The likely reason is power (the
+GPU read ~700 W and clocks well under its boost clock between those runs): a prefill GEMM holds an H100 or H200 at
+its power limit, and the GPU then sets its clock from how much power it has been drawing, so a kernel timed straight
+after a hungrier one would start at a lower clock, one timed after a lighter one at a higher clock. Interleaving (A B C, B C A, …) moves where a round starts but not who follows whom, so each variant
 keeps its neighbour in every round. The order run (`--only order`, in the gap file) times one kernel under several
 names, each straight after a different neighbour, first unsettled and then with every variant run alone for a
 while before it is timed (`harness.graph_time_us(settle_ms=…)`). The spread among the copies is what the order
