@@ -90,7 +90,7 @@ def graph_time_us(calls, min_calls: int = 16, rep: int = 20, settle_ms: float = 
 
     settle_ms: before timing, replay the graph for about this long (the count from one timed replay). A GPU held at
     its power limit by compute-bound kernels sets its clock by what ran just before; run alone this long, the
-    variant is timed at its own sustained clock instead of its predecessor's (tools/gpu/order_probe.py). The second
+    variant is timed at its own sustained clock instead of its predecessor's (gemm_prefill.bench_order). The second
     value says how it was timed ("cuda_graph", "cuda_graph, settled N ms").
     Falls back to eager launches (noted in the second value) if the capture fails."""
     import time
