@@ -76,6 +76,8 @@ def test_every_named_config_is_valid_and_compiled():
     assert G.TmaConfig(256, 2, 4, 2).smem == 4 * (128 + 256) * 128 + 1024
     assert G.TmaConfig(128, 2, 6, 2, 1).smem == 6 * 256 * 128 + 2 * 64 * 128 * 2 + 1024  # + the C staging tiles
     assert G.TmaConfig(128, 2, 6, 2, scales=1).smem == 6 * 256 * 128 + 6 * 528 + 1024  # + the scale slots
+    assert [G.TmaConfig(bn, 2, 4, 2, scales=1).acc_regs for bn in (128, 192, 224, 256)] == [64, 96, 128, 128]
+    assert G.TmaConfig(128, 1, 6, 1).acc_regs == 128  # one warpgroup: both m64 halves
     defs = dict(x.split("=", 1) for x in G.tma_cuda_defines())
     assert set(defs) == {"FP8LAB_" + f for f in G.TMA_FAMILIES}
     for f in G.TMA_FAMILIES:
@@ -90,7 +92,8 @@ def test_every_named_config_is_valid_and_compiled():
     (G.TmaConfig(256, 1, 4, 1), "256 accumulators"),     # one warpgroup would hold 2 x 2 sub-tiles
     (G.TmaConfig(256, 2, 5, 2), "shared memory"),        # 5 x 48 KB > 227 KB
     (G.TmaConfig(128, 2, 7, 2, 1), "shared memory"),     # 7 x 32 KB + 32 KB C tiles
-    (G.TmaConfig(160, 2, 4, 2), "bn 128\\|192\\|256"),
+    (G.TmaConfig(160, 2, 4, 2), "bn 128\\|192\\|224\\|256"),
+    (G.TmaConfig(224, 2, 4, 2, 1, scales=1), "bn = 224 needs"),  # a 64-column C box would cross the tile's edge
     (G.TmaConfig(192, 2, 4, 2), "bn = 192 needs"),            # its scales are staged (two weight-scale blocks a tile)
     (G.TmaConfig(192, 1, 4, 1, scales=1), "bn = 192 needs"),  # one warpgroup: 2 x (96 + 96) registers
     (G.TmaConfig(128, 3, 4, 2), "nwg 1\\|2"),

@@ -136,7 +136,9 @@ class TmaConfig:
 
     bn       block-tile columns: 128, 256 (two n128 halves per consumer warpgroup, each issued and promoted on its
              own), or 192 (one m64n192 batch per consumer warpgroup and k-block: one wait, one promotion; its columns
-             span two weight-scale blocks; nwg 2, scales 1); the block tile has 128 rows
+             span two weight-scale blocks; nwg 2, scales 1), or 224 (an n128 and an n96 sub-tile per consumer
+             warpgroup, each spanning up to two weight-scale blocks; nwg 2, scales 1, epi 0: 224 = 32 x 7 fills
+             the waves of N = 3584, 7168, 14336 where 256 = 2 x 128 leaves them ragged); the block tile has 128 rows
     nwg      consumer warpgroups: 1 (it runs both m64 halves) or 2 (one each, with setmaxnreg 40 / 232)
     stages   shared-memory pipeline depth (k-blocks of 128 loaded ahead)
     cluster  1, or 2: CTA pairs on adjacent m-blocks of one n-block, each loading half of B and multicasting it
@@ -193,6 +195,12 @@ class TmaConfig:
         return "W8A8_TMA" + ("_" + "P" * self.pipe + "S" * self.scales if self.pipe or self.scales else "")
 
     @property
+    def acc_regs(self) -> int:
+        """Accumulators per consumer thread (what a split tile's workspace slot holds): 64 per n128 sub-tile (the n96
+        half of a 224-wide tile keeps the full 64), 96 for the one m64n192 sub-tile of bn = 192."""
+        return self.mh * (self.bn // 2 if self.bn == 192 else 64 * -(-self.bn // 128))
+
+    @property
     def threads(self) -> int:
         return 128 * (self.nwg + 1)
 
@@ -210,8 +218,11 @@ class TmaConfig:
         return self.stages * (BM + self.bn) * BK + c_tiles + slots + 1024
 
     def check(self) -> "TmaConfig":
-        if self.bn not in (128, 192, 256) or self.nwg not in (1, 2) or self.cluster not in (1, 2) or self.epi not in (0, 1):
-            raise ValueError(f"invalid TMA config {self}: bn 128|192|256, nwg 1|2, cluster 1|2, epi 0|1")
+        if self.bn not in (128, 192, 224, 256) or self.nwg not in (1, 2) or self.cluster not in (1, 2) or self.epi not in (0, 1):
+            raise ValueError(f"invalid TMA config {self}: bn 128|192|224|256, nwg 1|2, cluster 1|2, epi 0|1")
+        if self.bn == 224 and (self.nwg != 2 or self.pipe or not self.scales or self.stagger or self.epi):
+            raise ValueError(f"{self}: bn = 224 needs nwg 2, scales 1, pipe 0, stagger 0, epi 0 (a 64-column TMA store "
+                             "box would cross the tile's edge)")
         if self.bn == 192 and (self.nwg != 2 or self.pipe or not self.scales or self.stagger):
             raise ValueError(f"{self}: bn = 192 needs nwg 2, scales 1, pipe 0, stagger 0 (96 + 96 registers per thread)")
         if -(-self.bn // 128) * self.mh > 2:
@@ -274,6 +285,10 @@ TMA_VARIANTS = {
     # 128 x 192 tiles: one m64n192 batch, one wait and one promotion per consumer warpgroup and k-block (4 stages
     # beside the C tiles); slower than the 128 x 256 tiles (the order run times it: gemm_prefill.ORDER_NEIGHBOURS)
     "wgmma_tma_w192_ss_tmastore": TmaConfig(192, 2, 4, 2, 1, persistent=True, scales=1),
+    # 128 x 224 tiles: n128 + n96 sub-tiles, bf16 stored from registers; 4 or 5 stages (with the split of a mostly
+    # idle last wave, as the default)
+    "wgmma_tma_w224_ss_s4_split": TmaConfig(224, 2, 4, 2, 0, persistent=True, scales=1, split=4),
+    "wgmma_tma_w224_ss_s5_split": TmaConfig(224, 2, 5, 2, 0, persistent=True, scales=1, split=4),
 }
 #: every named TMA kernel; "wgmma_tma" (None) picks its configuration per shape (tma_default)
 TMA_KERNELS: dict = {"wgmma_tma": None, **TMA_LADDER, **TMA_VARIANTS}
@@ -408,7 +423,7 @@ def _prepare_tma(a, sa, b, sb, M, N, K, cfg: TmaConfig, out) -> Launch:
     # the split tiles' partial sums (one slot per piece, CTA and consumer warpgroup) and their arrival counters
     # (none unsplit: F = T); a one-element placeholder keeps the pointers valid
     slots = (mu * nb - F) * cfg.cluster * cfg.nwg
-    acc_regs = cfg.mh * cfg.bn // 2  # accumulators per consumer thread
+    acc_regs = cfg.acc_regs
     ws = torch.empty(max(1, slots * S * acc_regs * 128), dtype=torch.float32, device=a.device)
     cnt = torch.zeros(max(1, slots), dtype=torch.int32, device=a.device)
     args = (*descs, _sa_arg(sa), cp.int64(sa.stride(0)), cp.int64(sa.stride(1)), _cuda.as_cupy(sb),

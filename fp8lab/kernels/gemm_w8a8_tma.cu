@@ -142,16 +142,21 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                                               const float* __restrict__ sb, u16* __restrict__ C, int M, int N, int K,
                                               int group, int F, int S, float* __restrict__ ws, unsigned* __restrict__ cnt) {
     constexpr int MH = NWG == 1 ? 2 : 1;   // m64 sub-tiles per consumer warpgroup (the block tile has 128 rows)
-    constexpr int NH = TBN / 128;          // n128 sub-tiles
+    // ODD (TBN = 224): two sub-tiles per warpgroup as for 256, n128 then n96 (48 of the second's 64 registers used);
+    // a tile starts at n0 = 224 i, so both sub-tiles may span two weight-scale blocks, at the same offset 128 - n0 % 128
+    constexpr bool ODD = TBN == 224;
+    constexpr int NH = (TBN + 127) / 128;  // n128 sub-tiles (ODD: the second one 96 wide)
     // WIDE (TBN = 192): one m64n192 sub-tile per consumer warpgroup, issued as ONE batch per k-block (one wait, as
     // DeepGEMM's BLOCK_N = 160 / 192 tiles) instead of two n128 halves; its columns span two weight-scale blocks
     constexpr bool WIDE = TBN == 192;
-    constexpr int NS = WIDE ? 2 : NH;      // weight-scale blocks (of 128 columns) a tile touches
+    constexpr int NS = WIDE ? 2 : ODD ? 3 : NH;  // weight-scale blocks (of 128 columns) a tile touches
     constexpr int A_BYTES = 128 * 128, B_BYTES = TBN * 128, STAGE = A_BYTES + B_BYTES;
     constexpr int CBOX = 64 * MH * 128;    // one 64-column box of a warpgroup's C tile (bf16, 128B rows)
     constexpr int CWG = EPI ? (TBN / 64) * CBOX : 0;
     constexpr int SLOT = 128 * 4 + 16;     // SS: one stage's scales, sa of the tile's 128 rows + sb of its n128 blocks
-    static_assert(TBN == 128 || TBN == 192 || TBN == 256, "TBN is 128, 192 or 256");
+    static_assert(TBN == 128 || TBN == 192 || TBN == 224 || TBN == 256, "TBN is 128, 192, 224 or 256");
+    static_assert(!ODD || (NWG == 2 && SS && !PIPE && !STG && !EPI), "224-wide tiles: two consumer warpgroups, staged "
+                  "scales, register-stored output (a 64-column TMA box would cross the tile's edge)");
     static_assert(!WIDE || (NWG == 2 && SS && !PIPE && !STG), "192-wide tiles: two consumer warpgroups, staged scales");
     static_assert(MH * NH <= 2, "accumulators: at most two 64 x 128 sub-tiles per thread (128 + 64 registers)");
     static_assert(CL == 1 || CL == 2, "clusters of 1 or 2 CTAs");
@@ -232,7 +237,7 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                     for (int nh = 0; nh < NH; ++nh) {
                         const int row = m0 + 64 * (wg * MH + mh) + 16 * wq + g;
 #pragma unroll
-                        for (int j = 0; j < 16; ++j) {
+                        for (int j = 0; j < (ODD && nh == 1 ? 12 : 16); ++j) {
                             const int col = n0 + 128 * nh + 8 * j + 2 * t4;
                             if (col < N) {
                                 store_bf16x2(C, N, M, row, col, acc[mh * NH + nh][4 * j + 0], acc[mh * NH + nh][4 * j + 1]);
@@ -465,7 +470,9 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                 zero<64 * MH * NH>(&acc[0][0]);
                 // Scales of k-block kb + 1 are loaded while k-block kb multiplies (one iteration, 500+ cycles, hides an L2
                 // round trip); those of the tile's first k-block before its first wait.
-                float sbv[NH], s0[MH], s1[MH];
+                float sbv[NS], s0[MH], s1[MH];
+                // ODD: the column groups of each sub-tile in its first weight-scale block (4, 8, 12 or 16)
+                const int jb = ODD ? (128 - (n0 & 127)) >> 3 : 16;
                 if constexpr (!SS) load_scales(m0, n0, kb0, sbv, s0, s1);
                 for (int kb = kb0; kb < kb1; ++kb) {
                     mbar_wait(full0 + 8 * s, ph);
@@ -486,14 +493,22 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                             if (STG == 1) pending = pending && !lead;
                             if (lead && (tid_x() >> 7) == 1) named_sync(3, 256);
                             // the warpgroup re-read from %tid.x: ptxas otherwise spills `wg` and reloads it per k-block
-                            wg_issue(part, sA + ((SS ? (int)(tid_x() >> 7) : wg) * MH + mh) * (64 * 128), sB + nh * (128 * 128));
+                            const u32 sA_wg = sA + ((SS ? (int)(tid_x() >> 7) : wg) * MH + mh) * (64 * 128);
+                            if (ODD && nh == 1) wg_issue_96(part, sA_wg, sB + 128 * 128);
+                            else wg_issue(part, sA_wg, sB + nh * (128 * 128));
                             wgmma_wait<0>();
                             if (lead && (tid_x() >> 7) == 0) named_sync(3, 256);
                             if (mh == MH - 1 && nh == NH - 1) {  // the tensor cores are done with this stage
                                 if (lane == 0) mbar_arrive(empty0 + 8 * s);
                                 if (CL > 1 && lane == 1) mbar_arrive_cluster(empty0 + 8 * s, rank ^ 1u);
                             }
-                            promote(acc[mh * NH + nh], part, s0[mh] * sbv[nh], s1[mh] * sbv[nh]);
+                            if constexpr (ODD) {  // sub-tile nh spans blocks nh and nh + 1 of the tile's three
+                                const float b0 = sbv[nh], b1 = sbv[nh + 1];
+                                if (nh == 0) promote_split_rt<64>(acc[mh * NH + nh], part, jb, s0[mh] * b0, s1[mh] * b0, s0[mh] * b1, s1[mh] * b1);
+                                else promote_split_rt<48>(acc[mh * NH + nh], part, jb, s0[mh] * b0, s1[mh] * b0, s0[mh] * b1, s1[mh] * b1);
+                            } else {
+                                promote(acc[mh * NH + nh], part, s0[mh] * sbv[nh], s1[mh] * sbv[nh]);
+                            }
                         }
                     if (++s == ST) { s = 0; ph ^= 1; }
                     if constexpr (!SS) {

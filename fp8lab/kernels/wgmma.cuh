@@ -1,6 +1,6 @@
 // wgmma.cuh -- Hopper's warpgroup matrix multiply (wgmma, sm_90a) as the W8A8 kernels use it: shared-memory
 // descriptors for 128-byte-swizzled K-major tiles, the fences around the asynchronous window, the
-// m64n128k32 and m64n192k32 e4m3 instructions, one k-block's issue (4 k-steps) and the FP32 promotion of its
+// m64n128k32, m64n192k32 and m64n96k32 e4m3 instructions, one k-block's issue (4 k-steps) and the FP32 promotion of its
 // partial sums (promote_split where a sub-tile spans two weight-scale blocks).
 // Included by gemm_w8a8_wgmma.cu (cp.async kernels) and gemm_w8a8_tma.cu (TMA kernels); sm_90a only.
 //
@@ -77,6 +77,24 @@ __device__ __forceinline__ void wgmma_m64n192k32_e4m3(float (&d)[96], u64 da, u6
         : "l"(da), "l"(db), "r"(scale_d));
 }
 
+__device__ __forceinline__ void wgmma_m64n96k32_e4m3(float (&d)[64], u64 da, u64 db, int scale_d) {
+    // D[64x96] (+)= A[64x32] . B[96x32]^T into d[0 .. 47] (d[48 ..] untouched): the narrow half of a 224-wide tile.
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+        "}, %48, %49, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
 // One warpgroup issues a 128-wide k-block: 4 wgmma k-steps (k = 0, 32, 64, 96) into p, committed as one group.
 __device__ __forceinline__ void wg_issue(float (&p)[64], u32 sA_wg, u32 sB) {
     const u64 da = make_desc(sA_wg), db = make_desc(sB);
@@ -93,6 +111,16 @@ __device__ __forceinline__ void promote(float (&acc)[64], float (&p)[64], float 
     for (int j = 0; j < 16; ++j) promote4(acc + 4 * j, p + 4 * j, s0, s1);
 }
 
+// One warpgroup issues a k-block of a 64 x 96 sub-tile into p[0 .. 47].
+__device__ __forceinline__ void wg_issue_96(float (&p)[64], u32 sA_wg, u32 sB) {
+    const u64 da = make_desc(sA_wg), db = make_desc(sB);
+    fence_regs(p);
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) wgmma_m64n96k32_e4m3(p, da + 2 * k, db + 2 * k, k > 0);
+    wgmma_commit();
+}
+
 // One warpgroup issues a 128-deep k-block of a 64 x 192 sub-tile: 4 wgmma k-steps of m64n192k32 into p, one group.
 __device__ __forceinline__ void wg_issue_192(float (&p)[96], u32 sA_wg, u32 sB) {
     const u64 da = make_desc(sA_wg), db = make_desc(sB);
@@ -106,9 +134,21 @@ __device__ __forceinline__ void wg_issue_192(float (&p)[96], u32 sA_wg, u32 sB) 
 // The promotion of a sub-tile whose columns span two 128-wide weight-scale blocks: column groups j < JB (8 columns
 // each, the thread's accumulators 4j .. 4j + 3) take the first block's scales (s0, s1 for rows g, g + 8), the rest
 // the second's (t0, t1). JB is a template argument: the choice costs no instruction per FFMA.
-template <int R, int JB>
+template <int R, int JB, int USED = R>
 __device__ __forceinline__ void promote_split(float (&acc)[R], float (&p)[R], float s0, float s1, float t0, float t1) {
     fence_regs(p);
 #pragma unroll
-    for (int j = 0; j < R / 4; ++j) promote4(acc + 4 * j, p + 4 * j, j < JB ? s0 : t0, j < JB ? s1 : t1);
+    for (int j = 0; j < USED / 4; ++j) promote4(acc + 4 * j, p + 4 * j, j < JB ? s0 : t0, j < JB ? s1 : t1);
+}
+// The same with the boundary known only at run time (jb = 4, 8, 12 or 16 column groups in the first block): a switch
+// over straight-compiled promotions, one branch per call, none per FFMA. USED: the accumulators the sub-tile has.
+template <int USED>
+__device__ __forceinline__ void promote_split_rt(float (&acc)[64], float (&p)[64], int jb, float s0, float s1, float t0,
+                                                float t1) {
+    switch (jb) {
+        case 4: promote_split<64, 4, USED>(acc, p, s0, s1, t0, t1); break;
+        case 8: promote_split<64, 8, USED>(acc, p, s0, s1, t0, t1); break;
+        case 12: promote_split<64, 12, USED>(acc, p, s0, s1, t0, t1); break;
+        default: promote_split<64, 16, USED>(acc, p, s0, s1, t0, t1); break;
+    }
 }
