@@ -232,7 +232,11 @@ def bench_prefill(bench: harness.Bench, skip: set, shapes=None, climb_shapes=Non
 # ---- where the gap goes: leave-one-out timings ------------------------------------------------------------------
 #: the kernel examined (the default's configuration at full grids, without the split option it does not use there),
 #: and kernels of the same arithmetic timed beside it (the staggered consumers: the same bits, checked)
-GAP_KERNELS = ("wgmma_tma_e_ss_tmastore", "wgmma_tma_e_ss_tmastore_sg1", "wgmma_tma_e_ss_tmastore_sg2")
+#: the examined kernel first, then kernels of the same arithmetic: its two staggered forms, and the 128 x 192 and
+#: 128 x 224 tilings (one m64n192 batch per k-block; n128 + n96 sub-tiles whose 224 columns fill the waves of
+#: N = 3584, 7168 and 14336)
+GAP_KERNELS = ("wgmma_tma_e_ss_tmastore", "wgmma_tma_e_ss_tmastore_sg1", "wgmma_tma_e_ss_tmastore_sg2",
+               "wgmma_tma_w192_ss_tmastore", "wgmma_tma_w224_ss_s5")
 #: full-grid shapes (wave_busy >= 0.97 with 128 x 256 tiles on 66 pairs) of the prefill list
 GAP_SHAPES = [(4096, 7168, 7168), (8192, 4096, 4096), (2048, 14336, 4096), (4096, 4096, 14336)]
 #: the promotion loop of wgmma.cuh, as the kernel has it

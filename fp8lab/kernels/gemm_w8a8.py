@@ -283,12 +283,11 @@ TMA_VARIANTS = {
     "wgmma_tma_e_ss_tmastore_sg2": TmaConfig(256, 2, 3, 2, 1, persistent=True, scales=1, stagger=2),
     "wgmma_tma_e_ss_tmastore_split_sg2": TmaConfig(256, 2, 3, 2, 1, persistent=True, scales=1, split=4, stagger=2),
     # 128 x 192 tiles: one m64n192 batch, one wait and one promotion per consumer warpgroup and k-block (4 stages
-    # beside the C tiles); slower than the 128 x 256 tiles (the order run times it: gemm_prefill.ORDER_NEIGHBOURS)
+    # beside the C tiles); slower than the 128 x 256 tiles (the gap run times it: gemm_prefill.GAP_KERNELS)
     "wgmma_tma_w192_ss_tmastore": TmaConfig(192, 2, 4, 2, 1, persistent=True, scales=1),
-    # 128 x 224 tiles: n128 + n96 sub-tiles, bf16 stored from registers; 4 or 5 stages (with the split of a mostly
-    # idle last wave, as the default)
-    "wgmma_tma_w224_ss_s4_split": TmaConfig(224, 2, 4, 2, 0, persistent=True, scales=1, split=4),
-    "wgmma_tma_w224_ss_s5_split": TmaConfig(224, 2, 5, 2, 0, persistent=True, scales=1, split=4),
+    # 128 x 224 tiles: n128 + n96 sub-tiles, bf16 stored from registers, 5 stages; slower than 128 x 256 (the gap run
+    # times it: gemm_prefill.GAP_KERNELS)
+    "wgmma_tma_w224_ss_s5": TmaConfig(224, 2, 5, 2, 0, persistent=True, scales=1),
 }
 #: every named TMA kernel; "wgmma_tma" (None) picks its configuration per shape (tma_default)
 TMA_KERNELS: dict = {"wgmma_tma": None, **TMA_LADDER, **TMA_VARIANTS}

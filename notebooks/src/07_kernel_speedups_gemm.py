@@ -329,7 +329,10 @@ A stage's cost is the time it takes away. The gap run (`python -m fp8lab.kernels
 default's full-grid configuration as it is, the same kernel compiled with the promotion cut to one FFMA per k-block
 (`-no_promote`: it computes wrong numbers by design, so it is timed but never validated), and the same kernel with
 its two consumer warpgroups staggered (`_sg1`: the second starts a k-block behind the first once per CTA; `_sg2`: at
-every tile) — the same arithmetic, checked bit for bit — beside `_scaled_mm` blockwise and tensorwise, interleaved.
+every tile), and two other tilings: `_w192` (`128 × 192` tiles, one `m64n192` batch per k-block, so one wait and
+one promotion instead of two) and `_w224` (`128 × 224` tiles, an `n128` and an `n96` sub-tile: `224` divides
+`N = 3584, 7168, 14336`, so these tiles fill the last wave where 256-wide ones leave it ragged) — the same
+arithmetic, checked bit for bit — beside `_scaled_mm` blockwise and tensorwise, interleaved.
 If the two consumers promoted at the same moments and left the tensor cores idle, staggering them would win back
 the promotion's share; if the cost is the FFMAs themselves competing with the MMAs for the warp schedulers and the
 register file, staggering buys nothing. A run that also holds `-promote_twice` (the promotion done twice: twice the
@@ -364,6 +367,11 @@ for gapd in gap_runs:
           "a '+' edit's share is against k+as_compiled")
     print(bg.format_rows([{c: v for c, v in r.items() if c == "shape" or c.endswith("share")} for r in rows]))
     nb.md(findings.gap_sentence(gapd))
+    tilings = [(c[:-6], findings.ratio_range([r[c] for r in rows if c in r], 2))
+               for c in dict.fromkeys(c for r in rows for c in r if c.endswith(" x blk") and ("w192" in c or "w224" in c))]
+    if tilings:
+        nb.md("The other tilings in this run, against `_scaled_mm` blockwise: " +
+              "; ".join(f"`{k}` {x}x" for k, x in tilings) + " (the examined kernel's own range is above).")
 if not gap_runs:
     print("(no gap run recorded yet: python -m fp8lab.kernels.bench gemm --only gap --no-smoke --no-pytest "
           "--out outputs/kernels/prefill_gap.json on a GPU)")
@@ -371,9 +379,9 @@ if not gap_runs:
 ("md", r"""
 ### The order a kernel is timed in
 
-Two identical kernels should time alike; in one interleaved run they did not. The likely reason is power (the
-GPU read ~700 W and clocks well under its boost clock between those runs): a prefill GEMM holds an H100 or H200 at
-its power limit, and the GPU then sets its clock from how much power it has been drawing, so a kernel timed straight
+Two identical kernels should time alike; in one interleaved run they did not. The likely reason is power
+(`nvidia-smi` read a draw at the card's power limit and clocks well under its boost clock between those runs): a
+prefill GEMM holds an H100 or H200 at its power limit, and the GPU then sets its clock from how much power it has been drawing, so a kernel timed straight
 after a hungrier one would start at a lower clock, one timed after a lighter one at a higher clock. Interleaving (A B C, B C A, …) moves where a round starts but not who follows whom, so each variant
 keeps its neighbour in every round. The order run (`--only order`, in the gap file) times one kernel under several
 names, each straight after a different neighbour, first unsettled and then with every variant run alone for a
