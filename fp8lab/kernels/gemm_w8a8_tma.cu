@@ -360,7 +360,7 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                     float b[NS], x0[1], x1[1];
                     slot_scales(s, b, x0, x1);
                     const u32 sA = base + s * STAGE;
-                    wg_issue_192(part, sA + (int)(tid_x() >> 7) * (64 * 128), sA + A_BYTES);
+                    wg_issue_n<192>(part, sA + (int)(tid_x() >> 7) * (64 * 128), sA + A_BYTES);
                     wgmma_wait<0>();
                     if (lane == 0) mbar_arrive(empty0 + 8 * s);
                     if (CL > 1 && lane == 1) mbar_arrive_cluster(empty0 + 8 * s, rank ^ 1u);
@@ -494,7 +494,7 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                             if (lead && (tid_x() >> 7) == 1) named_sync(3, 256);
                             // the warpgroup re-read from %tid.x: ptxas otherwise spills `wg` and reloads it per k-block
                             const u32 sA_wg = sA + ((SS ? (int)(tid_x() >> 7) : wg) * MH + mh) * (64 * 128);
-                            if (ODD && nh == 1) wg_issue_96(part, sA_wg, sB + 128 * 128);
+                            if (ODD && nh == 1) wg_issue_n<96>(part, sA_wg, sB + 128 * 128);
                             else wg_issue(part, sA_wg, sB + nh * (128 * 128));
                             wgmma_wait<0>();
                             if (lead && (tid_x() >> 7) == 0) named_sync(3, 256);

@@ -95,40 +95,28 @@ __device__ __forceinline__ void wgmma_m64n96k32_e4m3(float (&d)[64], u64 da, u64
         : "l"(da), "l"(db), "r"(scale_d));
 }
 
-// One warpgroup issues a 128-wide k-block: 4 wgmma k-steps (k = 0, 32, 64, 96) into p, committed as one group.
-__device__ __forceinline__ void wg_issue(float (&p)[64], u32 sA_wg, u32 sB) {
+// One warpgroup issues a 128-deep k-block of a 64 x N sub-tile: 4 wgmma k-steps (k = 0, 32, 64, 96) into p,
+// committed as one group. N = 128 (p: 64 registers), 96 (the first 48 of 64) or 192 (96 registers).
+template <int N, int R>
+__device__ __forceinline__ void wg_issue_n(float (&p)[R], u32 sA_wg, u32 sB) {
+    static_assert((N == 128 && R == 64) || (N == 96 && R == 64) || (N == 192 && R == 96), "m64n128, m64n96, m64n192");
     const u64 da = make_desc(sA_wg), db = make_desc(sB);
     fence_regs(p);
     wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < 4; ++k) wgmma_m64n128k32_e4m3(p, da + 2 * k, db + 2 * k, k > 0);
+    for (int k = 0; k < 4; ++k) {
+        if constexpr (N == 128) wgmma_m64n128k32_e4m3(p, da + 2 * k, db + 2 * k, k > 0);
+        else if constexpr (N == 96) wgmma_m64n96k32_e4m3(p, da + 2 * k, db + 2 * k, k > 0);
+        else wgmma_m64n192k32_e4m3(p, da + 2 * k, db + 2 * k, k > 0);
+    }
     wgmma_commit();
 }
+__device__ __forceinline__ void wg_issue(float (&p)[64], u32 sA_wg, u32 sB) { wg_issue_n<128>(p, sA_wg, sB); }
 
 __device__ __forceinline__ void promote(float (&acc)[64], float (&p)[64], float s0, float s1) {
     fence_regs(p);  // after wgmma.wait_group: the compiler may not read p any earlier
 #pragma unroll
     for (int j = 0; j < 16; ++j) promote4(acc + 4 * j, p + 4 * j, s0, s1);
-}
-
-// One warpgroup issues a k-block of a 64 x 96 sub-tile into p[0 .. 47].
-__device__ __forceinline__ void wg_issue_96(float (&p)[64], u32 sA_wg, u32 sB) {
-    const u64 da = make_desc(sA_wg), db = make_desc(sB);
-    fence_regs(p);
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < 4; ++k) wgmma_m64n96k32_e4m3(p, da + 2 * k, db + 2 * k, k > 0);
-    wgmma_commit();
-}
-
-// One warpgroup issues a 128-deep k-block of a 64 x 192 sub-tile: 4 wgmma k-steps of m64n192k32 into p, one group.
-__device__ __forceinline__ void wg_issue_192(float (&p)[96], u32 sA_wg, u32 sB) {
-    const u64 da = make_desc(sA_wg), db = make_desc(sB);
-    fence_regs(p);
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < 4; ++k) wgmma_m64n192k32_e4m3(p, da + 2 * k, db + 2 * k, k > 0);
-    wgmma_commit();
 }
 
 // The promotion of a sub-tile whose columns span two 128-wide weight-scale blocks: column groups j < JB (8 columns
