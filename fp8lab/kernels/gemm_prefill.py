@@ -403,6 +403,9 @@ def bench_order(bench: harness.Bench, skip: set, shapes=None, kernel: str = GAP_
             own = f"w8a8_{kernel} {sh.name}"
             named = {f"{n} {sh.name}" if n in ANCHORS else f"w8a8_{n} {sh.name}": n for n in neighbours}
             named = {full: n for full, n in named.items() if full in timers}
+            if not named:  # every neighbour failed to build or validate: nothing to time the kernel after
+                bench.notes.append({"kernel": own, "error": "order run: no neighbour passed validation"})
+                break
             order, info = {}, {}
             for full, n in named.items():
                 order[full] = timers[full]
