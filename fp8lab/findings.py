@@ -335,7 +335,9 @@ def gap_sentence(data: dict, kernel: str | None = None) -> str:
 def order_sentence(rows: list[dict]) -> str:
     """What the order run (gemm_report.order_effect rows) says, in one paragraph rendered from its numbers: how far
     the same kernel's time spread when only its predecessor changed, unsettled and settled, and what that does to
-    its ratio against _scaled_mm blockwise. '' where there is no order run."""
+    its ratio against _scaled_mm blockwise; whether settling narrowed the spread, compared shape by shape (over the
+    shapes timed both ways); and, for a run whose rounds rotated by one timer (rotation "timer"), that a copy opening
+    a round followed the previous round's last timer. '' where there is no order run."""
     if not rows:
         return ""
     by = {}
@@ -348,23 +350,30 @@ def order_sentence(rows: list[dict]) -> str:
             continue
         spread = ratio_range([100 * r["spread"] for r in rs], 0)
         x = [v for r in rs for v in (r.get("x blk lo"), r.get("x blk hi")) if v is not None]
+        k = max(len([c for c in r if c.startswith("after ")]) for r in rs)
         what = (f"after running alone for {rs[0]['settle_ms']:g} ms first" if settled else "timed straight after it")
-        text = f"{what}, its time spread by {spread} % over the {len([k for k in rs[0] if k.startswith('after ')])} " \
-               f"neighbours"
+        text = f"{what}, its time spread by {spread} % over the {k} neighbour{'s' if k != 1 else ''}"
         if x:
             text += f" (from {min(x):.2f}x to {max(x):.2f}x `_scaled_mm` blockwise)"
         parts.append(text)
     n = len({r["shape"] for r in rows})
-    out = (f"The same machine code, timed after different kernels in one interleaved run at {n} "
+    out = (f"The same machine code, timed after different kernels in interleaved runs at {n} "
            f"shape{'s' if n != 1 else ''}: " + "; ".join(parts) + ".")
-    un, se = by.get(False), by.get(True)
-    if un and se:
-        if max(r["spread"] for r in se) < min(r["spread"] for r in un):
-            out += (" Settling narrowed the spread at every shape: on a GPU held at its power limit, what ran just "
-                    "before a kernel sets the clock it starts at, so every variant of the lab's prefill runs is "
-                    "settled before it is timed.")
+    un = {r["shape"]: r["spread"] for r in by.get(False, [])}
+    se = {r["shape"]: r["spread"] for r in by.get(True, [])}
+    both = [sh for sh in un if sh in se]
+    if both:
+        narrowed = [sh for sh in both if se[sh] < un[sh]]
+        if len(narrowed) == len(both):
+            out += (" Settling narrowed the spread at every shape timed both ways: on a GPU held at its power limit, "
+                    "what ran just before a kernel sets the clock it starts at, so every prefill GEMM timing of the "
+                    "lab is settled before it is timed.")
         else:
-            out += " Settling did not narrow the spread at every shape: the order is not the whole of this noise."
+            out += (f" Settling narrowed the spread at {len(narrowed)} of the {len(both)} shapes timed both ways: the "
+                    "order is not the whole of this noise.")
+    if any(r.get("rotation", "timer") == "timer" for r in rows):
+        out += (" (In this run the rounds rotated by one timer, so a copy that opened a round followed the previous "
+                "round's last timer instead of its neighbour.)")
     return out
 
 

@@ -549,33 +549,51 @@ def test_leave_one_out_table_and_sentence():
 def test_order_effect_table_and_sentence():
     """gemm_report.order_effect / findings.order_sentence on an order run's records (gemm_prefill.bench_order): the
     same kernel's time after each neighbour, its spread, its ratio range to the first blockwise timing, the two
-    blockwise timings' difference; the sentence for a run where settling narrowed the spread, and for one where not."""
+    blockwise timings' difference, the copies told apart by copy_of; the sentence compares settled with unsettled
+    shape by shape, names a run that rotated by one timer, and says nothing of settling without both runs."""
     from fp8lab.findings import order_sentence
     from fp8lab.kernels import gemm_prefill
     from fp8lab.kernels import gemm_report as R
 
-    k = "w8a8_" + gemm_prefill.GAP_KERNELS[0]
+    kern = gemm_prefill.GAP_KERNELS[0]
+    k = "w8a8_" + kern
 
-    def run(settle, times, blk=(360.0, 380.0), shape="M=4096 N=7168 K=7168"):
-        base = {"family": "prefill", "subset": "order", "shape": shape, "settle_ms": settle}
+    def run(settle, times, blk=(360.0, 380.0), shape="M=4096 N=7168 K=7168", rotation="pairs"):
+        base = {"family": "prefill", "subset": "order", "shape": shape, "settle_ms": settle, "rotation": rotation}
         rs = [{**base, "kernel": "scaled_mm_blockwise (torch._scaled_mm)", "time_us": blk[0]},
-              {**base, "kernel": "scaled_mm_blockwise@after_x", "time_us": blk[1], "after": "x"}]
-        rs += [{**base, "kernel": f"{k}@after_{n}", "time_us": t, "after": n} for n, t in times.items()]
+              {**base, "kernel": f"scaled_mm_blockwise@after_{kern}", "time_us": blk[1], "after": kern}]
+        rs += [{**base, "kernel": f"{k}@after_{n}", "time_us": t, "after": n, "copy_of": kern} for n, t in times.items()]
         return rs
 
     loud = run(0.0, {"scaled_mm_blockwise": 400.0, "bf16_cublas": 440.0, "w192": 380.0})
     quiet = run(60.0, {"scaled_mm_blockwise": 400.0, "bf16_cublas": 404.0, "w192": 396.0})
     other = [{"family": "prefill", "subset": "gap", "shape": "M=4096 N=7168 K=7168", "kernel": k, "time_us": 1.0}]
-    rows = R.order_effect({"results": loud + quiet + other})
-    assert [r["settle_ms"] for r in rows] == [0.0, 60.0] and rows[0]["kernel"] == k
+    # a neighbour of ours named like a copy ('w8a8_x@after_<kernel>'): not a copy, copy_of tells them apart
+    ours = [{"family": "prefill", "subset": "order", "shape": "M=4096 N=7168 K=7168", "settle_ms": 0.0,
+             "kernel": f"w8a8_x@after_{kern}", "time_us": 999.0, "after": kern}]
+    rows = R.order_effect({"results": loud + quiet + other + ours})
+    assert [r["settle_ms"] for r in rows] == [0.0, 60.0] and rows[0]["kernel"] == k and rows[0]["rotation"] == "pairs"
     assert rows[0]["after bf16_cublas"] == 440.0 and rows[0]["spread"] == pytest.approx(440 / 380 - 1)
+    assert f"after {kern}" not in rows[0]
     assert rows[0]["x blk lo"] == pytest.approx(360 / 440) and rows[0]["x blk hi"] == pytest.approx(360 / 380)
     assert rows[1]["spread"] == pytest.approx(404 / 396 - 1) and rows[1]["blk twice"] == pytest.approx(1 - 360 / 380)
     s = order_sentence(rows)
-    assert s.startswith("The same machine code, timed after different kernels in one interleaved run at 1 shape: "
+    assert s.startswith("The same machine code, timed after different kernels in interleaved runs at 1 shape: "
                         "timed straight after it, its time spread by 16 % over the 3 neighbours (from 0.82x to 0.95x")
     assert "after running alone for 60 ms first, its time spread by 2 % over the 3 neighbours" in s
-    assert "Settling narrowed the spread at every shape" in s
+    assert "Settling narrowed the spread at every shape timed both ways" in s and "rotated by one timer" not in s
+    # shape by shape: A 10 % -> 5 %, B 3 % -> 1 % narrowed at both, though B's unsettled is under A's settled
+    two = (run(0.0, {"a": 400.0, "b": 440.0}) + run(60.0, {"a": 400.0, "b": 420.0}) +
+           run(0.0, {"a": 400.0, "b": 412.0}, shape="M=8192 N=4096 K=4096") +
+           run(60.0, {"a": 400.0, "b": 404.0}, shape="M=8192 N=4096 K=4096"))
+    assert "narrowed the spread at every shape timed both ways" in order_sentence(R.order_effect({"results": two}))
     worse = R.order_effect({"results": loud + run(60.0, {"a": 400.0, "b": 480.0})})
-    assert "did not narrow" in order_sentence(worse)
+    assert "narrowed the spread at 0 of the 1 shapes timed both ways: the order is not the whole" in order_sentence(worse)
+    alone = order_sentence(R.order_effect({"results": loud}))  # unsettled only: nothing said of settling
+    assert "Settling" not in alone and alone.endswith(".")
+    one = order_sentence(R.order_effect({"results": run(0.0, {"a": 400.0}, rotation="timer")}))
+    assert "over the 1 neighbour " in one and "rotated by one timer" in one
+    old = [{k2: v for k2, v in r.items() if k2 not in ("copy_of", "rotation")} for r in loud]  # a run before both fields
+    assert R.order_effect({"results": old})[0]["rotation"] == "timer" and len(
+        [c for c in R.order_effect({"results": old})[0] if c.startswith("after ")]) == 3
     assert R.order_effect({"results": other}) == [] and order_sentence([]) == ""

@@ -28,6 +28,12 @@ def test_interleave_alternates_and_reports_spread():
     assert order == ["A", "B", "B", "A", "A", "B", "B", "A"]  # each round starts one variant later
     assert t["A"].median == 2.5 and (t["A"].min, t["A"].max) == (1, 9) and t["A"].rounds == 4
     assert t["B"].spread() == {"q1": 5, "q3": 5, "min": 5, "max": 5, "rounds": 4}
+    # step 2 over (neighbour, variant) pairs: each round opens on a neighbour, so B always follows A, D always C
+    order.clear()
+    fake = {n: timer(n, [1] * 3) for n in "ABCDE"}
+    harness.interleave(fake, rounds=3, step=2)
+    assert order == list("ABCDE") + list("CDEAB") + list("EABCD")
+    assert all(order[i - 1] == {"B": "A", "D": "C"}[n] for i, n in enumerate(order) if n in "BD")
 
 
 def test_poison_fills_outputs():

@@ -233,8 +233,8 @@ def bench_prefill(bench: harness.Bench, skip: set, shapes=None, climb_shapes=Non
 #: the kernel examined (the default's configuration at full grids, without the split option it does not use there),
 #: and kernels of the same arithmetic timed beside it (the staggered consumers: the same bits, checked)
 #: the examined kernel first, then kernels of the same arithmetic: its two staggered forms, and the 128 x 192 and
-#: 128 x 224 tilings (one m64n192 batch per k-block; n128 + n96 sub-tiles whose 224 columns fill the waves of
-#: N = 3584, 7168 and 14336)
+#: 128 x 224 tilings (one m64n192 batch per k-block; n128 + n96 sub-tiles, whose waves are fuller at some shapes,
+#: e.g. 2048x3584: 1.94 waves of 66 pairs instead of 1.70, and emptier at others)
 GAP_KERNELS = ("wgmma_tma_e_ss_tmastore", "wgmma_tma_e_ss_tmastore_sg1", "wgmma_tma_e_ss_tmastore_sg2",
                "wgmma_tma_w192_ss_tmastore", "wgmma_tma_w224_ss_s5")
 #: full-grid shapes (wave_busy >= 0.97 with 128 x 256 tiles on 66 pairs) of the prefill list
@@ -381,10 +381,10 @@ def bench_order(bench: harness.Bench, skip: set, shapes=None, kernel: str = GAP_
                 neighbours=ORDER_NEIGHBOURS, rounds: int = 5) -> None:
     """Does a kernel's time depend on what ran just before it? One interleaved run per shape and settle time
     (0, SETTLE_MS): the neighbours and the examined kernel alternate, the kernel under one name per neighbour
-    (A B A' C A'' ..., so copy i always follows neighbour i; interleave rotates where a round starts, not who
-    follows whom), and the first neighbour once more after the last copy. The same machine code under several names:
-    their spread is what the order alone does to a timing. Records: family "prefill", subset "order", labels
-    '<label>@after_<neighbour>' for the copies, with after and settle_ms."""
+    (N1 A1 N2 A2 ... N4 A4, then N1 once more after the last copy), the rounds rotating by whole pairs (interleave
+    step 2), so copy i follows neighbour i in every round. The same machine code under several names: their spread
+    is what the order alone does to a timing. Records: family "prefill", subset "order", labels
+    '<label>@after_<neighbour>' for the copies, with after, copy_of (the examined kernel), settle_ms and rotation."""
     import torch
 
     for M, N, K in (ORDER_SHAPES if shapes is None else shapes):
@@ -413,7 +413,7 @@ def bench_order(bench: harness.Bench, skip: set, shapes=None, kernel: str = GAP_
                 copy = f"w8a8_{kernel}@after_{n} {sh.name}"
                 order[copy] = timers[own]
                 label, dtype, nbytes, extra = meta[own]
-                info[copy] = (f"{label}@after_{n}", dtype, nbytes, {**extra, "after": n})
+                info[copy] = (f"{label}@after_{n}", dtype, nbytes, {**extra, "after": n, "copy_of": kernel})
             first = next(iter(named))
             again = f"{meta[first][0].split()[0]}@after_{kernel} {sh.name}"
             order[again] = timers[first]
@@ -423,8 +423,8 @@ def bench_order(bench: harness.Bench, skip: set, shapes=None, kernel: str = GAP_
                     else bench.validation[src]
             label, dtype, nbytes, extra = meta[first]
             info[again] = (f"{label.split()[0]}@after_{kernel}", dtype, nbytes, {**extra, "after": kernel})
-            info = {n: (lb, dt, nb, {**ex, "settle_ms": settle}) for n, (lb, dt, nb, ex) in info.items()}
-            t = bench.compare(order, rounds=rounds)
+            info = {n: (lb, dt, nb, {**ex, "settle_ms": settle, "rotation": "pairs"}) for n, (lb, dt, nb, ex) in info.items()}
+            t = bench.compare(order, rounds=rounds, step=2)
             _record(bench, sh, t, info, "order")
         del sh
         torch.cuda.empty_cache()

@@ -309,13 +309,15 @@ def order_effect(data: dict) -> list[dict]:
         runs.setdefault(key, []).append(r)
     rows = []
     for (shape, settle), rs in runs.items():
-        copies = [r for r in rs if "@after_" in r["kernel"] and r["kernel"].startswith("w8a8_")]
+        copies = ([r for r in rs if r.get("copy_of")]  # runs before copy_of: every w8a8_ record named '@after_'
+                  or [r for r in rs if "@after_" in r["kernel"] and r["kernel"].startswith("w8a8_")])
         blk = next((r for r in rs if r["kernel"].startswith("scaled_mm_blockwise") and "@" not in r["kernel"]), None)
         blk2 = next((r for r in rs if r["kernel"].startswith("scaled_mm_blockwise@after_")), None)
         if not copies:
             continue
         ts = [r["time_us"] for r in copies]
-        row = {"shape": shape, "settle_ms": settle, "kernel": copies[0]["kernel"].split("@")[0]}
+        row = {"shape": shape, "settle_ms": settle, "kernel": copies[0]["kernel"].split("@")[0],
+               "rotation": copies[0].get("rotation", "timer")}
         row.update({f"after {r['after']}": r["time_us"] for r in copies})
         row["spread"] = max(ts) / min(ts) - 1
         if blk:

@@ -127,7 +127,7 @@ def gemm_w8a8(a, sa, b, sb, *, kernel: str = "wgmma_ws", out=None, config=None) 
 # ---- version C: TMA, warp specialization, persistent grouped tiles, 2-CTA multicast (gemm_w8a8_tma.cu) ----------
 SMEM_LIMIT = 232448  # sm_90's opt-in shared memory per block (227 KB), static + dynamic
 STATIC_SMEM = 1024   # the kernel's static shared memory as ptxas reports it (barriers, padded by the 1024 alignment)
-SCALE_SLOT = 128 * 4 + 16  # scales = 1: one stage's sa (128 rows) and sb (<= 2 n128 blocks, padded to 16 bytes)
+SCALE_SLOT = 128 * 4 + 16  # scales = 1: one stage's sa (128 rows) and sb (<= 3 n128 blocks, padded to 16 bytes)
 
 
 @dataclass(frozen=True)
@@ -137,8 +137,8 @@ class TmaConfig:
     bn       block-tile columns: 128, 256 (two n128 halves per consumer warpgroup, each issued and promoted on its
              own), or 192 (one m64n192 batch per consumer warpgroup and k-block: one wait, one promotion; its columns
              span two weight-scale blocks; nwg 2, scales 1), or 224 (an n128 and an n96 sub-tile per consumer
-             warpgroup, each spanning up to two weight-scale blocks; nwg 2, scales 1, epi 0: 224 = 32 x 7 fills
-             the waves of N = 3584, 7168, 14336 where 256 = 2 x 128 leaves them ragged); the block tile has 128 rows
+             warpgroup, each spanning up to two weight-scale blocks; nwg 2, scales 1, epi 0: its waves are fuller
+             than 256-wide ones at some shapes, e.g. 2048x3584, and emptier at others); the block tile has 128 rows
     nwg      consumer warpgroups: 1 (it runs both m64 halves) or 2 (one each, with setmaxnreg 40 / 232)
     stages   shared-memory pipeline depth (k-blocks of 128 loaded ahead)
     cluster  1, or 2: CTA pairs on adjacent m-blocks of one n-block, each loading half of B and multicasting it

@@ -207,7 +207,7 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
         }
         if (SS && warp == NWG * 4 + 1) {
             // The scale warp: the stage's sa column (128 rows, one 4-byte cp.async per row, zero past M) and sb
-            // entries (lanes < NH, zero past the last n-block) into the stage's slot; each lane's copies arrive on
+            // entries (lanes < NS, zero past the last n-block) into the stage's slot; each lane's copies arrive on
             // the stage's `full` barrier when they land (cp.async.mbarrier.arrive.noinc), so the consumers find the
             // scales beside the tiles and no global load sits in their loop.
             walk_kblocks<CL, TBN, ST>(tiles, cid, P, items, F, S, KB, (int)rank, [&](int kb, int s, u32 ph, int m0, int n0) {

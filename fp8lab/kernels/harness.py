@@ -113,6 +113,8 @@ def graph_time_us(calls, min_calls: int = 16, rep: int = 20, settle_ms: float = 
                     c()
         how = "cuda_graph"
         if settle_ms > 0:
+            g.replay()  # the first replay may carry one-off costs: the count comes from the second
+            torch.cuda.synchronize()
             t0 = time.perf_counter()
             g.replay()
             torch.cuda.synchronize()
@@ -161,15 +163,17 @@ def quartiles(xs: Sequence[float]) -> tuple[float, float, float]:
     return q(0.25), q(0.5), q(0.75)
 
 
-def interleave(timers: dict, rounds: int = 5) -> dict[str, Timing]:
+def interleave(timers: dict, rounds: int = 5, step: int = 1) -> dict[str, Timing]:
     """Run `timers` (name -> zero-arg callable returning (us, how)) in A B C A B C ... order for `rounds` rounds,
-    starting each round one variant later (A B C, B C A, ...) so no variant always goes first."""
+    starting each round `step` variants later (step 1: A B C, B C A, ...) so no variant always goes first. Who
+    follows whom stays fixed but for the variant that opens a round (it follows the previous round's last one);
+    step 2 over (neighbour, variant) pairs keeps every variant behind its own neighbour in every round."""
     names = list(timers)
     got: dict = {n: [] for n in names}
     how: dict = {}
     for r in range(rounds):
         for i in range(len(names)):
-            n = names[(r + i) % len(names)]
+            n = names[(r * step + i) % len(names)]
             t, how[n] = timers[n]()
             got[n].append(t)
     out = {}
@@ -301,11 +305,11 @@ class Bench:
     def time(self, name: str, timer: Callable[[], tuple[float, str]]) -> Timing:
         return self.compare({name: timer})[name]
 
-    def compare(self, timers: dict, rounds: int | None = None) -> dict[str, Timing]:
-        """Interleaved rounds of the named timers (name -> zero-arg callable returning (us, how))."""
+    def compare(self, timers: dict, rounds: int | None = None, step: int = 1) -> dict[str, Timing]:
+        """Interleaved rounds of the named timers (name -> zero-arg callable returning (us, how)); step: interleave's."""
         for n in timers:
             self._require(n)
-        return interleave(timers, rounds or self.rounds)
+        return interleave(timers, rounds or self.rounds, step)
 
     def record(self, r: Result, timing: Timing | None = None) -> dict:
         if timing is not None:

@@ -331,7 +331,8 @@ default's full-grid configuration as it is, the same kernel compiled with the pr
 its two consumer warpgroups staggered (`_sg1`: the second starts a k-block behind the first once per CTA; `_sg2`: at
 every tile), and two other tilings: `_w192` (`128 × 192` tiles, one `m64n192` batch per k-block, so one wait and
 one promotion instead of two) and `_w224` (`128 × 224` tiles, an `n128` and an `n96` sub-tile: `224` divides
-`N = 3584, 7168, 14336`, so these tiles fill the last wave where 256-wide ones leave it ragged) — the same
+`N = 3584, 7168, 14336`, so at some shapes, e.g. `2048 × 3584`, these tiles fill the last wave where 256-wide ones
+leave it ragged; at others they leave it emptier) — the same
 arithmetic, checked bit for bit — beside `_scaled_mm` blockwise and tensorwise, interleaved.
 If the two consumers promoted at the same moments and left the tensor cores idle, staggering them would win back
 the promotion's share; if the cost is the FFMAs themselves competing with the MMAs for the warp schedulers and the
@@ -381,13 +382,15 @@ if not gap_runs:
 
 Two identical kernels should time alike; in one interleaved run they did not. The likely reason is power
 (`nvidia-smi` read a draw at the card's power limit and clocks well under its boost clock between those runs): a
-prefill GEMM holds an H100 or H200 at its power limit, and the GPU then sets its clock from how much power it has been drawing, so a kernel timed straight
-after a hungrier one would start at a lower clock, one timed after a lighter one at a higher clock. Interleaving (A B C, B C A, …) moves where a round starts but not who follows whom, so each variant
-keeps its neighbour in every round. The order run (`--only order`, in the gap file) times one kernel under several
-names, each straight after a different neighbour, first unsettled and then with every variant run alone for a
-while before it is timed (`harness.graph_time_us(settle_ms=…)`). The spread among the copies is what the order
-alone does to a timing. Every prefill timing of the lab is settled this way (`gemm_prefill.SETTLE_MS`); what
-remains after settling is the noise any ratio in this notebook carries.
+prefill GEMM holds an H100 or H200 at its power limit, and the GPU then sets its clock from how much power it has
+been drawing, so a kernel timed straight after a hungrier one would start at a lower clock, one timed after a
+lighter one at a higher clock. Interleaving (A B C, B C A, …) moves where a round starts, but apart from the variant
+that opens a round, each variant follows the same neighbour in every round. The order run (`--only order`, in the
+gap file) times one kernel under several names, each straight after a different neighbour (the rounds rotate by
+whole neighbour-and-copy pairs, so that holds in every round), first unsettled and then with every variant run
+alone for a while before it is timed (`harness.graph_time_us(settle_ms=…)`). The spread among the copies is what
+the order alone does to a timing. Every prefill GEMM timing of the lab is settled this way
+(`gemm_prefill.SETTLE_MS`); what remains after settling is the noise any ratio in this notebook carries.
 """),
 ("code", r"""
 for gapd in gap_runs:
@@ -397,7 +400,8 @@ for gapd in gap_runs:
         print(bg.format_rows(rows))
         nb.md(findings.order_sentence(rows))
 if not any(gemm_report.order_effect(g) for g in gap_runs):
-    print("(no order run recorded yet: python -m fp8lab.kernels.bench gemm --only order on a GPU)")
+    print("(no order run recorded yet: python -m fp8lab.kernels.bench gemm --only gap,order --no-smoke --no-pytest "
+          "--out outputs/kernels/prefill_gap.json on a GPU)")
 """),
 ("md", r"""
 ## The label versus the kernel: SASS evidence
