@@ -332,6 +332,33 @@ def gap_sentence(data: dict, kernel: str | None = None) -> str:
     return text
 
 
+def other_kernels_sentence(rows: list[dict]) -> str:
+    """A gap run's kernels of the same arithmetic that are not the examined kernel's own variants (in
+    gemm_report.leave_one_out rows: every '<name> x blk' column but k's and the anchors'), each with the range of
+    its ratios to _scaled_mm blockwise; '' where the run has none."""
+    names = dict.fromkeys(c[:-len(" x blk")] for r in rows for c in r if c.endswith(" x blk"))
+    names = [n for n in names if n != "k" and not n.startswith(("k-", "k_", "k+", "scaled_mm"))]
+    if not names:
+        return ""
+    parts = [f"`{n}` {ratio_range([r[f'{n} x blk'] for r in rows if f'{n} x blk' in r], 2)}x" for n in names]
+    return ("The other kernels of the same arithmetic in this run, against `_scaled_mm` blockwise: " + "; ".join(parts)
+            + " (the examined kernel's own range is above).")
+
+
+def prefill_grid_sentence(data: dict) -> str:
+    """The default prefill kernel's ratios to _scaled_mm blockwise over a run's shapes with M >= PREFILL_GOAL_MIN_M,
+    and at how many it reached PREFILL_GOAL; '' where the run has none."""
+    from fp8lab.kernels.gemm_report import PREFILL_GOAL, PREFILL_GOAL_MIN_M, prefill_table
+
+    xs = [r["x_vs_blockwise"] for r in prefill_table(data, kernels=("wgmma_tma",), min_m=PREFILL_GOAL_MIN_M)
+          if r["x_vs_blockwise"]]
+    if not xs:
+        return ""
+    dev = (data.get("provenance") or {}).get("device") or "recorded GPU"
+    return (f"On the {dev} the default ran {ratio_range(xs, 2)}x `_scaled_mm` blockwise over the {len(xs)} shapes "
+            f"with M ≥ {PREFILL_GOAL_MIN_M}, at least {PREFILL_GOAL}x at {sum(x >= PREFILL_GOAL for x in xs)} of them.")
+
+
 def order_sentence(rows: list[dict]) -> str:
     """What the order run (gemm_report.order_effect rows) says, in one paragraph rendered from its numbers: how far
     the same kernel's time spread when only its predecessor changed, unsettled and settled, and what that does to

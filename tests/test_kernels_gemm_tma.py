@@ -597,3 +597,31 @@ def test_order_effect_table_and_sentence():
     assert R.order_effect({"results": old})[0]["rotation"] == "timer" and len(
         [c for c in R.order_effect({"results": old})[0] if c.startswith("after ")]) == 3
     assert R.order_effect({"results": other}) == [] and order_sentence([]) == ""
+
+
+def test_other_kernels_prefill_grid_sentences_and_goal_lines():
+    """findings.other_kernels_sentence names a gap run's kernels of the same arithmetic that are not k's variants
+    (nothing where there are none); findings.prefill_grid_sentence counts the shapes with M >= PREFILL_GOAL_MIN_M at
+    PREFILL_GOAL; gemm_report.prefill_goal_lines prints one line per goal."""
+    from fp8lab.findings import other_kernels_sentence, prefill_grid_sentence
+    from fp8lab.kernels import gemm_report as R
+
+    rows = [{"shape": "M=1", "k x blk": 0.95, "k_sg1 x blk": 0.9, "k+as_compiled x blk": 1.0, "k-no_promote x blk": 1.1,
+             "scaled_mm_tensorwise x blk": 1.1, "wgmma_tma_w192 x blk": 0.82},
+            {"shape": "M=2", "k x blk": 0.97, "wgmma_tma_w192 x blk": 0.86, "wgmma_tma_w224 x blk": 0.8}]
+    assert other_kernels_sentence(rows) == ("The other kernels of the same arithmetic in this run, against "
+                                            "`_scaled_mm` blockwise: `wgmma_tma_w192` 0.82–0.86x; `wgmma_tma_w224` "
+                                            "0.80x (the examined kernel's own range is above).")
+    assert other_kernels_sentence([{"shape": "M=1", "k x blk": 1.0, "k_sg2 x blk": 1.0}]) == ""
+
+    def rec(M, x):
+        return {"family": "prefill", "kernel": "w8a8_wgmma_tma", "shape": f"M={M} N=7168 K=7168", "M": M, "N": 7168,
+                "K": 7168, "time_us": 1.0, "tflops": 1.0, "speedup_vs_scaled_mm_blockwise": x, "speedup": 1.5}
+
+    data = {"provenance": {"device": "GPU X"}, "results": [rec(512, 0.5), rec(2048, 0.93), rec(4096, 0.96), rec(8192, 1.01)]}
+    assert prefill_grid_sentence(data) == ("On the GPU X the default ran 0.93–1.01x `_scaled_mm` blockwise over the 3 "
+                                           "shapes with M ≥ 2048, at least 0.95x at 2 of them.")
+    assert prefill_grid_sentence({"results": []}) == ""
+    lines = R.prefill_goal_lines(data)
+    assert len(lines) == len(R.prefill_goals(data)) == 4
+    assert lines[1].startswith("NOT met       0.930 (target 0.95) W8A8 >= 0.95x torch._scaled_mm blockwise at every")

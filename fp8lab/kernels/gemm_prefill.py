@@ -70,6 +70,11 @@ SPEC_DENSE_FP8_TFLOPS = 1979
 SETTLE_MS = 60.0
 
 
+def _timed(calls, mc: int, settle_ms: float = SETTLE_MS):
+    """Every prefill timer: `calls` in a CUDA graph of >= mc calls, 10 replays, settled first."""
+    return harness.graph_time_us(calls, min_calls=mc, rep=10, settle_ms=settle_ms)
+
+
 def _min_calls(flops: float) -> int:
     """Calls per graph replay: about 200 us of work per replay at ~1 PFLOP/s, at least 4."""
     return int(min(64, max(4, math.ceil(200e-6 / max(flops / 1e15, 1e-9)))))
@@ -119,8 +124,7 @@ def _add_anchors(bench: harness.Bench, sh: _Shape, timers: dict, meta: dict, kin
     if "bf16_cublas" in kinds:
         name = f"bf16_cublas {sh.name}"
         bench.trust(name, "library anchor (torch matmul, bf16 operands of the same shape)")
-        timers[name] = lambda: harness.graph_time_us([lambda a=a, b=b: a @ b.t() for a, b in zip(sh.Abf, sh.Bbf)],
-                                                     min_calls=mc, rep=10, settle_ms=settle_ms)
+        timers[name] = lambda: _timed([lambda a=a, b=b: a @ b.t() for a, b in zip(sh.Abf, sh.Bbf)], mc, settle_ms)
         meta[name] = ("bf16_cublas (torch matmul)", "bf16 x bf16", 2 * (sh.M * sh.K + sh.N * sh.K + sh.M * sh.N), {})
     for kind in ("tensorwise", "rowwise", "blockwise"):
         if f"scaled_mm_{kind}" not in kinds:
@@ -137,8 +141,7 @@ def _add_anchors(bench: harness.Bench, sh: _Shape, timers: dict, meta: dict, kin
             bench.validate(name, fns[0][0], sh.check("mma_bf16"))
         else:
             bench.trust(name, "library anchor (unit scales: times the FP8 matmul, not our scaling)")
-        timers[name] = lambda fns=fns: harness.graph_time_us([f for f, _ in fns], min_calls=mc, rep=10,
-                                                                    settle_ms=settle_ms)
+        timers[name] = lambda fns=fns: _timed([f for f, _ in fns], mc, settle_ms)
         meta[name] = (f"scaled_mm_{kind} (torch._scaled_mm)", "e4m3 x e4m3", sh.fp8_bytes, extra)
 
 
@@ -158,9 +161,8 @@ def _add_kernel(bench: harness.Bench, sh: _Shape, kernel: str, timers: dict, met
     if not bench.validate(name, launch, sh.check(kernel), outputs=[launch.out]):
         return False
     mc = _min_calls(sh.flops)
-    timers[name] = lambda: harness.graph_time_us(
-        [G.prepare(a, sh.sa, b, sh.sb, kernel=kernel, config=config) for a, b in zip(sh.A, sh.B)], min_calls=mc, rep=10,
-        settle_ms=settle_ms)
+    timers[name] = lambda: _timed(
+        [G.prepare(a, sh.sa, b, sh.sb, kernel=kernel, config=config) for a, b in zip(sh.A, sh.B)], mc, settle_ms)
     extra = {"validated_err_over_tol": bench.validation[name].get("err_over_tol")}
     cfg = getattr(launch, "config", None)
     if cfg is not None:
@@ -342,8 +344,7 @@ def bench_gap(bench: harness.Bench, skip: set, shapes=None, kernels=GAP_KERNELS,
                     bench.notes.append({"kernel": name, "error": f"{type(e).__name__}: {str(e)[:300]}"})
                     continue
                 bench.trust(name, f"leave-one-out ({what}): computes wrong numbers by design; timed, not validated")
-                timers[name] = lambda ls=launches: harness.graph_time_us(ls, min_calls=mc, rep=10,
-                                                                                   settle_ms=SETTLE_MS)
+                timers[name] = lambda ls=launches: _timed(ls, mc)
                 meta[name] = (label, "e4m3 x e4m3 (1x128, 128x128)", sh.fp8_bytes,
                               {"left_out": what, "validated": False, "of_kernel": names[0]})
             for v in edits:
@@ -359,8 +360,7 @@ def bench_gap(bench: harness.Bench, skip: set, shapes=None, kernels=GAP_KERNELS,
                     continue
                 if not same_bits(name, launches[0]):
                     continue
-                timers[name] = lambda ls=launches: harness.graph_time_us(ls, min_calls=mc, rep=10,
-                                                                                   settle_ms=SETTLE_MS)
+                timers[name] = lambda ls=launches: _timed(ls, mc)
                 meta[name] = (label, "e4m3 x e4m3 (1x128, 128x128)", sh.fp8_bytes,
                               {"sass_edit": what, "control_fields": fields, "ffmas_changed": counts.get("changed"),
                                "promotion_ffmas": counts.get("ffmas"), "bits_equal_to": names[0],
@@ -407,23 +407,20 @@ def bench_order(bench: harness.Bench, skip: set, shapes=None, kernel: str = GAP_
                 bench.notes.append({"kernel": own, "error": "order run: no neighbour passed validation"})
                 break
             order, info = {}, {}
+
+            def add(name, src, label, **extra):
+                order[name] = timers[src]
+                _, dtype, nbytes, ex = meta[src]
+                info[name] = (label, dtype, nbytes, {**ex, **extra, "settle_ms": settle, "rotation": "pairs"})
+                if name != src:  # a copy times the launch validated (or trusted) under its source's name
+                    bench.validation[name] = {**bench.validation[src], "same_timer_as": src}
+
             for full, n in named.items():
-                order[full] = timers[full]
-                info[full] = meta[full]
-                copy = f"w8a8_{kernel}@after_{n} {sh.name}"
-                order[copy] = timers[own]
-                label, dtype, nbytes, extra = meta[own]
-                info[copy] = (f"{label}@after_{n}", dtype, nbytes, {**extra, "after": n, "copy_of": kernel})
+                add(full, full, meta[full][0])
+                add(f"w8a8_{kernel}@after_{n} {sh.name}", own, f"{meta[own][0]}@after_{n}", after=n, copy_of=kernel)
             first = next(iter(named))
-            again = f"{meta[first][0].split()[0]}@after_{kernel} {sh.name}"
-            order[again] = timers[first]
-            for copy in order:  # the copies time a launch validated (or trusted) under its own name above
-                src = own if copy.startswith(f"w8a8_{kernel}@") else first if copy == again else copy
-                bench.validation[copy] = {**bench.validation[src], "same_timer_as": src} if copy != src \
-                    else bench.validation[src]
-            label, dtype, nbytes, extra = meta[first]
-            info[again] = (f"{label.split()[0]}@after_{kernel}", dtype, nbytes, {**extra, "after": kernel})
-            info = {n: (lb, dt, nb, {**ex, "settle_ms": settle, "rotation": "pairs"}) for n, (lb, dt, nb, ex) in info.items()}
+            base = meta[first][0].split()[0]
+            add(f"{base}@after_{kernel} {sh.name}", first, f"{base}@after_{kernel}", after=kernel)
             t = bench.compare(order, rounds=rounds, step=2)
             _record(bench, sh, t, info, "order")
         del sh

@@ -228,75 +228,42 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
         if (NWG == 2) setmaxnreg_inc<232>();
         const int wq = warp & 3, g = lane >> 2, t4 = lane & 3;
         const u32 cbuf = base + ST * STAGE + wg * CWG;
-        // ---- epilogue: the finished 128 x TBN tile (this warpgroup's rows) to C ----
-        auto epilogue = [&](float (&acc)[MH * NH][64], int m0, int n0) {
+        // ---- epilogue: the finished 128 x TBN tile (this warpgroup's rows) to C. acc: the thread's accumulators in any
+        // shape, read flat: of m64 sub-tile mh, column group j (8 columns: n128 sub-tiles follow each other, 16 groups
+        // apiece) sits at acc[mh * RM + 4j .. + 3], rows g (+0, +1) and g + 8 (+2, +3) ----
+        auto epilogue = [&](auto& acc_any, int m0, int n0) {
+            constexpr int R = sizeof(acc_any) / sizeof(float), RM = R / MH;
+            float (&acc)[R] = reinterpret_cast<float (&)[R]>(acc_any);
             if (EPI == 0) {
 #pragma unroll
-                for (int mh = 0; mh < MH; ++mh)
+                for (int mh = 0; mh < MH; ++mh) {
+                    const int row = m0 + 64 * (wg * MH + mh) + 16 * wq + g;
 #pragma unroll
-                    for (int nh = 0; nh < NH; ++nh) {
-                        const int row = m0 + 64 * (wg * MH + mh) + 16 * wq + g;
-#pragma unroll
-                        for (int j = 0; j < (ODD && nh == 1 ? 12 : 16); ++j) {
-                            const int col = n0 + 128 * nh + 8 * j + 2 * t4;
-                            if (col < N) {
-                                store_bf16x2(C, N, M, row, col, acc[mh * NH + nh][4 * j + 0], acc[mh * NH + nh][4 * j + 1]);
-                                store_bf16x2(C, N, M, row + 8, col, acc[mh * NH + nh][4 * j + 2], acc[mh * NH + nh][4 * j + 3]);
-                            }
+                    for (int j = 0; j < TBN / 8; ++j) {
+                        const int col = n0 + 8 * j + 2 * t4;
+                        if (col < N) {
+                            store_bf16x2(C, N, M, row, col, acc[mh * RM + 4 * j + 0], acc[mh * RM + 4 * j + 1]);
+                            store_bf16x2(C, N, M, row + 8, col, acc[mh * RM + 4 * j + 2], acc[mh * RM + 4 * j + 3]);
                         }
                     }
+                }
             } else {
                 if (wq == 0 && lane == 0) bulk_wait_read<0>();  // the previous tile's store has read the buffer
                 named_sync(1 + wg, 128);
 #pragma unroll
-                for (int mh = 0; mh < MH; ++mh)
+                for (int mh = 0; mh < MH; ++mh) {
+                    const int rl = 64 * mh + 16 * wq + g;  // row in this warpgroup's C tile; rl & 7 == g
 #pragma unroll
-                    for (int nh = 0; nh < NH; ++nh) {
-                        const int rl = 64 * mh + 16 * wq + g;  // row in this warpgroup's C tile; rl & 7 == g
-#pragma unroll
-                        for (int j = 0; j < 16; ++j) {
-                            const u32 a = cbuf + (2 * nh + (j >> 3)) * CBOX + rl * 128 + (((j & 7) ^ g) << 4) + 4 * t4;
-                            st_shared_u32(a, bf16x2_rn(acc[mh * NH + nh][4 * j + 0], acc[mh * NH + nh][4 * j + 1]));
-                            st_shared_u32(a + 8 * 128, bf16x2_rn(acc[mh * NH + nh][4 * j + 2], acc[mh * NH + nh][4 * j + 3]));
-                        }
+                    for (int j = 0; j < TBN / 8; ++j) {
+                        const u32 a = cbuf + (j >> 3) * CBOX + rl * 128 + (((j & 7) ^ g) << 4) + 4 * t4;
+                        st_shared_u32(a, bf16x2_rn(acc[mh * RM + 4 * j + 0], acc[mh * RM + 4 * j + 1]));
+                        st_shared_u32(a + 8 * 128, bf16x2_rn(acc[mh * RM + 4 * j + 2], acc[mh * RM + 4 * j + 3]));
                     }
+                }
                 fence_proxy_async();  // generic-proxy stores -> visible to the copy engine
                 named_sync(1 + wg, 128);
                 if (wq == 0 && lane == 0) {  // boxes are clipped at the tensor's edge; wholly outside ones are skipped
                     const int r = m0 + 64 * MH * wg;
-#pragma unroll
-                    for (int b = 0; b < TBN / 64; ++b)
-                        if (r < M && n0 + 64 * b < N) tma_store_2d(tmC, cbuf + b * CBOX, n0 + 64 * b, r);
-                    bulk_commit();
-                }
-            }
-        };
-        // ---- the same for a WIDE warpgroup: its 64 x TBN sub-tile, column group j (8 columns) in acc[4j .. 4j + 3] ----
-        auto epilogue_wide = [&](float (&acc)[TBN / 2], int m0, int n0) {
-            const int rl = 16 * wq + g;
-            if (EPI == 0) {
-                const int row = m0 + 64 * wg + rl;
-#pragma unroll
-                for (int j = 0; j < TBN / 8; ++j) {
-                    const int col = n0 + 8 * j + 2 * t4;
-                    if (col < N) {
-                        store_bf16x2(C, N, M, row, col, acc[4 * j + 0], acc[4 * j + 1]);
-                        store_bf16x2(C, N, M, row + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
-                    }
-                }
-            } else {
-                if (wq == 0 && lane == 0) bulk_wait_read<0>();
-                named_sync(1 + wg, 128);
-#pragma unroll
-                for (int j = 0; j < TBN / 8; ++j) {
-                    const u32 a = cbuf + (j >> 3) * CBOX + rl * 128 + (((j & 7) ^ g) << 4) + 4 * t4;
-                    st_shared_u32(a, bf16x2_rn(acc[4 * j + 0], acc[4 * j + 1]));
-                    st_shared_u32(a + 8 * 128, bf16x2_rn(acc[4 * j + 2], acc[4 * j + 3]));
-                }
-                fence_proxy_async();
-                named_sync(1 + wg, 128);
-                if (wq == 0 && lane == 0) {
-                    const int r = m0 + 64 * wg;
 #pragma unroll
                     for (int b = 0; b < TBN / 64; ++b)
                         if (r < M && n0 + 64 * b < N) tma_store_2d(tmC, cbuf + b * CBOX, n0 + 64 * b, r);
@@ -371,7 +338,7 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                 }
                 work_item(i, F, S, KB, t, kb0, kb1, piece);  // recomputed: not live across the k-loop
                 tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
-                if (finish(acc, t, piece)) epilogue_wide(acc, m0, n0);
+                if (finish(acc, t, piece)) epilogue(acc, m0, n0);
             }
         } else if constexpr (PIPE) {
             // Two partial-sum buffers (pa, pb): k-block kb + 1 is issued into one BEFORE k-block kb's products are

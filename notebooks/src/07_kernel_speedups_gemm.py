@@ -268,10 +268,7 @@ if data:
     gap = gemm_report.prefill_gap(data)
     print(bg.format_rows(gap) if gap else "(no prefill shape with M >= 2048 in this run)")
     print()
-    for g in gemm_report.prefill_goals(data):
-        verdict = "not measured" if g["met"] is None else "met" if g["met"] else "NOT met"
-        m = "-" if g["measured"] is None else format(g["measured"], ".3f")
-        print(f"{verdict:12s} {m:>6s} (target {g['target']}) {g['goal']}  [{g.get('where') or '-'}]")
+    print("\n".join(gemm_report.prefill_goal_lines(data)))
     if gap:
         nb.md("At the prefill shapes with M ≥ 2048 the default TMA kernel reaches "
               f"{findings.ratio_range([r['of_best'] for r in gap])} of the best FP8 rate this run saw there, and "
@@ -294,17 +291,12 @@ h100 = bg.load(H1 / "gemm_prefill.json") if H1 else None
 if h100:
     for k, v in bg.provenance_summary(h100).items():
         print(f"{k:24s} {' '.join(str(v).split())}")
-    rows = sorted(gemm_report.prefill_table(h100, kernels=("wgmma_tma",), min_m=2048),
+    rows = sorted(gemm_report.prefill_table(h100, kernels=("wgmma_tma",), min_m=gemm_report.PREFILL_GOAL_MIN_M),
                   key=lambda r: (r["N"], r["K"], r["M"]))
     print(bg.format_rows(rows))
-    for g in gemm_report.prefill_goals(h100):
-        verdict = "not measured" if g["met"] is None else "met" if g["met"] else "NOT met"
-        m = "-" if g["measured"] is None else format(g["measured"], ".3f")
-        print(f"{verdict:12s} {m:>6s} (target {g['target']}) {g['goal']}  [{g.get('where') or '-'}]")
-    xs = [r["x_vs_blockwise"] for r in rows if r["x_vs_blockwise"]]
-    if xs:
-        nb.md(f"On the H100 the default ran {findings.ratio_range(xs, 2)}x `_scaled_mm` blockwise over the "
-              f"{len(xs)} shapes with M ≥ 2048, at least 0.95x at {sum(x >= 0.95 for x in xs)} of them.")
+    print("\n".join(gemm_report.prefill_goal_lines(h100)))
+    if findings.prefill_grid_sentence(h100):
+        nb.md(findings.prefill_grid_sentence(h100))
 else:
     print("(no H100 prefill grid recorded)")
 """),
@@ -368,11 +360,8 @@ for gapd in gap_runs:
           "a '+' edit's share is against k+as_compiled")
     print(bg.format_rows([{c: v for c, v in r.items() if c == "shape" or c.endswith("share")} for r in rows]))
     nb.md(findings.gap_sentence(gapd))
-    tilings = [(c[:-6], findings.ratio_range([r[c] for r in rows if c in r], 2))
-               for c in dict.fromkeys(c for r in rows for c in r if c.endswith(" x blk") and ("w192" in c or "w224" in c))]
-    if tilings:
-        nb.md("The other tilings in this run, against `_scaled_mm` blockwise: " +
-              "; ".join(f"`{k}` {x}x" for k, x in tilings) + " (the examined kernel's own range is above).")
+    if findings.other_kernels_sentence(rows):
+        nb.md(findings.other_kernels_sentence(rows))
 if not gap_runs:
     print("(no gap run recorded yet: python -m fp8lab.kernels.bench gemm --only gap --no-smoke --no-pytest "
           "--out outputs/kernels/prefill_gap.json on a GPU)")

@@ -17,7 +17,7 @@ base = [G.prepare(a, sh.sa, b, sh.sb, kernel=kern) for a, b in zip(sh.A, sh.B)]
 with _cuda.edited_binary("gemm_w8a8_tma.cu", lambda cubin: cubin):
     same = [G.prepare(a, sh.sa, b, sh.sb, kernel=kern) for a, b in zip(sh.A, sh.B)]
 mc = P._min_calls(sh.flops)
-timers = {"cupy": lambda: harness.graph_time_us(base, min_calls=mc, rep=10),
-          "compile_for": lambda: harness.graph_time_us(same, min_calls=mc, rep=10)}
+timers = {"cupy": lambda: P._timed(base, mc),
+          "compile_for": lambda: P._timed(same, mc)}
 for name, t in harness.interleave(timers, rounds=8).items():
     print(f"{M}x{N}x{K} {name:12s} median {t.median:7.1f} us  q1-q3 {t.q1:.1f}-{t.q3:.1f}  min-max {t.min:.1f}-{t.max:.1f}")

@@ -45,7 +45,7 @@ def main() -> None:
                 print(f"  {name}: FAILED validation {bench.validation[name]}")
                 continue
             assert ls[0].split == (F, S) and ls[0].config.bn == 256, (ls[0].split, ls[0].config)
-            timers[name] = lambda ls=ls: harness.graph_time_us(ls, min_calls=mc, rep=10, settle_ms=P.SETTLE_MS)
+            timers[name] = lambda ls=ls: P._timed(ls, mc)
         res = bench.compare(timers, rounds=5)
         blk = res[f"scaled_mm_blockwise {sh.name}"].median
         for n, r in res.items():
