@@ -332,6 +332,47 @@ def gap_sentence(data: dict, kernel: str | None = None) -> str:
     return text
 
 
+def decode_gap_sentence(rows: list[dict], device: str | None = None) -> str:
+    """What a decode gap run says (rows: fp8lab.kernels.gemm_report.decode_gap), rendered from its numbers: per format
+    and M, the share of version 3's time that cutting ALL its arithmetic saved ('loads_only') and the ratios to
+    `_scaled_mm` tensorwise of the shipped kernel and of its loads alone; then the reading: under 10 % everywhere,
+    the loads (not the arithmetic) set the time; 25 % or more everywhere, the arithmetic is the lever; else both count.
+    A cut copy slower than the full kernel (share below -2 %) is said as such: ptxas schedules the cut code differently,
+    so a share near zero reads 'not the limit', not an exact cost."""
+    names = {"fp8c": "FP8 (per-channel)", "nvfp4": "NVFP4"}
+    lo = [r for r in rows if r["variant"] == "loads_only" and r.get("saves") is not None]
+    if not lo:
+        return "This run holds no timing of version 3 with its arithmetic cut away."
+    parts, shares = [], []
+    for fmt in sorted({r["format"] for r in lo}):
+        for M in sorted({r["M"] for r in lo if r["format"] == fmt}):
+            sel = [r for r in lo if r["format"] == fmt and r["M"] == M]
+            full = [r for r in rows if r["format"] == fmt and r["M"] == M and r["variant"] == "full"]
+            sv = [r["saves"] for r in sel]
+            shares += sv
+            parts.append(f"{names.get(fmt, fmt)} at M = {M}: {ratio_range([100 * v for v in sv], 0)} % "
+                         f"(the kernel {ratio_range([r['x_scaled_mm'] for r in full], 2)}x `_scaled_mm` tensorwise, "
+                         f"its loads alone {ratio_range([r['x_scaled_mm'] for r in sel], 2)}x)")
+    n = len({(r["N"], r["K"]) for r in lo})
+    text = (f"On the {device or 'recorded GPU'}, at {n} shape{'s' if n != 1 else ''}, cutting all of version 3's "
+            f"arithmetic (no widening, no scale, no MMA; the same loads) saved " + "; ".join(parts) + ". ")
+    if max(shares) < 0.10:
+        text += ("So on this GPU the arithmetic is not what holds the kernel back: even a kernel that did none would "
+                 "gain at most that much with these loads. How the bytes are fetched (how many are in flight, the "
+                 "split over warps, the tail) is the lever, not a cheaper widening.")
+    elif min(shares) >= 0.25:
+        text += "The arithmetic costs a large share of the time everywhere: fewer instructions per weight byte is the lever."
+    else:
+        text += ("The arithmetic costs part of the time and the loads the rest: it matters most where the share is "
+                 "largest.")
+    neg = [v for v in shares if v < -0.02]
+    if neg:
+        text += (f" At {len(neg)} of these points the cut copy ran slower than the full kernel (by up to "
+                 f"{-100 * min(neg):.0f} %): cutting code changes how ptxas schedules the loads, so a share near zero "
+                 f"reads 'not the limit', not an exact cost.")
+    return text
+
+
 def other_kernels_sentence(rows: list[dict]) -> str:
     """A gap run's kernels of the same arithmetic that are not the examined kernel's own variants (in
     gemm_report.leave_one_out rows: every '<name> x blk' column but k's and the anchors'), each with the range of

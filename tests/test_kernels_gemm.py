@@ -771,3 +771,36 @@ def test_v3_pdl_launch_matches_plain_launch(version):
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(y0.view(torch.int16), launch.out.view(torch.int16))
+
+
+def test_decode_gap_table_and_sentence():
+    """gemm_report.decode_gap / findings.decode_gap_sentence on a decode gap run's records (family decode_gap, apart
+    from the decode table and goals): 'saves' is the share of the full kernel's time a cut stage costs, the reading
+    follows the loads_only shares, and a cut copy slower than the kernel is said as such."""
+    from fp8lab import findings
+    from fp8lab.kernels import gemm_report as R
+
+    def rec(kernel, fmt, M, t, x):
+        return {"family": "decode_gap", "kernel": kernel, "fmt": fmt, "M": M, "N": 4096, "K": 4096,
+                "shape": f"M={M} N=4096 K=4096", "time_us": t, "speedup_vs_scaled_mm_tensorwise": x}
+
+    res = [rec("gemv_fp8_channel_v3", "fp8c", 1, 20.0, 0.95), rec("gemv_fp8_channel_v3-loads_only", "fp8c", 1, 19.0, 1.0),
+           rec("gemv_fp8_channel_v3-no_mul", "fp8c", 1, 19.8, 0.96),
+           rec("gemv_fp8_channel_v3", "fp8c", 16, 30.0, 0.9), rec("gemv_fp8_channel_v3-loads_only", "fp8c", 16, 31.5, 0.86)]
+    rows = R.decode_gap({"results": res})
+    assert [(r["M"], r["variant"]) for r in rows] == [(1, "full"), (1, "no_mul"), (1, "loads_only"), (16, "full"),
+                                                      (16, "loads_only")]
+    by = {(r["M"], r["variant"]): r for r in rows}
+    assert by[(1, "loads_only")]["saves"] == pytest.approx(0.05)
+    assert by[(16, "loads_only")]["saves"] == pytest.approx(-0.05)
+    assert by[(1, "full")]["saves"] == 0 and by[(1, "no_mul")]["x_scaled_mm"] == 0.96
+    text = findings.decode_gap_sentence(rows, "H100")
+    assert "On the H100, at 1 shape," in text and "M = 1: 5 %" in text and "M = 16: -5 %" in text
+    assert "not what holds the kernel back" in text and "slower than the full kernel (by up to 5 %)" in text
+    big = [dict(r, saves=0.3) if r["variant"] == "loads_only" else r for r in rows]
+    assert "fewer instructions per weight byte is the lever" in findings.decode_gap_sentence(big)
+    mixed = [dict(r, saves=0.15 if r["M"] == 1 else 0.02) if r["variant"] == "loads_only" else r for r in rows]
+    assert "part of the time" in findings.decode_gap_sentence(mixed)
+    assert "no timing" in findings.decode_gap_sentence([r for r in rows if r["variant"] == "full"])
+    # the goals and the decode table never see a gap run's variants
+    assert R.decode_table({"results": res}) == [] and R.goals({"results": res}) == R.goals({"results": []})

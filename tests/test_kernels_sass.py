@@ -511,3 +511,40 @@ def test_leave_one_out_patch_compiles_and_removes_the_promotion():
         with _cuda.patched_sources({"nope.cu": [("a", "b")]}):
             pass
     assert _cuda.KERNEL_DIR == orig
+
+
+def test_decode_gap_variants_cut_the_arithmetic_and_keep_every_load():
+    """The decode gap run's copies of version 3 (gemm_decode.DECODE_GAP) apply to today's sources and compile for
+    sm_90a with every load of the shipped kernel (weights, NVFP4 scale words, activations: the same LDG count) and
+    less arithmetic: no MMA in no_mma and loads_only, no bf16x2 multiply in no_mul, fewer integer ops in min_widen
+    than in no_mul; only the kernels the run times are compiled; a variant without a form for a format is refused."""
+    _tools_or_skip()
+    from fp8lab.kernels import gemm_decode as D
+
+    for fmt in D.DECODE_GAP_FORMATS:
+        full = D.decode_gap_sass(fmt, "full")
+        assert sorted(full) == sorted(f"gemv3_{f}_r{R}_nt{nt}_c{C}_p{P}_e0_n0" for f, R, nt, C, P, _, _ in D.decode_gap_keys(fmt))
+        for v, (_, forms) in D.DECODE_GAP.items():
+            if fmt not in forms:
+                with pytest.raises(ValueError, match="no nvfp4 form"):
+                    D.decode_gap_patches(v, fmt)
+                continue
+            cut = D.decode_gap_sass(fmt, v)
+            for name, c in cut.items():
+                f = full[name]
+                assert c.get("LDG") == f["LDG"], (fmt, v, name, c.get("LDG"), f["LDG"])
+                assert f["HMMA"] > 0 and f["HMUL2"] > 0
+                if v in ("no_mma", "loads_only"):
+                    assert c.get("HMMA", 0) == 0, (fmt, v, name)
+                else:
+                    assert c["HMMA"] == f["HMMA"], (fmt, v, name)
+                if v in ("no_mul", "min_widen", "loads_only"):
+                    assert c.get("HMUL2", 0) == 0, (fmt, v, name, c.get("HMUL2"))
+                assert sum(c.values()) < sum(f.values()) or v == "no_mma", (fmt, v, name)
+        if fmt == "fp8c":
+            nm, mw = D.decode_gap_sass(fmt, "no_mul"), D.decode_gap_sass(fmt, "min_widen")
+            for name in nm:
+                ops = lambda c: c.get("LOP3", 0) + c.get("SHF", 0)  # noqa: E731
+                assert ops(mw[name]) < ops(nm[name]), name
+    with pytest.raises(ValueError, match="no fp8c form|has no"):
+        D.decode_gap_patches("nope", "fp8c")

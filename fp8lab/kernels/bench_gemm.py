@@ -11,7 +11,9 @@ Writes outputs/kernels/gemm.json (harness schema) and gemm_sass.txt beside it. O
   6. seed 001's accuracy gate on the kernel outputs, and the SASS opcode counts of what runs (fp8lab.kernels.sass);
   7. only when asked (--only gap, its own file): where the prefill gap goes, the kernel with its promotion left out
      and done twice, and with staggered consumers, beside the anchors (gemm_prefill.bench_gap); --only order: the
-     same kernel timed after different neighbours, unsettled and settled (gemm_prefill.bench_order).
+     same kernel timed after different neighbours, unsettled and settled (gemm_prefill.bench_order); --only
+     decode_gap: where the decode GEMV's time goes, version 3 with its arithmetic cut away beside the same kernel
+     and the anchors (gemm_decode.bench_decode_gap), with the SASS opcode counts of every variant.
 What notebook 07 reads back is gemm_report (re-exported here).
 
     python -m fp8lab.kernels.bench gemm --only decode,sass --no-smoke --no-pytest \
@@ -137,6 +139,15 @@ def main(argv=None) -> int:
         if args.m:
             kw["Ms"] = tuple(args.m)
         gemm_decode.bench_decode(bench, skip, on_shape_done=dump, **kw)
+        dump()
+    if "decode_gap" in only:
+        kw = {k: v for k, v in (("shapes", args.shapes), ("Ms", tuple(args.m) if args.m else None)) if v}
+        bench.extra["decode_gap_sass"] = {
+            fmt: {v: gemm_decode.decode_gap_sass(fmt, v, device_cc(), kw.get("Ms", gemm_decode.DECODE_GAP_M))
+                  for v in ("full",) + tuple(x for x, (_, p) in gemm_decode.DECODE_GAP.items() if fmt in p)}
+            for fmt in gemm_decode.DECODE_GAP_FORMATS}
+        dump()
+        gemm_decode.bench_decode_gap(bench, skip, **kw)
         dump()
     if "prefill" in only:
         gemm_prefill.bench_prefill(bench, skip, **({"shapes": args.prefill_shapes} if args.prefill_shapes else {}))

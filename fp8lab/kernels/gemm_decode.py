@@ -294,3 +294,186 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
         torch.cuda.empty_cache()
         if on_shape_done is not None:
             on_shape_done()
+
+
+# ---- where the decode GEMV's time goes: its arithmetic cut away, its loads kept -----------------------------------
+# Version 3 compiled from patched copies of gemv_v3_common.cuh (_cuda.patched_sources): the loads, the stream-K split
+# and the epilogue stay; the arithmetic on each weight word shrinks. The copies compute WRONG numbers by design (they
+# are timed, never validated); a stage's cost is the time it takes away. {name: (what is cut, {fmt: patches})}.
+_FP8_MUL = ("    p01 = bf16x2_mul(a, FP8LAB_BF16X2_E4M3_UNBIAS);\n    p23 = bf16x2_mul(b, FP8LAB_BF16X2_E4M3_UNBIAS);",
+            "    p01 = a;\n    p23 = b;")
+_FP8_SPLIT = ("const u32 b = ((w & 0x080F080Fu) << 4) | ((w >> 4) & 0x07000700u);", "const u32 b = (w << 4) & 0x87F087F0u;")
+_FP8_NO_WIDEN = ("const u32 a = w & 0x87F087F0u;\n    const u32 b = ((w & 0x080F080Fu) << 4) | ((w >> 4) & 0x07000700u);",
+                 "const u32 a = w, b = 0u;")
+_NV_MUL_OLD = ("const u32 a0 = bf16x2_mul(p[0], sg), a1 = bf16x2_mul(p[1], s8);\n"
+               "        const u32 a2 = bf16x2_mul(p[2], sg), a3 = bf16x2_mul(p[3], s8);")
+_NV_NO_SCALE = (_NV_MUL_OLD, "const u32 a0 = p[0] ^ sc, a1 = p[1], a2 = p[2], a3 = p[3];")  # the word kept live
+_NV_NO_WIDEN = (_NV_MUL_OLD, "const u32 a0 = word_of(w, s) ^ sc, a1 = 0u, a2 = 0u, a3 = 0u;")
+_NV_RAW_SCALE = [("scale2_bf16x2(sw & 0xFFFFu)", "(sw & 0xFFFFu)"), ("scale2_bf16x2(sw >> 16)", "(sw >> 16)")]
+# each MMA (m16n8k16: A a0..a3, B b0 b1, fp32 C/D) replaced by XORs of its operands into the accumulators, which keeps
+# the widening's results and the activation loads live (both formats' MMA lines are this text)
+_NO_MMA = ("mma_bf16_16816(d[nt], a0, a1, a2, a3, b0, b1);",
+           "d[nt][0] = __int_as_float(__float_as_int(d[nt][0]) ^ a0 ^ b0); "
+           "d[nt][1] = __int_as_float(__float_as_int(d[nt][1]) ^ a1 ^ b1); "
+           "d[nt][2] = __int_as_float(__float_as_int(d[nt][2]) ^ a2); "
+           "d[nt][3] = __int_as_float(__float_as_int(d[nt][3]) ^ a3);")
+DECODE_GAP = {
+    "no_mul": ("the exact bf16x2 multiplies after the bit moves (FP8: x 2**120, two per 4 codes; NVFP4: the block "
+               "scale, its decode and four multiplies per 8 codes)",
+               {"fp8c": [_FP8_MUL], "nvfp4": [_NV_NO_SCALE] + _NV_RAW_SCALE}),
+    "min_widen": ("FP8 only: the widening cut to two integer ops per 4 codes and no multiply (a floor for any bit-move "
+                  "widening)", {"fp8c": [_FP8_MUL, _FP8_SPLIT]}),
+    "no_mma": ("the MMAs: each replaced by XORs of its operands into the accumulators (widening and activation loads "
+               "kept)", {"fp8c": [_NO_MMA], "nvfp4": [_NO_MMA]}),
+    "loads_only": ("all the arithmetic: no widening, no scale, no MMA; every weight word and activation XORed into the "
+                   "accumulators (the loads, the split and the epilogue alone)",
+                   {"fp8c": [_FP8_MUL, _FP8_NO_WIDEN, _NO_MMA], "nvfp4": [_NV_NO_WIDEN, _NO_MMA] + _NV_RAW_SCALE}),
+}
+DECODE_GAP_SHAPES = [(18944, 3584), (3584, 18944), (28672, 8192)]
+DECODE_GAP_M = (1, 16)
+DECODE_GAP_FORMATS = ("fp8c", "nvfp4")
+_GAP_LABEL = {"fp8c": "gemv_fp8_channel_v3", "nvfp4": "gemv_nvfp4_v3"}
+
+
+def decode_gap_keys(fmt: str, Ms=DECODE_GAP_M) -> list[tuple]:
+    """The compiled keys (format, R, NT, C, P, epilogue, norm) of version 3's default config at each M (the kernels the
+    decode gap run examines: what the recording run times)."""
+    keys = []
+    for M in Ms:
+        (C, P, _, _), R = v3_candidates(fmt, M, False)[0]
+        from . import gemv_v3 as V3
+
+        k = (fmt, R, V3.n_tiles(M), C, P, "store", 0)
+        if k not in keys:
+            keys.append(k)
+    return keys
+
+
+def decode_gap_patches(variant: str, fmt: str, Ms=DECODE_GAP_M) -> dict:
+    """_cuda.patched_sources patches of one variant ('full': none) for `fmt`, compiling only decode_gap_keys (a text
+    edit of gemv_v3.cu's instantiation line: a few kernels instead of the whole list, seconds instead of a minute).
+    ValueError for a variant that has no form for this format."""
+    from . import gemv_v3 as V3
+
+    if variant != "full" and fmt not in DECODE_GAP.get(variant, ("", {}))[1]:
+        raise ValueError(f"decode gap variant {variant!r} has no {fmt} form; variants: full, "
+                         + ", ".join(v for v, (_, p) in DECODE_GAP.items() if fmt in p))
+    only = "".join(f"GEMV3({V3._FMT_ID[f]},{R},{nt},{C},{P},{V3.EPILOGUES[e]},{n})"
+                   for f, R, nt, C, P, e, n in decode_gap_keys(fmt, Ms))
+    patches = {"gemv_v3.cu": [("#endif\nFP8LAB_GEMV_V3", "#endif\n" + only)]}
+    if variant != "full":
+        patches["gemv_v3_common.cuh"] = list(DECODE_GAP[variant][1][fmt])
+    return patches
+
+
+def decode_gap_sass(fmt: str, variant: str, cc: int = 90, Ms=DECODE_GAP_M) -> dict:
+    """{kernel name: {opcode: count}} of the variant's kernels as this arch compiles them (no GPU: NVRTC), counted over
+    the whole function (the epilogue and the fix-up included, the same in every variant)."""
+    from . import _cuda, sass
+
+    with _cuda.patched_sources(decode_gap_patches(variant, fmt, Ms)):
+        cubin, _ = _cuda.compile_for("gemv_v3.cu", cc)
+    return {name: dict(k.opcodes()) for name, k in sass.parse(sass.disassemble(cubin)).items()}
+
+
+def bench_decode_gap(bench: harness.Bench, skip: set, shapes=DECODE_GAP_SHAPES, Ms=DECODE_GAP_M,
+                     fmts=DECODE_GAP_FORMATS, variants=tuple(DECODE_GAP)) -> None:
+    """Where version 3's decode time goes: the kernel at its default config (validated against the float64
+    reference), the DECODE_GAP variants of it (timed, not validated: wrong numbers by design), `_scaled_mm` tensorwise
+    and bf16 cuBLAS, interleaved. Records: family "decode", subset "gap"; the variants are named '<label>-<variant>'
+    and carry left_out, of_kernel and validated False; each of ours carries speedup_vs_scaled_mm_tensorwise."""
+    import torch
+
+    from . import _cuda
+    from . import gemv_fp8 as F8
+    from . import gemv_nvfp4 as F4
+    from . import gemv_v3 as V3
+
+    copy_gbps = bench.ceilings.get("copy_gbps")
+    for N, K in shapes:
+        if out_of_time(f"decode gap N={N} K={K}", bench.notes):
+            continue
+        torch.manual_seed(N + K)
+        w8 = [F8.random_codes(N, K) for _ in range(n_sets(N * K))]
+        sch = torch.rand(N, device="cuda") * 1e-3 + 1e-4
+        w4 = [F4.random_nvfp4(N, K) for _ in range(n_sets(N * K // 2 + N * K // 16))]
+        gs = torch.tensor(0.01, device="cuda")
+        wbf = [(torch.randn(N, K, device="cuda") * 0.02).to(torch.bfloat16) for _ in range(n_sets(2 * N * K))]
+        deq = {"fp8c": lambda: F8.dequant_weight(w8[0], sch), "nvfp4": lambda: F4.dequant_weight(*w4[0], gs)}
+        wbytes = {"fp8c": N * K + 4 * N, "nvfp4": N * K // 2 + N * K // 16}
+        for M in Ms:
+            shape = f"M={M} N={N} K={K}"
+            x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+            xq = x.float().clamp(-448, 448).to(torch.float8_e4m3fn)
+            act = 2 * M * K + 2 * M * N
+            timers, meta = {}, {}
+            bench.trust(f"bf16_cublas {shape}", "library anchor (torch F.linear, bf16 weights of the same shape)")
+            timers[f"bf16_cublas {shape}"] = lambda: harness.graph_time_us(
+                [lambda w=w: torch.nn.functional.linear(x, w) for w in wbf])
+            meta[f"bf16_cublas {shape}"] = ("bf16_cublas (torch F.linear)", "bf16 x bf16", 2 * N * K + act,
+                                            {"weight_bytes": 2 * N * K})
+            name = f"scaled_mm_tensorwise {shape}"
+            fns = [scaled_mm_calls("tensorwise", xq, w.view(torch.float8_e4m3fn), None, None) for w in w8]
+            bench.trust(name, "library anchor (torch._scaled_mm)")
+            timers[name] = lambda fns=fns: harness.graph_time_us([f for f, _ in fns])
+            meta[name] = ("scaled_mm_tensorwise (torch._scaled_mm)", "e4m3 x e4m3", N * K + M * K + 2 * M * N,
+                          {"layout": fns[0][1], "weight_bytes": N * K})
+            for fmt in fmts:
+                label = _GAP_LABEL[fmt]
+                if ("gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4") in skip:
+                    continue
+                cfg, R = v3_candidates(fmt, M, False)[0]
+                if fmt == "nvfp4":
+                    packs = [V3.pack_nvfp4(wp, sc, gs, R=R) for wp, sc in w4]
+                else:
+                    packs = [V3.pack_fp8(w, sch, R=R) for w in w8]
+                dtype = "e2m1+e4m3/16 x bf16" if fmt == "nvfp4" else "e4m3 x bf16"
+                for variant in ("full",) + tuple(v for v in variants if fmt in DECODE_GAP[v][1]):
+                    vname = label if variant == "full" else f"{label}-{variant}"
+                    tname = f"{vname} {shape}"
+                    try:
+                        with _cuda.patched_sources(decode_gap_patches(variant, fmt, Ms)):
+                            launches = [V3.prepare(x, p, config=cfg) for p in packs]
+                            harness.poison_(launches[0].out)
+                            launches[0]()  # compiled from the patched copy while it exists
+                    except Exception as e:  # noqa: BLE001 - a variant that does not build is recorded, not fatal
+                        bench.notes.append({"kernel": tname, "error": f"{type(e).__name__}: {str(e)[:300]}"})
+                        continue
+                    extra = {"version": 3, "config_CPWC_R": [list(cfg), R], "kernel": launches[0].info["kernel"],
+                             "weight_bytes": wbytes[fmt], "fmt": fmt}
+                    if variant == "full":
+                        wd = deq[fmt]()
+                        ref, terms = x.double() @ wd.T, x.double().abs() @ wd.abs().T
+                        tol = tolerances.matmul("gemv_nvfp4" if fmt == "nvfp4" else "gemv_fp8", K)
+                        if not bench.validate(tname, launches[0], lambda y: ((e := tol.worst(y, ref, terms)) <= 1.0,
+                                                                              {"err_over_tol": e}),
+                                              outputs=[launches[0].out]):
+                            break  # the variants are read against a kernel that computes the right numbers
+                        del wd, ref, terms
+                    else:
+                        bench.trust(tname, f"decode gap ({DECODE_GAP[variant][0]}): computes wrong numbers by design; "
+                                           "timed, not validated")
+                        extra.update(left_out=DECODE_GAP[variant][0], validated=False, of_kernel=label)
+                    timers[tname] = lambda ls=launches: harness.graph_time_us(ls, rep=30)
+                    meta[tname] = (vname, dtype, wbytes[fmt] + act, extra)
+            t = bench.compare(timers)
+            t_bf16, t_sm = t[f"bf16_cublas {shape}"].median, t[name].median
+            for tname, timing in t.items():
+                label, dtype, nbytes, extra = meta[tname]
+                if label.startswith("gemv"):
+                    extra["speedup_vs_scaled_mm_tensorwise"] = t_sm / timing.median
+                wb = extra.get("weight_bytes")
+                if wb and copy_gbps:
+                    extra["weight_gbps"] = wb / (timing.median * 1e-6) / 1e9
+                    extra["weight_fraction_of_copy"] = extra["weight_gbps"] / copy_gbps
+                bf = label.startswith("bf16_cublas")
+                bench.record(harness.Result(label, shape, dtype, timing.median, bytes=nbytes, flops=2 * M * N * K,
+                                            anchor="" if bf else "bf16_cublas", anchor_time_us=None if bf else t_bf16,
+                                            copy_gbps=copy_gbps,
+                                            extra={**extra, "M": M, "N": N, "K": K, "family": "decode_gap"}),
+                             timing)
+                print(f"  {label:40s} {shape:24s} {timing.median:8.1f} us [{timing.q1:.1f}, {timing.q3:.1f}]"
+                      + (f"  x{t_sm / timing.median:.3f} of _scaled_mm" if label.startswith("gemv") else ""), flush=True)
+            del x, xq
+        del w8, w4, wbf
+        torch.cuda.empty_cache()

@@ -8,6 +8,7 @@
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 3     # gemm: the prefill climb and grid, the W8A8 gate (<= 9 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 3g    # the prefill gap: TMA GPU tests, leave-one-out run, the
 #                                                          # order run (~5 min)
+#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2m    # the decode gap: version 3 with its arithmetic cut away
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2d    # part 2's decode path only: GEMV + layer GPU tests, the
 #                                                          # decode gemm bench and the layer bench (~6 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2g    # the GEMVs alone: their GPU tests and the decode gemm
@@ -122,6 +123,11 @@ elif [ "$PART" = 3g ]; then
   echo "check_cupy_options rc=$?" >> "$K/check_cupy_options_tma.log"
   stage "gemm bench: the prefill gap (leave-one-out, staggered consumers, control-bit edits) and the order run"
   timeout 360 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only gap,order --budget-s 320 --out "$K/prefill_gap.json" > "$K/prefill_gap_log.txt" 2>&1; echo "gap rc=$?" >> "$L/steps_3g.txt"
+elif [ "$PART" = 2m ]; then
+  # where the decode GEMV's time goes (its own file, outputs/kernels/decode_gap.json): version 3 at its defaults with its
+  # arithmetic cut away (gemm_decode.bench_decode_gap), beside the shipped kernel and the anchors (~3 min)
+  stage "gemm bench: the decode gap (version 3 with its arithmetic cut away)"
+  timeout 300 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only decode_gap --budget-s 260 --out "$K/decode_gap.json" > "$K/decode_gap_log.txt" 2>&1; echo "decode gap rc=$?" >> "$L/steps_2m.txt"
 elif [ "$PART" = 3 ]; then
   stage "gemm bench (prefill climb and grid, W8A8 gate)"
   timeout 560 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only prefill,gate --budget-s 480 --out "$K/gemm_prefill.json" > "$K/gemm_prefill_bench_log.txt" 2>&1; echo "gemm prefill rc=$?" >> "$L/steps_3.txt"
