@@ -335,8 +335,9 @@ def gap_sentence(data: dict, kernel: str | None = None) -> str:
 def decode_gap_sentence(rows: list[dict], device: str | None = None) -> str:
     """What a decode gap run says (rows: fp8lab.kernels.gemm_report.decode_gap), rendered from its numbers: per format
     and M, the share of version 3's time that cutting ALL its arithmetic saved ('loads_only') and the ratios to
-    `_scaled_mm` tensorwise of the shipped kernel and of its loads alone; then the reading: under 10 % everywhere,
-    the loads (not the arithmetic) set the time; 25 % or more everywhere, the arithmetic is the lever; else both count.
+    `_scaled_mm` tensorwise of the shipped kernel and of its loads alone; then the reading per format: under 10 %
+    everywhere, the loads (not the arithmetic) set the time; 25 % or more everywhere, the arithmetic is the lever;
+    else both count (where it costs most is named).
     A cut copy slower than the full kernel (share below -2 %) is said as such: ptxas schedules the cut code differently,
     so a share near zero reads 'not the limit', not an exact cost."""
     names = {"fp8c": "FP8 (per-channel)", "nvfp4": "NVFP4"}
@@ -350,21 +351,27 @@ def decode_gap_sentence(rows: list[dict], device: str | None = None) -> str:
             full = [r for r in rows if r["format"] == fmt and r["M"] == M and r["variant"] == "full"]
             sv = [r["saves"] for r in sel]
             shares += sv
-            parts.append(f"{names.get(fmt, fmt)} at M = {M}: {ratio_range([100 * v for v in sv], 0)} % "
+            pct = (ratio_range([100 * v for v in sv], 0) if min(sv) >= 0 or len({f"{v:.2f}" for v in sv}) == 1
+                   else f"{100 * min(sv):.0f} to {100 * max(sv):.0f}")
+            parts.append(f"{names.get(fmt, fmt)} at M = {M}: {pct} % "
                          f"(the kernel {ratio_range([r['x_scaled_mm'] for r in full], 2)}x `_scaled_mm` tensorwise, "
                          f"its loads alone {ratio_range([r['x_scaled_mm'] for r in sel], 2)}x)")
     n = len({(r["N"], r["K"]) for r in lo})
     text = (f"On the {device or 'recorded GPU'}, at {n} shape{'s' if n != 1 else ''}, cutting all of version 3's "
-            f"arithmetic (no widening, no scale, no MMA; the same loads) saved " + "; ".join(parts) + ". ")
-    if max(shares) < 0.10:
-        text += ("So on this GPU the arithmetic is not what holds the kernel back: even a kernel that did none would "
-                 "gain at most that much with these loads. How the bytes are fetched (how many are in flight, the "
-                 "split over warps, the tail) is the lever, not a cheaper widening.")
-    elif min(shares) >= 0.25:
-        text += "The arithmetic costs a large share of the time everywhere: fewer instructions per weight byte is the lever."
-    else:
-        text += ("The arithmetic costs part of the time and the loads the rest: it matters most where the share is "
-                 "largest.")
+            f"arithmetic (no widening, no scale, no MMA; the same loads) saved " + "; ".join(parts) + ".")
+    for fmt in sorted({r["format"] for r in lo}):
+        sv = [r["saves"] for r in lo if r["format"] == fmt]
+        text += f" {names.get(fmt, fmt)}: "
+        if max(sv) < 0.10:
+            text += ("the arithmetic is not what holds it back on this GPU; even a kernel that did none would gain at "
+                     "most that much with these loads, so how the bytes are fetched (how many are in flight, the split "
+                     "over warps, the tail) is the lever, not a cheaper widening.")
+        elif min(sv) >= 0.25:
+            text += "the arithmetic costs a large share everywhere: fewer instructions per weight byte is the lever."
+        else:
+            worst = max((r for r in lo if r["format"] == fmt), key=lambda r: r["saves"])
+            text += (f"the arithmetic costs part of the time (most at M = {worst['M']}, {100 * worst['saves']:.0f} % at "
+                     f"{worst['N']}x{worst['K']}) and the loads the rest.")
     neg = [v for v in shares if v < -0.02]
     if neg:
         text += (f" At {len(neg)} of these points the cut copy ran slower than the full kernel (by up to "

@@ -796,11 +796,14 @@ def test_decode_gap_table_and_sentence():
     assert by[(1, "full")]["saves"] == 0 and by[(1, "no_mul")]["x_scaled_mm"] == 0.96
     text = findings.decode_gap_sentence(rows, "H100")
     assert "On the H100, at 1 shape," in text and "M = 1: 5 %" in text and "M = 16: -5 %" in text
-    assert "not what holds the kernel back" in text and "slower than the full kernel (by up to 5 %)" in text
+    assert "not what holds it back" in text and "slower than the full kernel (by up to 5 %)" in text
     big = [dict(r, saves=0.3) if r["variant"] == "loads_only" else r for r in rows]
     assert "fewer instructions per weight byte is the lever" in findings.decode_gap_sentence(big)
     mixed = [dict(r, saves=0.15 if r["M"] == 1 else 0.02) if r["variant"] == "loads_only" else r for r in rows]
-    assert "part of the time" in findings.decode_gap_sentence(mixed)
+    assert "part of the time (most at M = 1, 15 % at 4096x4096)" in findings.decode_gap_sentence(mixed)
+    nv = rows + [dict(r, format="nvfp4", saves=0.3 if r["variant"] == "loads_only" else r["saves"]) for r in rows]
+    two = findings.decode_gap_sentence(nv)
+    assert "FP8 (per-channel): the arithmetic is not what holds it back" in two and "NVFP4: the arithmetic costs a large" in two
     assert "no timing" in findings.decode_gap_sentence([r for r in rows if r["variant"] == "full"])
     # the goals and the decode table never see a gap run's variants
     assert R.decode_table({"results": res}) == [] and R.goals({"results": res}) == R.goals({"results": []})
