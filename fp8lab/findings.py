@@ -337,7 +337,7 @@ def decode_gap_sentence(rows: list[dict], device: str | None = None) -> str:
     and M, the share of version 3's time that cutting ALL its arithmetic saved ('loads_only') and the ratios to
     `_scaled_mm` tensorwise of the shipped kernel and of its loads alone; then the reading per format: under 10 %
     everywhere, the loads (not the arithmetic) set the time; 25 % or more everywhere, the arithmetic is the lever;
-    else both count (where it costs most is named).
+    else both count (where it costs most is named); and what not loading the activations saved ('no_x_loads').
     A cut copy slower than the full kernel (share below -2 %) is said as such: ptxas schedules the cut code differently,
     so a share near zero reads 'not the limit', not an exact cost."""
     names = {"fp8c": "FP8 (per-channel)", "nvfp4": "NVFP4"}
@@ -372,6 +372,11 @@ def decode_gap_sentence(rows: list[dict], device: str | None = None) -> str:
             worst = max((r for r in lo if r["format"] == fmt), key=lambda r: r["saves"])
             text += (f"the arithmetic costs part of the time (most at M = {worst['M']}, {100 * worst['saves']:.0f} % at "
                      f"{worst['N']}x{worst['K']}) and the loads the rest.")
+    nx = [r for r in rows if r["variant"] == "no_x_loads" and r.get("saves") is not None]
+    if nx:
+        text += " Not loading the activations at all (the arithmetic kept) saved " + "; ".join(
+            f"{names.get(f, f)} at M = {M}: {ratio_range([100 * r['saves'] for r in nx if (r['format'], r['M']) == (f, M)], 0)} %"
+            for f, M in sorted({(r["format"], r["M"]) for r in nx})) + "."
     neg = [v for v in shares if v < -0.02]
     if neg:
         text += (f" At {len(neg)} of these points the cut copy ran slower than the full kernel (by up to "

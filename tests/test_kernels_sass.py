@@ -516,7 +516,7 @@ def test_leave_one_out_patch_compiles_and_removes_the_promotion():
 def test_decode_gap_variants_cut_the_arithmetic_and_keep_every_load():
     """The decode gap run's copies of version 3 (gemm_decode.DECODE_GAP) apply to today's sources and compile for
     sm_90a with every load of the shipped kernel (weights, NVFP4 scale words, activations: the same LDG count) and
-    less arithmetic: no MMA in no_mma and loads_only, no bf16x2 multiply in no_mul, fewer integer ops in min_widen
+    less arithmetic (no_x_loads: the same MMAs, fewer loads): no MMA in no_mma and loads_only, no bf16x2 multiply in no_mul, fewer integer ops in min_widen
     than in no_mul; only the kernels the run times are compiled; a variant without a form for a format is refused."""
     _tools_or_skip()
     from fp8lab.kernels import gemm_decode as D
@@ -532,6 +532,9 @@ def test_decode_gap_variants_cut_the_arithmetic_and_keep_every_load():
             cut = D.decode_gap_sass(fmt, v)
             for name, c in cut.items():
                 f = full[name]
+                if v == "no_x_loads":  # only the activation loads go: C NT XV per unit, P units unrolled
+                    assert 0 < c.get("LDG") < f["LDG"] and c["HMMA"] == f["HMMA"], (fmt, v, name)
+                    continue
                 assert c.get("LDG") == f["LDG"], (fmt, v, name, c.get("LDG"), f["LDG"])
                 assert f["HMMA"] > 0 and f["HMUL2"] > 0
                 if v in ("no_mma", "loads_only"):

@@ -317,6 +317,10 @@ _NO_MMA = ("mma_bf16_16816(d[nt], a0, a1, a2, a3, b0, b1);",
            "if (nt == 0) { d[0][0] = __int_as_float(__float_as_int(d[0][0]) ^ a0 ^ a1); "
            "d[0][1] = __int_as_float(__float_as_int(d[0][1]) ^ a2 ^ a3); } "
            "d[nt][2] = __int_as_float(__float_as_int(d[nt][2]) ^ b0 ^ b1);")
+# every activation load (v3_xload, global path) replaced by a value made from its address: no memory access, the
+# arithmetic and the weight loads unchanged
+_NO_X = ("    else return ld_cached16(p);",
+         "    else { const u32 a = (u32)(size_t)p; return make_uint4(a, a >> 3, a >> 5, a >> 7); }")
 DECODE_GAP = {
     "no_mul": ("the exact bf16x2 multiplies after the bit moves (FP8: x 2**120, two per 4 codes; NVFP4: the block "
                "scale, its decode and four multiplies per 8 codes)",
@@ -328,6 +332,9 @@ DECODE_GAP = {
     "loads_only": ("all the arithmetic: no widening, no scale, no MMA; every weight word and activation XORed into the "
                    "accumulators (the loads, the split and the epilogue alone)",
                    {"fp8c": [_FP8_MUL, _FP8_NO_WIDEN, _NO_MMA], "nvfp4": [_NV_NO_WIDEN, _NO_MMA] + _NV_RAW_SCALE}),
+    "no_x_loads": ("the activation loads: each replaced by a value made from its address (no memory access; the "
+                   "arithmetic and the weight loads kept). At M = 16 a lane loads twice as many activation bytes "
+                   "(through L1 / L2) as weight bytes", {"fp8c": [_NO_X], "nvfp4": [_NO_X]}),
 }
 DECODE_GAP_SHAPES = [(18944, 3584), (3584, 18944), (28672, 8192)]
 DECODE_GAP_M = (1, 16)
