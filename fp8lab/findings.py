@@ -332,6 +332,14 @@ def gap_sentence(data: dict, kernel: str | None = None) -> str:
     return text
 
 
+def _pct_range(shares) -> str:
+    """Shares as whole percents: '2–7' (ratio_range), '-3 to 5' where a bound is negative (a dash would read as a
+    minus sign)."""
+    text = ratio_range([100 * v for v in shares], 0)
+    return text if "–-" not in text and not (text.startswith("-") and "–" in text) else \
+        f"{100 * min(shares):.0f} to {100 * max(shares):.0f}"
+
+
 def decode_gap_sentence(rows: list[dict], device: str | None = None) -> str:
     """What a decode gap run says (rows: fp8lab.kernels.gemm_report.decode_gap), rendered from its numbers: per format
     and M, the share of version 3's time that cutting ALL its arithmetic saved ('loads_only') and the ratios to
@@ -351,9 +359,7 @@ def decode_gap_sentence(rows: list[dict], device: str | None = None) -> str:
             full = [r for r in rows if r["format"] == fmt and r["M"] == M and r["variant"] == "full"]
             sv = [r["saves"] for r in sel]
             shares += sv
-            pct = (ratio_range([100 * v for v in sv], 0) if min(sv) >= 0 or len({f"{v:.2f}" for v in sv}) == 1
-                   else f"{100 * min(sv):.0f} to {100 * max(sv):.0f}")
-            parts.append(f"{names.get(fmt, fmt)} at M = {M}: {pct} % "
+            parts.append(f"{names.get(fmt, fmt)} at M = {M}: {_pct_range(sv)} % "
                          f"(the kernel {ratio_range([r['x_scaled_mm'] for r in full], 2)}x `_scaled_mm` tensorwise, "
                          f"its loads alone {ratio_range([r['x_scaled_mm'] for r in sel], 2)}x)")
     n = len({(r["N"], r["K"]) for r in lo})
@@ -375,7 +381,7 @@ def decode_gap_sentence(rows: list[dict], device: str | None = None) -> str:
     nx = [r for r in rows if r["variant"] == "no_x_loads" and r.get("saves") is not None]
     if nx:
         text += " Not loading the activations at all (the arithmetic kept) saved " + "; ".join(
-            f"{names.get(f, f)} at M = {M}: {ratio_range([100 * r['saves'] for r in nx if (r['format'], r['M']) == (f, M)], 0)} %"
+            f"{names.get(f, f)} at M = {M}: {_pct_range([r['saves'] for r in nx if (r['format'], r['M']) == (f, M)])} %"
             for f, M in sorted({(r["format"], r["M"]) for r in nx})) + "."
     neg = [v for v in shares if v < -0.02]
     if neg:
