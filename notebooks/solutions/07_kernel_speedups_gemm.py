@@ -64,13 +64,23 @@ def exercise_3() -> dict:
 
     The GEMV widens two 4-bit values per byte into the MMA's operand order: shifts, masks and permutes (LOP3, PRMT)
     per pair. A Marlin-style offline re-pack stores the nibbles already in k order, removing the permutes and a
-    shift per pair. For an instruction-bound kernel, every removed instruction per weight is time saved."""
+    shift per pair. What that can buy is bounded by what removing ALL the arithmetic buys: the decode gap run's
+    `loads_only` share (gemm_report.decode_gap), returned beside the counts where a run is recorded."""
     d = _data()
     counts = (d or {}).get("sass_counts") or {}
     # one configuration per kernel and version (r1 nt1: one row tile, one token tile): comparable counts
     pick = [k for k in counts if k.startswith("gemv_") and "_r1_nt1_" in k and k.endswith(("pf0", "c2_d2"))]
-    return {k: {op: counts[k].get(op) for op in ("total", "LOP3", "PRMT", "HMMA")} for k in pick} or \
+    out = {k: {op: counts[k].get(op) for op in ("total", "LOP3", "PRMT", "HMMA")} for k in pick} or \
         {"answer": "no SASS counts recorded"}
+    from fp8lab.kernels import gemm_report
+
+    for folder in ("kernels", "kernels/h100"):  # the upper bound: what cutting every instruction saved
+        base = nb.recorded(folder, "decode_gap.json", prov=None, quiet=True)
+        rows = gemm_report.decode_gap(gemm_report.load(base / "decode_gap.json")) if base else []
+        shares = [r["saves"] for r in rows if r["format"] == "nvfp4" and r["variant"] == "loads_only"]
+        if shares:
+            out[f"NVFP4 loads_only share, min and max ({folder})"] = (round(min(shares), 3), round(max(shares), 3))
+    return out
 
 
 def exercise_4() -> dict:

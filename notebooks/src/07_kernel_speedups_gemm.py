@@ -161,10 +161,11 @@ What the columns point at (the mechanisms; the numbers are above):
 * **The anchor reads faster than a copy.** A device-to-device copy reads and writes every byte; `_scaled_mm` and
   cuBLAS only read, so their `GB/s` can exceed the copy figure. A goal of "faster than `_scaled_mm`" asks our kernel
   to read as well as NVIDIA's best reader on the same bytes.
-* **NVFP4 is bound by instructions, not bytes.** NVFP4 reads 0.5625 bytes per weight, but widening two 4-bit codes
-  costs about as many integer instructions as widening two 8-bit ones, and on Hopper every weight goes through the
-  CUDA cores before a bf16 MMA (no FP4 tensor core here: notebook 09). Halving the bytes halves the time only while
-  the instruction stream hides under the loads: compare the `GB/s` of the NVFP4 rows with the FP8 ones.
+* **NVFP4 does more work per byte.** NVFP4 reads 0.5625 bytes per weight, but widening two 4-bit codes costs about
+  as many integer instructions as widening two 8-bit ones, and on Hopper every weight goes through the CUDA cores
+  before a bf16 MMA (no FP4 tensor core here: notebook 09). Halving the bytes halves the time only while that work
+  hides under the loads: compare the `GB/s` of the NVFP4 rows with the FP8 ones, and see "Where a GEMV's time goes"
+  below for how much of it hides, measured.
 * **More tokens (M = 8, 16) mean more MMAs per weight byte.** The weights are widened once per tile and multiplied
   for every token, so the arithmetic per byte grows with M while the bytes do not.
 """),
@@ -218,8 +219,62 @@ Reading the table: at the largest shape the W8A16 GEMV widens weights in registe
 as the MMA's M. Its time is set by how close it streams to the read roof; where cuBLASLt's FP8 GEMM with a tensorwise scale reaches
 that roof (compare its `of_roofline`), no kernel reading the same bytes can beat it by more than the gap left.
 NVFP4 reads 0.5625 bytes per weight, but widening two 4-bit values costs about as many integer instructions as
-widening two 8-bit ones, so at half the bytes the kernel can become bound by instruction issue rather than
-bandwidth — which shows as an `of_roofline` well under 1 for the NVFP4 rows.
+widening two 8-bit ones, so at half the bytes the arithmetic has half the time to hide in. An `of_roofline` well
+under 1 for the NVFP4 rows says the kernel does not reach the roof; it does not say why. The next section measures
+why, by taking the arithmetic away.
+"""),
+("md", r"""
+## Where a GEMV's time goes: take the arithmetic away
+
+A kernel that streams bytes can be held back by its loads (too few bytes in flight, a slow start, a ragged end) or by
+the work it does on each byte (here: widening E4M3 or E2M1 to bf16, scaling, the MMAs). Reading the profile guesses
+at which; removing the work measures it. The decode gap run (`python -m fp8lab.kernels.bench gemm --only decode_gap`,
+`gemm_decode.bench_decode_gap`) compiles copies of version 3 from patched sources in which only the arithmetic on
+each weight word changes — the loads, the split over warps and the epilogue stay — and times them beside the shipped
+kernel and the anchors, interleaved:
+
+* `no_mul`: the exact bf16×2 multiplies after the bit moves (FP8: × 2¹²⁰; NVFP4: the block scale) left out;
+* `min_widen` (FP8): the widening cut to two integer operations per four codes, the floor of any bit-move widening;
+* `no_mma`: the MMAs replaced by cheap XORs of their operands (the widening still done);
+* `loads_only`: no widening, no scale, no MMA — only the loads;
+* `no_x_loads`: the arithmetic kept, the *activation* loads removed (at `M = 16` a lane loads twice as many activation
+  bytes, from L1 / L2, as weight bytes).
+
+These copies compute wrong numbers on purpose: they are timed, never validated (the shipped kernel beside them is).
+`saves` is the share of the shipped kernel's time a cut removes; the SASS opcode counts of every copy are recorded
+with the run, so what was removed is checked, not assumed (`tests/test_kernels_sass.py` checks the same on the CPU).
+"""),
+("code", r"""
+# every recorded decode gap run: the H200's (outputs/kernels/) and the H100's (outputs/kernels/h100/)
+dgap_runs = [bg.load(DP / "decode_gap.json") for DP in (nb.recorded(folder, "decode_gap.json", prov=None, quiet=True)
+                                                        for folder in ("kernels", "kernels/h100")) if DP]
+for dg in dgap_runs:
+    for k, v in bg.provenance_summary(dg).items():
+        print(f"{k:24s} {' '.join(str(v).split())}")
+    drows = gemm_report.decode_gap(dg)
+    shapes = sorted({(r["N"], r["K"]) for r in drows}, key=lambda s: s[0] * s[1])
+    for N, K in (shapes[-1:] if nb.small() else shapes):
+        print(f"--- N={N} K={K}")
+        print(bg.format_rows([r for r in drows if (r["N"], r["K"]) == (N, K)],
+                             ["format", "M", "variant", "time_us", "x_scaled_mm", "saves"]))
+    sass_counts = (dg.get("decode_gap_sass") or {})
+    for fmt, by_variant in sass_counts.items():
+        for variant, kernels in by_variant.items():
+            for kname, ops in sorted(kernels.items()):
+                print(f"  SASS {fmt:6s} {variant:11s} {kname:34s} total {sum(ops.values()):5d}  "
+                      + "  ".join(f"{o} {ops.get(o, 0)}" for o in ("LDG", "HMMA", "HMUL2", "LOP3")))
+    nb.md(findings.decode_gap_sentence(drows, (dg.get("provenance") or {}).get("device")))
+if not dgap_runs:
+    print("(no decode gap run recorded yet: python -m fp8lab.kernels.bench gemm --only decode_gap --no-smoke "
+          "--no-pytest --out outputs/kernels/decode_gap.json on a GPU)")
+"""),
+("md", r"""
+Reading it: a copy that did *no* arithmetic and still ran no faster than the shipped kernel says the arithmetic hides
+under the loads, whatever the profile's instruction counts suggest; then a cheaper widening (or an FP8 tensor core,
+notebook 09) cannot buy more than that share, and the lever is how the bytes arrive. Where a cut saves a large share,
+that stage is worth attacking — and `no_x_loads` separates the work from the *other* bytes a lane loads. A run is one
+GPU's answer: the H200 reads faster than the H100 of the same generation, so the same arithmetic has less time to
+hide in there; the reading holds for the GPU named above it.
 """),
 ("md", r"""
 ## Prefill: the W8A8 block-scaled GEMM, step by step
@@ -490,7 +545,8 @@ a few megabytes, where the fixed cost per call seen in the decode table above is
 GEMVs read at a lower fraction of copy bandwidth than one big matrix does. The kernels that are not GEMVs (norms, RoPE
 with the cache append, the attention and its split merge) move few bytes and cost launch-sized times each; fusing
 removes some of them and PDL overlaps the rest, which is what the fused and `pdl` rows buy. NVFP4 gains less than
-its bytes promise for the same reason as its GEMV: the widening is instruction-bound on Hopper.
+its bytes promise for the same reasons as its GEMV (its arithmetic and its activation loads, measured in the decode
+gap section above).
 """),
 ("md", r"""
 ## Accuracy gate (seed 001): W8A8 against W8A16
@@ -542,7 +598,8 @@ Worked answers: `notebooks/solutions/07_kernel_speedups_gemm.py` (the CPU parts 
 2. Why can no kernel reading the same FP8 bytes beat `_scaled_mm` tensorwise at M = 16 by a wide margin? Compute
    the time floor of the largest decode shape from its bytes and the run's memory roof (`gemm_report.roofline_us`).
 3. Re-pack NVFP4 nibbles offline so that pairs come out in k order (Marlin does this): which instructions per pair
-   does it remove, and why does that matter for an instruction-bound kernel?
+   does it remove, and how much time could that buy at most? (The decode gap section's `no_mul` and `loads_only`
+   rows bound it.)
 4. Compare `sass_counts` for your own kernel: grep `HMMA|QGMMA|HGMMA|F2FP` before believing a label
    (`python -m fp8lab.kernels.sass --source gemm_w8a8.cu --arch sm_90` runs on a CPU).
 5. On a GPU: `python -m fp8lab.kernels.bench gemm --only decode` and compare with the recorded run.
