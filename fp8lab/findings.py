@@ -345,7 +345,8 @@ def decode_gap_sentence(rows: list[dict], device: str | None = None) -> str:
     and M, the share of version 3's time that cutting ALL its arithmetic saved ('loads_only') and the ratios to
     `_scaled_mm` tensorwise of the shipped kernel and of its loads alone; then the reading per format: under 10 %
     everywhere, the loads (not the arithmetic) set the time; 25 % or more everywhere, the arithmetic is the lever;
-    else both count (where it costs most is named); and what not loading the activations saved ('no_x_loads').
+    else both count (where it costs most is named); what not loading the activations saved ('no_x_loads'); and what
+    an empty launch of the same grid takes ('empty', in µs and as a share of the kernel's time).
     A cut copy slower than the full kernel (share below -2 %) is said as such: ptxas schedules the cut code differently,
     so a share near zero reads 'not the limit', not an exact cost."""
     names = {"fp8c": "FP8 (per-channel)", "nvfp4": "NVFP4"}
@@ -383,6 +384,11 @@ def decode_gap_sentence(rows: list[dict], device: str | None = None) -> str:
         text += " Not loading the activations at all (the arithmetic kept) saved " + "; ".join(
             f"{names.get(f, f)} at M = {M}: {_pct_range([r['saves'] for r in nx if (r['format'], r['M']) == (f, M)])} %"
             for f, M in sorted({(r["format"], r["M"]) for r in nx})) + "."
+    em = [r for r in rows if r["variant"] == "empty" and r.get("saves") is not None]
+    if em:
+        text += (f" The same grid launched with nothing to do (every warp returns at once) took "
+                 f"{ratio_range([r['time_us'] for r in em], 1)} µs, {_pct_range([1 - r['saves'] for r in em])} % of the "
+                 f"kernel's time: the launch's share of what a call costs.")
     neg = [v for v in shares if v < -0.02]
     if neg:
         text += (f" At {len(neg)} of these points the cut copy ran slower than the full kernel (by up to "

@@ -787,9 +787,9 @@ def test_decode_gap_table_and_sentence():
     res = [rec("gemv_fp8_channel_v3", "fp8c", 1, 20.0, 0.95), rec("gemv_fp8_channel_v3-loads_only", "fp8c", 1, 19.0, 1.0),
            rec("gemv_fp8_channel_v3-no_mul", "fp8c", 1, 19.8, 0.96),
            rec("gemv_fp8_channel_v3", "fp8c", 16, 30.0, 0.9), rec("gemv_fp8_channel_v3-loads_only", "fp8c", 16, 31.5, 0.86),
-           rec("gemv_fp8_channel_v3-no_x_loads", "fp8c", 16, 28.8, 0.94)]
+           rec("gemv_fp8_channel_v3-no_x_loads", "fp8c", 16, 28.8, 0.94), rec("gemv_fp8_channel_v3-empty", "fp8c", 1, 3.0, 9.0)]
     rows = R.decode_gap({"results": res})
-    assert [(r["M"], r["variant"]) for r in rows] == [(1, "full"), (1, "no_mul"), (1, "loads_only"), (16, "full"),
+    assert [(r["M"], r["variant"]) for r in rows] == [(1, "full"), (1, "no_mul"), (1, "loads_only"), (1, "empty"), (16, "full"),
                                                       (16, "loads_only"), (16, "no_x_loads")]
     by = {(r["M"], r["variant"]): r for r in rows}
     assert by[(1, "loads_only")]["saves"] == pytest.approx(0.05)
@@ -798,6 +798,7 @@ def test_decode_gap_table_and_sentence():
     text = findings.decode_gap_sentence(rows, "H100")
     assert "On the H100, at 1 shape," in text and "M = 1: 5 %" in text and "M = 16: -5 %" in text
     assert "Not loading the activations at all (the arithmetic kept) saved FP8 (per-channel) at M = 16: 4 %." in text
+    assert "nothing to do (every warp returns at once) took 3.0 µs, 15 % of the kernel's time" in text
     assert "not what holds it back" in text and "slower than the full kernel (by up to 5 %)" in text
     big = [dict(r, saves=0.3) if r["variant"] == "loads_only" else r for r in rows]
     assert "fewer instructions per weight byte is the lever" in findings.decode_gap_sentence(big)

@@ -532,6 +532,9 @@ def test_decode_gap_variants_cut_the_arithmetic_and_keep_every_load():
             cut = D.decode_gap_sass(fmt, v)
             for name, c in cut.items():
                 f = full[name]
+                if v == "empty":  # the launch alone: a few instructions, no load, no MMA
+                    assert sum(c.values()) < 64 and not c.get("LDG") and not c.get("HMMA"), (fmt, name, c)
+                    continue
                 if v == "no_x_loads":  # only the activation loads go: C NT XV per unit, P units unrolled
                     assert 0 < c.get("LDG") < f["LDG"] and c["HMMA"] == f["HMMA"], (fmt, v, name)
                     continue

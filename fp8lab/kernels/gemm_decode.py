@@ -299,7 +299,8 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
 # ---- where the decode GEMV's time goes: its arithmetic cut away, its loads kept -----------------------------------
 # Version 3 compiled from patched copies of gemv_v3_common.cuh (_cuda.patched_sources): the loads, the stream-K split
 # and the epilogue stay; the arithmetic on each weight word shrinks. The copies compute WRONG numbers by design (they
-# are timed, never validated); a stage's cost is the time it takes away. {name: (what is cut, {fmt: patches})}.
+# are timed, never validated); a stage's cost is the time it takes away. {name: (what is cut, {fmt: patches})}, a patch
+# (old, new) of gemv_v3_common.cuh or (file, old, new).
 _FP8_MUL = ("    p01 = bf16x2_mul(a, FP8LAB_BF16X2_E4M3_UNBIAS);\n    p23 = bf16x2_mul(b, FP8LAB_BF16X2_E4M3_UNBIAS);",
             "    p01 = a;\n    p23 = b;")
 _FP8_SPLIT = ("const u32 b = ((w & 0x080F080Fu) << 4) | ((w >> 4) & 0x07000700u);", "const u32 b = (w << 4) & 0x87F087F0u;")
@@ -332,11 +333,15 @@ DECODE_GAP = {
     "loads_only": ("all the arithmetic: no widening, no scale, no MMA; every weight word and activation XORed into the "
                    "accumulators (the loads, the split and the epilogue alone)",
                    {"fp8c": [_FP8_MUL, _FP8_NO_WIDEN, _NO_MMA], "nvfp4": [_NV_NO_WIDEN, _NO_MMA] + _NV_RAW_SCALE}),
+    "empty": ("everything but the launch: each warp returns as it starts (the grid's launch, start and end alone)",
+              {f: [("gemv_v3.cu", "if (!NORM && u0 >= u1) return;", "if (!NORM) return;")] for f in ("fp8c", "nvfp4")}),
     "no_x_loads": ("the activation loads: each replaced by a value made from its address (no memory access; the "
                    "arithmetic and the weight loads kept). At M = 16 a lane loads twice as many activation bytes "
                    "(through L1 / L2) as weight bytes", {"fp8c": [_NO_X], "nvfp4": [_NO_X]}),
 }
-DECODE_GAP_SHAPES = [(18944, 3584), (3584, 18944), (28672, 8192)]
+#: the Qwen2.5-7B MLP shapes, the largest of the lab's own, and Llama-3-8B's MLP (14336 x 4096, 4096 x 14336: the
+#: smallest goal shapes, where a call's fixed cost weighs most)
+DECODE_GAP_SHAPES = [(14336, 4096), (4096, 14336), (18944, 3584), (3584, 18944), (28672, 8192)]
 DECODE_GAP_M = (1, 16)
 DECODE_GAP_FORMATS = ("fp8c", "nvfp4")
 _GAP_LABEL = {"fp8c": "gemv_fp8_channel_v3", "nvfp4": "gemv_nvfp4_v3"}
@@ -368,8 +373,9 @@ def decode_gap_patches(variant: str, fmt: str, Ms=DECODE_GAP_M) -> dict:
     only = "".join(f"GEMV3({V3._FMT_ID[f]},{R},{nt},{C},{P},{V3.EPILOGUES[e]},{n})"
                    for f, R, nt, C, P, e, n in decode_gap_keys(fmt, Ms))
     patches = {"gemv_v3.cu": [("#endif\nFP8LAB_GEMV_V3", "#endif\n" + only)]}
-    if variant != "full":
-        patches["gemv_v3_common.cuh"] = list(DECODE_GAP[variant][1][fmt])
+    for p in (DECODE_GAP[variant][1][fmt] if variant != "full" else ()):
+        fname, old, new = p if len(p) == 3 else ("gemv_v3_common.cuh", *p)   # (file, old, new) or (old, new) of the header
+        patches.setdefault(fname, []).append((old, new))
     return patches
 
 
