@@ -301,12 +301,10 @@ def decode_gap(data: dict) -> list[dict]:
     """Rows of a decode gap run (gemm_decode.bench_decode_gap), one per (M, N, K, format, variant): the time, the ratio
     to `_scaled_mm` tensorwise of the same round set ('x_scaled_mm', > 1: faster) and 'saves' = 1 - t_variant / t_full,
     the share of the shipped kernel's time the cut stage costs (full at 20 us and loads_only at 19 us: 0.05).
-    Variants in DECODE_GAP order after 'full'; formats 'fp8c' and 'nvfp4'."""
-    from .gemm_decode import DECODE_GAP
-
-    order = ["full", *DECODE_GAP]
+    Variants in the run's order (gemm_decode.DECODE_GAP's) after 'full'; formats 'fp8c' and 'nvfp4'."""
     rows, full = [], {}
     recs = [r for r in data.get("results", []) if r.get("family") == "decode_gap" and r.get("fmt")]
+    order = ["full"] + list(dict.fromkeys(r["kernel"].split("-", 1)[1] for r in recs if "-" in r["kernel"]))
     for r in recs:
         if "-" not in r["kernel"]:
             full[(r["shape"], r["fmt"])] = r["time_us"]
@@ -316,8 +314,7 @@ def decode_gap(data: dict) -> list[dict]:
         rows.append({"M": r["M"], "N": r["N"], "K": r["K"], "format": r["fmt"], "variant": variant,
                      "time_us": r["time_us"], "x_scaled_mm": r.get("speedup_vs_scaled_mm_tensorwise"),
                      "saves": (1 - r["time_us"] / t0) if t0 else None})
-    return sorted(rows, key=lambda x: (x["format"], x["M"], x["N"] * x["K"], x["N"],
-                                       order.index(x["variant"]) if x["variant"] in order else len(order)))
+    return sorted(rows, key=lambda x: (x["format"], x["M"], x["N"] * x["K"], x["N"], order.index(x["variant"])))
 
 
 def order_effect(data: dict) -> list[dict]:
