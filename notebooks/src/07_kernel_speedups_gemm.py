@@ -134,7 +134,9 @@ if data:
 
 For each missed decode goal, at its worst shape: the weight bytes the kernel reads (`MB`), its time and its read rate
 (`GB/s`), the anchor's rate on the same shape, the floor of those bytes at the run's copy bandwidth (`floor_us`), the
-time spent above that floor (`over_floor_us`) and the time at which the goal would hold (`goal_us`).
+time spent above that floor (`over_floor_us`) and the time at which the goal would hold (`goal_us`). What the time
+above the floor is made of — the arithmetic, the activation loads, the launch, or the way the weight bytes are
+fetched — is measured, by taking each away, in "Where a GEMV's time goes" below.
 """),
 ("code", r"""
 if data:
