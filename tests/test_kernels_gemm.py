@@ -810,3 +810,23 @@ def test_decode_gap_table_and_sentence():
     assert "no timing" in findings.decode_gap_sentence([r for r in rows if r["variant"] == "full"])
     # the goals and the decode table never see a gap run's variants
     assert R.decode_table({"results": res}) == [] and R.goals({"results": res}) == R.goals({"results": []})
+
+
+def test_recorded_runs_and_provenance_lines(tmp_path):
+    """gemm_report.recorded_runs loads a file from each record folder that has it, in folder order, and nothing from
+    a folder without it; provenance_lines prints one aligned 'key value' line per provenance_summary entry."""
+    import json
+
+    from fp8lab.kernels import gemm_report as R
+
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    for d, dev in ((a, "GPU A"), (c, "GPU C")):
+        d.mkdir()
+        (d / "run.json").write_text(json.dumps({"provenance": {"device": dev, "date": "2026-12-06", "git_commit": "abc",
+                                                               "command": "x  y", "dirty": False}, "results": []}))
+    runs = R.recorded_runs("run.json", folders=(a, b, c))
+    assert [r["provenance"]["device"] for r in runs] == ["GPU A", "GPU C"]
+    lines = R.provenance_lines(runs[0])
+    assert lines[0] == f"{'device':24s} GPU A" and f"{'command':24s} x y" in lines
+    assert len(lines) == len(R.provenance_summary(runs[0]))
+    assert R.recorded_runs("nope.json", folders=(a, b, c)) == []

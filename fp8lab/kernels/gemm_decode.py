@@ -126,6 +126,25 @@ def _print_napkin(d: dict) -> None:
           f"({100 * d['cuda_core_fma_share']:.0f} % of fp32 CUDA-core FMA peak)", flush=True)
 
 
+def shape_weights(N: int, K: int) -> tuple:
+    """The decode benches' weights for one (N, K), drawn from seed N + K in this order: FP8 codes (rotating sets past
+    the L2), per-channel scales [N], 128x128 block scales, NVFP4 (codes, scale codes) sets, the NVFP4 global scale,
+    bf16 weights (the cuBLAS anchor's sets). Returns (w8, sch, sbl, w4, gs, wbf)."""
+    import torch
+
+    from . import gemv_fp8 as F8
+    from . import gemv_nvfp4 as F4
+
+    torch.manual_seed(N + K)
+    w8 = [F8.random_codes(N, K) for _ in range(n_sets(N * K))]
+    sch = torch.rand(N, device="cuda") * 1e-3 + 1e-4
+    sbl = torch.rand(math.ceil(N / 128), math.ceil(K / 128), device="cuda") * 1e-3 + 1e-4
+    w4 = [F4.random_nvfp4(N, K) for _ in range(n_sets(N * K // 2 + N * K // 16))]
+    gs = torch.tensor(0.01, device="cuda")
+    wbf = [(torch.randn(N, K, device="cuda") * 0.02).to(torch.bfloat16) for _ in range(n_sets(2 * N * K))]
+    return w8, sch, sbl, w4, gs, wbf
+
+
 def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECODE_M, versions=DECODE_VERSIONS,
                  tune=False, anchors=("tensorwise", "blockwise"), on_shape_done=None, pdl: bool = True) -> None:
     """tune: False (each version at its default config), True (every version's candidates), or the versions to tune.
@@ -143,13 +162,7 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
     for N, K in shapes:
         if out_of_time(f"decode N={N} K={K}", bench.notes):
             continue
-        torch.manual_seed(N + K)
-        w8 = [F8.random_codes(N, K) for _ in range(n_sets(N * K))]
-        sch = torch.rand(N, device="cuda") * 1e-3 + 1e-4
-        sbl = torch.rand(math.ceil(N / 128), math.ceil(K / 128), device="cuda") * 1e-3 + 1e-4
-        w4 = [F4.random_nvfp4(N, K) for _ in range(n_sets(N * K // 2 + N * K // 16))]
-        gs = torch.tensor(0.01, device="cuda")
-        wbf = [(torch.randn(N, K, device="cuda") * 0.02).to(torch.bfloat16) for _ in range(n_sets(2 * N * K))]
+        w8, sch, sbl, w4, gs, wbf = shape_weights(N, K)
         v3_packs: dict = {}
 
         def packs(fmt, R):  # version-3 packings (versions 3 and 4) of the same weight sets, made once per shape
@@ -406,12 +419,7 @@ def bench_decode_gap(bench: harness.Bench, skip: set, shapes=DECODE_GAP_SHAPES, 
     for N, K in shapes:
         if out_of_time(f"decode gap N={N} K={K}", bench.notes):
             continue
-        torch.manual_seed(N + K)
-        w8 = [F8.random_codes(N, K) for _ in range(n_sets(N * K))]
-        sch = torch.rand(N, device="cuda") * 1e-3 + 1e-4
-        w4 = [F4.random_nvfp4(N, K) for _ in range(n_sets(N * K // 2 + N * K // 16))]
-        gs = torch.tensor(0.01, device="cuda")
-        wbf = [(torch.randn(N, K, device="cuda") * 0.02).to(torch.bfloat16) for _ in range(n_sets(2 * N * K))]
+        w8, sch, _, w4, gs, wbf = shape_weights(N, K)
         deq = {"fp8c": lambda: F8.dequant_weight(w8[0], sch), "nvfp4": lambda: F4.dequant_weight(*w4[0], gs)}
         wbytes = {"fp8c": N * K + 4 * N, "nvfp4": N * K // 2 + N * K // 16}
         for M in Ms:

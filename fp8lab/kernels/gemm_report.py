@@ -597,6 +597,21 @@ def provenance_summary(data: dict) -> dict:
             "sources_differing": [f for f, ok in same.items() if not ok]}
 
 
+def provenance_lines(data: dict) -> list[str]:
+    """provenance_summary as aligned 'key value' lines (whitespace in a value collapsed), for printing."""
+    return [f"{k:24s} {' '.join(str(v).split())}" for k, v in provenance_summary(data).items()]
+
+
+#: where the lab's GPU records live: the H200's (outputs/kernels/) and the H100's (outputs/kernels/h100/)
+RECORD_FOLDERS = (harness.REPO / "outputs" / "kernels", harness.REPO / "outputs" / "kernels" / "h100")
+
+
+def recorded_runs(filename: str, folders=RECORD_FOLDERS) -> list[dict]:
+    """Every committed run named `filename` (e.g. 'decode_gap.json') in `folders`, in that order: one per GPU it was
+    recorded on, each to be read on its own (its ratios compare variants timed in the same rounds on one GPU)."""
+    return [load(f / filename) for f in folders if (f / filename).is_file()]
+
+
 def sass_table(data: dict, kernels=("w8a8_mma_fp8", "w8a8_mma_bf16", "w8a8_wgmma", "w8a8_wgmma_pipe", "w8a8_wgmma_256",
                                     "w8a8_wgmma_ws", "w8a8_tma_n128_w2_s6_c2_e0", "w8a8_tma_n256_w2_s4_c2_e0",
                                     "gemv_fp8_block_r1_nt1_pf0", "gemv_nvfp4_r1_nt1_pf0", "gemv3_fp8c_r1_nt1_c2_p3_e0_n0",

@@ -39,8 +39,7 @@ from fp8lab.kernels import cuda_available
 G = nb.recorded("kernels", "gemm.json", prov=None)
 data = bg.load(G / "gemm.json") if G else None
 if data:
-    for k, v in bg.provenance_summary(data).items():
-        print(f"{k:24s} {' '.join(str(v).split())}")
+    print("\n".join(gemm_report.provenance_lines(data)))
 print("CUDA device here:", cuda_available(), "-> showing the recorded results" if not cuda_available() else "")
 from fp8lab.kernels import gemv_fp8, gemv_nvfp4, gemv_v3
 for mod in (gemv_fp8, gemv_nvfp4):
@@ -248,11 +247,9 @@ with the run, so what was removed is checked, not assumed (`tests/test_kernels_s
 """),
 ("code", r"""
 # every recorded decode gap run: the H200's (outputs/kernels/) and the H100's (outputs/kernels/h100/)
-dgap_runs = [bg.load(DP / "decode_gap.json") for DP in (nb.recorded(folder, "decode_gap.json", prov=None, quiet=True)
-                                                        for folder in ("kernels", "kernels/h100")) if DP]
+dgap_runs = gemm_report.recorded_runs("decode_gap.json")
 for dg in dgap_runs:
-    for k, v in bg.provenance_summary(dg).items():
-        print(f"{k:24s} {' '.join(str(v).split())}")
+    print("\n".join(gemm_report.provenance_lines(dg)))
     drows = gemm_report.decode_gap(dg)
     shapes = sorted({(r["N"], r["K"]) for r in drows}, key=lambda s: s[0] * s[1])
     for N, K in (shapes[-1:] if nb.small() else shapes):
@@ -346,8 +343,7 @@ kernels, not a substitute for the H200's.
 H1 = nb.recorded("kernels/h100", "gemm_prefill.json", prov=None, quiet=True)
 h100 = bg.load(H1 / "gemm_prefill.json") if H1 else None
 if h100:
-    for k, v in bg.provenance_summary(h100).items():
-        print(f"{k:24s} {' '.join(str(v).split())}")
+    print("\n".join(gemm_report.provenance_lines(h100)))
     rows = sorted(gemm_report.prefill_table(h100, kernels=("wgmma_tma",), min_m=gemm_report.PREFILL_GOAL_MIN_M),
                   key=lambda r: (r["N"], r["K"], r["M"]))
     print(bg.format_rows(rows))
@@ -405,11 +401,9 @@ one run: the noise of these comparisons.
 ("code", r"""
 # every recorded gap run: the H200's (outputs/kernels/) and the H100's (outputs/kernels/h100/); each compares
 # variants timed in the same rounds on one GPU, so each stands on its own
-gap_runs = [bg.load(GP / "prefill_gap.json") for GP in (nb.recorded(folder, "prefill_gap.json", prov=None, quiet=True)
-                                                        for folder in ("kernels", "kernels/h100")) if GP]
+gap_runs = gemm_report.recorded_runs("prefill_gap.json")
 for gapd in gap_runs:
-    for k, v in bg.provenance_summary(gapd).items():
-        print(f"{k:24s} {' '.join(str(v).split())}")
+    print("\n".join(gemm_report.provenance_lines(gapd)))
     print(f"k = {gemm_report.gap_kernel(gapd)}; 'x blk': the ratio to _scaled_mm blockwise of the same run (> 1: faster)")
     rows = gemm_report.leave_one_out(gapd)
     print(bg.format_rows([{c: v for c, v in r.items() if not c.endswith("share")} for r in rows]))
