@@ -333,11 +333,10 @@ def gap_sentence(data: dict, kernel: str | None = None) -> str:
 
 
 def _pct_range(shares) -> str:
-    """Shares as whole percents: '2–7' (ratio_range), '-3 to 5' where a bound is negative (a dash would read as a
-    minus sign)."""
-    text = ratio_range([100 * v for v in shares], 0)
-    return text if "–-" not in text and not (text.startswith("-") and "–" in text) else \
-        f"{100 * min(shares):.0f} to {100 * max(shares):.0f}"
+    """Shares as whole percents: '2–7', '3' where they agree, '-3 to 5' where the low end is negative (a dash would
+    read as a minus sign); a share that rounds to zero is '0', never '-0'."""
+    lo, hi = round(100 * min(shares)), round(100 * max(shares))
+    return f"{lo}" if lo == hi else f"{lo} to {hi}" if lo < 0 else f"{lo}–{hi}"
 
 
 def decode_gap_sentence(rows: list[dict], device: str | None = None) -> str:
