@@ -423,6 +423,33 @@ def prefill_grid_sentence(data: dict) -> str:
             f"with M ≥ {PREFILL_GOAL_MIN_M}, at least {PREFILL_GOAL}x at {sum(x >= PREFILL_GOAL for x in xs)} of them.")
 
 
+def prefill_repeats_sentence(rows: list[dict], device: str | None = None) -> str:
+    """What repeated recordings of one prefill grid say (rows: gemm_report.prefill_repeats): how far each shape's ratio
+    to _scaled_mm blockwise moved from run to run, the goal read on each shape's median over the runs, and whether
+    the misses of a single run sit inside that movement. '' where no shape was recorded twice."""
+    from fp8lab.kernels.gemm_report import PREFILL_GOAL
+    from fp8lab.kernels.harness import quartiles
+
+    rows = [r for r in rows if r["runs"] >= 2]
+    if not rows:
+        return ""
+    n = max(r["runs"] for r in rows)
+    med = [r["x_median"] for r in rows]
+    worst = min(rows, key=lambda r: r["x_median"])
+    text = (f"The same grid recorded {n} times on the {device or 'recorded GPU'}"
+            + ("" if all(r["same_launch"] for r in rows) else " (not every shape launched the same configuration each time)")
+            + f": from run to run a shape's ratio moved by {ratio_range([100 * r['spread'] for r in rows], 0)} % "
+            f"(median {100 * quartiles([r['spread'] for r in rows])[1]:.0f} %). On each shape's median over the runs the "
+            f"default ran {ratio_range(med, 2)}x `_scaled_mm` blockwise, at least {PREFILL_GOAL}x at "
+            f"{sum(x >= PREFILL_GOAL for x in med)} of the {len(rows)} shapes (worst {worst['x_median']:.3f} at "
+            f"{worst['M']}x{worst['N']}x{worst['K']}).")
+    flips = [r for r in rows if r["x_min"] < PREFILL_GOAL <= r["x_max"]]
+    if flips:
+        text += (f" At {len(flips)} shape{'s' if len(flips) != 1 else ''} one run met {PREFILL_GOAL}x and another did "
+                 f"not: there, a single run's verdict is the run's noise, not the kernel's.")
+    return text
+
+
 def order_sentence(rows: list[dict]) -> str:
     """What the order run (gemm_report.order_effect rows) says, in one paragraph rendered from its numbers: how far
     the same kernel's time spread when only its predecessor changed, unsettled and settled, and what that does to

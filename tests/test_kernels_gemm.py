@@ -814,7 +814,7 @@ def test_decode_gap_table_and_sentence():
 
 def test_recorded_runs_and_provenance_lines(tmp_path):
     """gemm_report.recorded_runs loads a file from each record folder that has it, in folder order, and nothing from
-    a folder without it; provenance_lines prints one aligned 'key value' line per provenance_summary entry."""
+    a folder without it, and repeat_runs adds the earlier recordings kept in repeats/; provenance_lines prints one aligned 'key value' line per provenance_summary entry."""
     import json
 
     from fp8lab.kernels import gemm_report as R
@@ -830,3 +830,10 @@ def test_recorded_runs_and_provenance_lines(tmp_path):
     assert lines[0] == f"{'device':24s} GPU A" and f"{'command':24s} x y" in lines
     assert len(lines) == len(R.provenance_summary(runs[0]))
     assert R.recorded_runs("nope.json", folders=(a, b, c)) == []
+    # earlier recordings of the same file kept in <folder>/repeats/<stem>_<commit>.json, after the committed one
+    (a / "repeats").mkdir()
+    for tag in ("bbb", "aaa"):
+        (a / "repeats" / f"run_{tag}.json").write_text(json.dumps({"provenance": {"device": tag}, "results": []}))
+    (a / "repeats" / "other_ccc.json").write_text("{}")
+    assert [r["provenance"]["device"] for r in R.repeat_runs("run.json", a)] == ["GPU A", "aaa", "bbb"]
+    assert R.repeat_runs("run.json", b) == [] and [r["provenance"]["device"] for r in R.repeat_runs("run.json", c)] == ["GPU C"]

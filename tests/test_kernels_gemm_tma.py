@@ -625,3 +625,29 @@ def test_other_kernels_prefill_grid_sentences_and_goal_lines():
     lines = R.prefill_goal_lines(data)
     assert len(lines) == len(R.prefill_goals(data)) == 4
     assert lines[1].startswith("NOT met       0.930 (target 0.95) W8A8 >= 0.95x torch._scaled_mm blockwise at every")
+
+
+def test_prefill_repeats_table_and_sentence():
+    """gemm_report.prefill_repeats / findings.prefill_repeats_sentence on the same grid recorded three times: per
+    shape the ratios in run order, their median and spread, whether every run launched the same configuration;
+    the goal read on the medians, and the shapes where one run met it and another did not."""
+    from fp8lab import findings
+    from fp8lab.kernels import gemm_report as R
+
+    def run(xs, cfg="c1"):
+        return {"results": [{"family": "prefill", "kernel": "w8a8_wgmma_tma", "M": 2048, "N": n, "K": 4096,
+                             "shape": f"M=2048 N={n} K=4096", "time_us": 1.0, "config": cfg, "split": 1,
+                             "speedup_vs_scaled_mm_blockwise": x} for n, x in zip((4096, 8192), xs)]}
+
+    rows = R.prefill_repeats([run((0.90, 1.00)), run((0.96, 1.02)), run((0.93, 1.01), cfg="c2")])
+    a, b = rows
+    assert a["x_runs"] == [0.90, 0.96, 0.93] and a["x_median"] == pytest.approx(0.93) and a["runs"] == 3
+    assert a["spread"] == pytest.approx(0.96 / 0.90 - 1) and a["same_launch"] is False
+    text = findings.prefill_repeats_sentence(rows, "H100")
+    assert text.startswith("The same grid recorded 3 times on the H100 (not every shape launched the same")
+    assert "at least 0.95x at 1 of the 2 shapes (worst 0.930 at 2048x4096x4096)" in text
+    assert "At 1 shape one run met 0.95x and another did not" in text
+    same = R.prefill_repeats([run((0.96, 1.0)), run((0.97, 1.01))])
+    assert all(r["same_launch"] for r in same) and "not every shape" not in findings.prefill_repeats_sentence(same)
+    assert "did not" not in findings.prefill_repeats_sentence(same)
+    assert findings.prefill_repeats_sentence(R.prefill_repeats([run((0.9, 1.0))])) == ""

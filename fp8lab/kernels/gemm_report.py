@@ -597,6 +597,36 @@ def provenance_summary(data: dict) -> dict:
             "sources_differing": [f for f, ok in same.items() if not ok]}
 
 
+def prefill_repeats(runs: list[dict], kernel: str = "wgmma_tma", min_m: int = 0) -> list[dict]:
+    """The same prefill grid recorded several times (runs: loaded gemm files, one GPU): per shape, the kernel's ratio to
+    _scaled_mm blockwise in each run ('x_runs', in the order given), their median, min, max and 'spread' (max / min - 1),
+    and 'same_launch': whether every run launched the same compiled configuration and split there (the records'
+    config and split fields; the SASS of a configuration is the source's business, checked apart)."""
+    per: dict = {}
+    for d in runs:
+        seen = set()
+        for r in _prefill(d):
+            if _short(r["kernel"]) != kernel or r.get("M", 0) < min_m or r["shape"] in seen:
+                continue
+            seen.add(r["shape"])
+            x = r.get("speedup_vs_scaled_mm_blockwise")
+            row = per.setdefault(r["shape"], {"shape": r["shape"], "M": r.get("M"), "N": r.get("N"), "K": r.get("K"),
+                                              "x_runs": [], "_launch": set()})
+            if x:
+                row["x_runs"].append(x)
+            row["_launch"].add((r.get("config"), r.get("split")))
+    out = []
+    for row in per.values():
+        xs = row["x_runs"]
+        if not xs:
+            continue
+        row["same_launch"] = len(row.pop("_launch")) == 1
+        row.update(runs=len(xs), x_median=harness.quartiles(xs)[1], x_min=min(xs), x_max=max(xs),
+                   spread=max(xs) / min(xs) - 1)
+        out.append(row)
+    return sorted(out, key=_shape_key)
+
+
 def provenance_lines(data: dict) -> list[str]:
     """provenance_summary as aligned 'key value' lines (whitespace in a value collapsed), for printing."""
     return [f"{k:24s} {' '.join(str(v).split())}" for k, v in provenance_summary(data).items()]
@@ -610,6 +640,14 @@ def recorded_runs(filename: str, folders=RECORD_FOLDERS) -> list[dict]:
     """Every committed run named `filename` (e.g. 'decode_gap.json') in `folders`, in that order: one per GPU it was
     recorded on, each to be read on its own (its ratios compare variants timed in the same rounds on one GPU)."""
     return [load(f / filename) for f in folders if (f / filename).is_file()]
+
+
+def repeat_runs(filename: str = "gemm_prefill.json", folder=RECORD_FOLDERS[1]) -> list[dict]:
+    """The committed run `folder/filename` and its earlier recordings kept beside it as `folder/repeats/<stem>_<commit>
+    .json` (each with its own provenance), the committed file first; [] where it is not recorded."""
+    stem = filename.rsplit(".", 1)[0]
+    main = recorded_runs(filename, (folder,))
+    return main + [load(f) for f in sorted((folder / "repeats").glob(f"{stem}_*.json"))] if main else []
 
 
 def sass_table(data: dict, kernels=("w8a8_mma_fp8", "w8a8_mma_bf16", "w8a8_wgmma", "w8a8_wgmma_pipe", "w8a8_wgmma_256",

@@ -354,6 +354,26 @@ else:
     print("(no H100 prefill grid recorded)")
 """),
 ("md", r"""
+One run's verdict at a shape is one sample. The same grid was recorded more than once on the H100 (the earlier runs
+are kept in `outputs/kernels/h100/repeats/`, each with its provenance): per shape, the ratio in each run (the
+committed run first), the median over runs and how far the runs lie apart (`spread` = max / min − 1). A goal read on
+the medians is less at the mercy of one run's clocks than any single run; a shape where one run met the goal and
+another did not has no verdict a single run could give.
+"""),
+("code", r"""
+reps = gemm_report.repeat_runs("gemm_prefill.json")
+rep_rows = gemm_report.prefill_repeats(reps, min_m=gemm_report.PREFILL_GOAL_MIN_M)
+if len(reps) > 1 and rep_rows:
+    for d in reps:
+        p = d.get("provenance") or {}
+        print(f"run: {p.get('git_commit', '?')[:8]} {p.get('date', '?')[:16]} dirty={p.get('dirty')} {p.get('device')}")
+    print(bg.format_rows([{**r, "x_runs": " ".join(f"{x:.3f}" for x in r["x_runs"])} for r in rep_rows],
+                         ["shape", "x_runs", "x_median", "spread", "same_launch"]))
+    nb.md(findings.prefill_repeats_sentence(rep_rows, (reps[0].get("provenance") or {}).get("device")))
+else:
+    print("(one H100 prefill grid recorded: no repeats to compare)")
+"""),
+("md", r"""
 Where the rest of the gap goes (the mechanisms; the climb table shows which rungs moved the rate): the FP32
 promotion per 128-wide k-block is work `_scaled_mm` tensorwise does not do at all (one scale for the whole matrix),
 and it sits on the consumer warpgroups between two `wgmma` batches; a wider tile amortises it over more FLOPs.
