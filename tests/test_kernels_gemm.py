@@ -832,8 +832,9 @@ def test_recorded_runs_and_provenance_lines(tmp_path):
     assert R.recorded_runs("nope.json", folders=(a, b, c)) == []
     # earlier recordings of the same file kept in <folder>/repeats/<stem>_<commit>.json, after the committed one
     (a / "repeats").mkdir()
-    for tag in ("bbb", "aaa"):
-        (a / "repeats" / f"run_{tag}.json").write_text(json.dumps({"provenance": {"device": tag}, "results": []}))
-    (a / "repeats" / "other_ccc.json").write_text("{}")
-    assert [r["provenance"]["device"] for r in R.repeat_runs("run.json", a)] == ["GPU A", "aaa", "bbb"]
+    for tag, date in (("bbb", "2026-12-01"), ("aaa", "2026-11-01"), ("ccc", "2026-12-05")):
+        (a / "repeats" / f"run_{tag}.json").write_text(json.dumps({"provenance": {"device": tag, "date": date},
+                                                                   "results": []}))
+    (a / "repeats" / "other_ddd.json").write_text("{}")
+    assert [r["provenance"]["device"] for r in R.repeat_runs("run.json", a)] == ["GPU A", "ccc", "bbb", "aaa"]
     assert R.repeat_runs("run.json", b) == [] and [r["provenance"]["device"] for r in R.repeat_runs("run.json", c)] == ["GPU C"]

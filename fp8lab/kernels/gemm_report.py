@@ -644,10 +644,13 @@ def recorded_runs(filename: str, folders=RECORD_FOLDERS) -> list[dict]:
 
 def repeat_runs(filename: str = "gemm_prefill.json", folder=RECORD_FOLDERS[1]) -> list[dict]:
     """The committed run `folder/filename` and its earlier recordings kept beside it as `folder/repeats/<stem>_<commit>
-    .json` (each with its own provenance), the committed file first; [] where it is not recorded."""
+    .json` (each with its own provenance), the committed file first, then the earlier ones newest first (by the
+    date in their provenance); [] where it is not recorded."""
     stem = filename.rsplit(".", 1)[0]
     main = recorded_runs(filename, (folder,))
-    return main + [load(f) for f in sorted((folder / "repeats").glob(f"{stem}_*.json"))] if main else []
+    older = [load(f) for f in (folder / "repeats").glob(f"{stem}_*.json")]
+    older.sort(key=lambda d: str((d.get("provenance") or {}).get("date", "")), reverse=True)
+    return main + older if main else []
 
 
 def sass_table(data: dict, kernels=("w8a8_mma_fp8", "w8a8_mma_bf16", "w8a8_wgmma", "w8a8_wgmma_pipe", "w8a8_wgmma_256",
