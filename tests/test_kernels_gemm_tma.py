@@ -149,6 +149,41 @@ def test_split_plan():
         G.TmaConfig(128, 2, 6, 1, 0, persistent=False, split=4).check()
 
 
+@pytest.mark.parametrize("T, P, KB", [(112, 66, 148), (224, 66, 56), (32, 66, 112), (5, 3, 40), (130, 66, 9),
+                                       (67, 66, 64), (1, 66, 7), (100, 7, 3)])
+def test_streamk_tail_covers_every_k_block_once(T, P, KB):
+    """The stream-K tail (streamk_segments mirrors the kernel's work_item): every k-block of every tail tile is in
+    exactly one segment; a tile's segments are its pieces 0..np-1 in CTA order, np at most the workspace's slots;
+    every CTA gets floor or ceil of TK / P k-blocks; the full waves run whole (F a multiple of P)."""
+    F, S = G.streamk_tail(T, P, KB)
+    if S > 0:  # nothing to balance: a full last wave, or ranges under 4 k-blocks
+        assert (F, S) == (T, 1) and (T % P == 0 or (T - -(-T // P) * P + P) * KB < 4 * P)
+        return
+    assert F % P == 0 and 0 <= T - F <= P
+    segs = G.streamk_segments(T, F, P, KB)
+    TK = (T - F) * KB
+    per_cta = {}
+    for t in range(F, T):
+        mine = sorted((c, kb0, kb1, piece, np) for c, tt, kb0, kb1, piece, np in segs if tt == t)
+        assert [(kb0, kb1) for _, kb0, kb1, _, _ in mine][0][0] == 0 and mine[-1][2] == KB
+        assert all(mine[j][2] == mine[j + 1][1] for j in range(len(mine) - 1))  # contiguous, no overlap
+        assert [p for *_, p, _ in mine] == list(range(len(mine))) and {n for *_, n in mine} == {len(mine)}
+        assert len(mine) <= -S
+    for c, _, kb0, kb1, _, _ in segs:
+        per_cta[c] = per_cta.get(c, 0) + kb1 - kb0
+    assert set(per_cta.values()) <= {TK // P, -(-TK // P)} and sum(per_cta.values()) == TK
+
+
+def test_streamk_tail_rule():
+    assert G.streamk_tail(112, 66, 148) == (66, -3)   # 2048x3584x18944 on 66 pairs: 46 tail tiles over 66 ranges
+    assert G.streamk_tail(132, 66, 56) == (132, 1)    # two full waves: nothing to balance
+    assert G.streamk_tail(32, 66, 112) == (0, -3)     # one part-empty wave: every tile shared
+    assert G.streamk_tail(67, 66, 64) == (67, 1)      # one tail tile, 64 k-blocks on 66 pairs: ranges under 4
+    G.TmaConfig(256, 2, 3, 2, 1, scales=1, split=-1).check()
+    with pytest.raises(ValueError, match="stream-K"):
+        G.TmaConfig(256, 2, 3, 2, 1, scales=1, split=-2).check()
+
+
 def test_group_size_and_default_rule():
     assert G.tile_counts(4096, 7168, G.TmaConfig()) == (16, 28)
     assert G.tile_counts(200, 264, G.TmaConfig(128, 2, 6, 2)) == (1, 3)
@@ -338,6 +373,33 @@ def test_split_last_wave_matches_reference_and_repeats(kernel, grid):
     launch = G.prepare(a, sa, b, sb, kernel=kernel, config=cfg, out=out)
     mu, nb = G.tile_counts(M, N, cfg)
     assert launch.split == G.split_plan(mu * nb, grid, 80, cfg.split)
+    first = None
+    for _ in range(3):
+        out.fill_(float("nan"))
+        launch()
+        torch.cuda.synchronize()
+        _check(out, ref, terms, kernel, K)
+        first = out.clone() if first is None else first
+        assert torch.equal(out.view(torch.int16), first.view(torch.int16))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", [k for k, c in G.TMA_KERNELS.items() if c is not None and c.split])
+@pytest.mark.parametrize("grid", [7, 10, 40])
+def test_streamk_tail_matches_reference_and_repeats(kernel, grid):
+    """The stream-K tail (split = -1): ranges of k-blocks that cross tile boundaries, each tile finished by the last
+    of its pieces. Same checks as the split test: poisoned, three launches, reference tolerance, the same bits."""
+    from dataclasses import replace
+
+    if kernel in G.skipped_kernels():
+        pytest.skip(f"{kernel} failed its smoke test in this run")
+    M, N, K = 520, 1160, 10128
+    a, sa, b, sb, ref, terms = _case(M, N, K, seed=grid + 100, layout="col")
+    cfg = replace(G.TMA_KERNELS[kernel], grid=grid, split=-1)
+    out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+    launch = G.prepare(a, sa, b, sb, kernel=kernel, config=cfg, out=out)
+    mu, nb = G.tile_counts(M, N, cfg)
+    assert launch.split == G.streamk_tail(mu * nb, grid, 80) and launch.split[1] < 0
     first = None
     for _ in range(3):
         out.fill_(float("nan"))

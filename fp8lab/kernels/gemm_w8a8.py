@@ -152,6 +152,9 @@ class TmaConfig:
              are cut along K into up to n pieces run at once (split_plan), the last piece to finish adding the
              others' fp32 partial sums from a workspace (the sum of two partials rounds differently from one
              running sum: results agree with the unsplit kernel within fp32 reassociation, not bit for bit)
+             -1: the stream-K tail (streamk_tail): the waves that fill the grid run whole tiles, and the k-blocks of
+             the rest, laid end to end, are cut into one equal range per CTA (cluster), so every unit ends at once;
+             a tile shared by several ranges is finished by the last of its pieces, as above
     stagger  0: both consumer warpgroups start at once; 1 / 2 (nwg 2, pipe 0, scales 1): the second issues its first
              k-block of the CTA (1) or of every work item (2) only when the first one's MMAs have finished, so each
              promotes while the other's MMAs run (the same arithmetic: the same bits as stagger 0)
@@ -234,9 +237,9 @@ class TmaConfig:
             raise ValueError(f"{self}: pipe 0|1, and pipe = 1 needs bn 128 and nwg 2 (64 + 2 x 64 accumulators)")
         if self.scales not in (0, 1):
             raise ValueError(f"{self}: scales 0|1")
-        if self.split < 0 or self.split == 1 or (self.split and (not self.persistent or self.nwg != 2)):
-            raise ValueError(f"{self}: split is 0 (off) or the most pieces per tile (>= 2), for persistent grids with "
-                             "two consumer warpgroups only")
+        if self.split < -1 or self.split == 1 or (self.split and (not self.persistent or self.nwg != 2)):
+            raise ValueError(f"{self}: split is 0 (off), the most pieces per tile (>= 2) or -1 (stream-K tail), for "
+                             "persistent grids with two consumer warpgroups only")
         if self.stagger not in (0, 1, 2) or (self.stagger and (self.nwg != 2 or self.pipe or not self.scales)):
             raise ValueError(f"{self}: stagger 0|1|2, and a stagger needs two consumer warpgroups, pipe 0, scales 1")
         if self.group < 0 or self.grid < 0:
@@ -356,6 +359,41 @@ def split_plan(T: int, P: int, KB: int, most: int, min_kb: int = 4) -> tuple[int
     return F, S
 
 
+def streamk_tail(T: int, P: int, KB: int, min_kb: int = 4) -> tuple[int, int]:
+    """(F, -slots): of T tiles on P CTAs (clusters), the F = (waves - 1) P of the full waves run whole, and the k-blocks
+    of the last T - F tiles, laid end to end, are cut into P equal ranges, one per CTA; `slots` is the most ranges
+    (pieces) any of those tiles is shared by, the workspace slots per tile. (T, 1) where there is no tail to balance
+    (the last wave is full), a range would hold fewer than `min_kb` k-blocks (a tile's pieces must be consecutive
+    CTAs: no empty range between them), or the kernel's 32-bit segment arithmetic would overflow.
+
+    streamk_tail(112, 66, 148) -> (66, -3)   # 2048x3584x18944 on 66 pairs: 46 tiles' 6808 k-blocks, 103 or 104 each
+    streamk_tail(132, 66, 56) -> (132, 1)    # two full waves"""
+    waves = -(-T // P) if P > 0 else 0
+    F = (waves - 1) * P
+    if T <= 0 or P <= 0 or T - F == P or (T - F) * KB < min_kb * P or (T - F) * KB * P >= 2**31:
+        return T, 1
+    return F, -max(seg[-1] for seg in streamk_segments(T, F, P, KB))
+
+
+def streamk_segments(T: int, F: int, P: int, KB: int) -> list[tuple]:
+    """The stream-K tail's non-empty segments as gemm_w8a8_tma.cu's work_item makes them: (CTA c, tile t, k-block
+    range [kb0, kb1), piece, np: the pieces of tile t), in item order (layer by layer, CTA by CTA)."""
+    TK = (T - F) * KB
+    owner = lambda g: ((g + 1) * P - 1) // TK  # noqa: E731 - the kernel's streamk_owner
+    layers = (-(-TK // P) - 1) // KB + 2
+    out = []
+    for j in range(layers * P):
+        l, c = divmod(j, P)
+        g0, g1 = c * TK // P, (c + 1) * TK // P
+        tr = g0 // KB + l
+        lo, hi = max(g0, tr * KB), min(g1, (tr + 1) * KB)
+        if lo >= hi:
+            continue
+        first = owner(tr * KB)
+        out.append((c, F + tr, lo - tr * KB, hi - tr * KB, c - first, owner(tr * KB + KB - 1) - first + 1))
+    return out
+
+
 def max_units(cfg: TmaConfig, fn=None) -> int:
     """Clusters (or CTAs) of this config that fit on the device at once: the persistent grid."""
     from . import tma
@@ -415,15 +453,21 @@ def _prepare_tma(a, sa, b, sb, M, N, K, cfg: TmaConfig, out) -> Launch:
     descs = [tma.kernel_arg(tma.encode(m, t.data_ptr())) for m, t in zip(maps, (a, b, out))]
     mu, nb = tile_counts(M, N, cfg)
     most = cfg.grid or _max_units_cached(cfg, fn)
-    F, S = split_plan(mu * nb, most, -(-K // BK), cfg.split) if cfg.persistent else (mu * nb, 1)
-    # persistent: no more units than work items (whole tiles + pieces); one per tile otherwise
-    units = min(F + (mu * nb - F) * S, most) if cfg.persistent else mu * nb
+    if not cfg.persistent:
+        F, S = mu * nb, 1
+    elif cfg.split < 0:
+        F, S = streamk_tail(mu * nb, most, -(-K // BK))
+    else:
+        F, S = split_plan(mu * nb, most, -(-K // BK), cfg.split)
+    # persistent: no more units than work items (whole tiles + pieces; a stream-K tail uses every unit); one per tile
+    # otherwise
+    units = (min(F + (mu * nb - F) * S, most) if S > 0 else most) if cfg.persistent else mu * nb
     group = min(cfg.group or group_size(M, N, cfg, units), mu)
     # the split tiles' partial sums (one slot per piece, CTA and consumer warpgroup) and their arrival counters
     # (none unsplit: F = T); a one-element placeholder keeps the pointers valid
     slots = (mu * nb - F) * cfg.cluster * cfg.nwg
     acc_regs = cfg.acc_regs
-    ws = torch.empty(max(1, slots * S * acc_regs * 128), dtype=torch.float32, device=a.device)
+    ws = torch.empty(max(1, slots * abs(S) * acc_regs * 128), dtype=torch.float32, device=a.device)
     cnt = torch.zeros(max(1, slots), dtype=torch.int32, device=a.device)
     args = (*descs, _sa_arg(sa), cp.int64(sa.stride(0)), cp.int64(sa.stride(1)), _cuda.as_cupy(sb),
             _cuda.as_cupy(out), cp.int32(M), cp.int32(N), cp.int32(K), cp.int32(group), cp.int32(F), cp.int32(S),

@@ -76,17 +76,50 @@ struct TileMap {
     }
 };
 
-// Work item i of the split schedule (see the header): its tile, k-block range and piece.
-__device__ __forceinline__ void work_item(int i, int F, int S, int KB, int& t, int& kb0, int& kb1, int& piece) {
+// Work item i of the split schedule (see the header): its tile, k-block range, piece, and np: how many pieces the tile
+// is cut into (1: whole; 0: an empty stream-K segment, skipped). S < 0 (stream-K tail): the k-blocks of the last T - F
+// tiles, laid end to end, are cut into P equal ranges, one per CTA (cluster) c = (i - F) % P; item F + l P + c is the
+// l-th tile range c touches (segment l; empty where c touches fewer tiles), and a tile's pieces are its owners in
+// order: piece = c - (the owner of its first k-block). -S slots per tile hold the partials (the most owners a tile has).
+// (32-bit arithmetic: the host keeps (T - F) KB P < 2**31, gemm_w8a8.streamk_tail.)
+__device__ __forceinline__ int streamk_owner(int g, int TK, int P) { return ((g + 1) * P - 1) / TK; }
+__device__ __forceinline__ void work_item(int i, int F, int S, int KB, int T, int P, int& t, int& kb0, int& kb1,
+                                          int& piece, int& np) {
     if (i < F) {
-        t = i, kb0 = 0, kb1 = KB, piece = 0;
+        t = i, kb0 = 0, kb1 = KB, piece = 0, np = 1;
         return;
     }
-    const int j = i - F, q = j / S;
-    t = F + q;
-    piece = j - q * S;
-    kb0 = piece * KB / S;
-    kb1 = (piece + 1) * KB / S;
+    if (S > 0) {
+        const int j = i - F, q = j / S;
+        t = F + q;
+        piece = j - q * S;
+        kb0 = piece * KB / S;
+        kb1 = (piece + 1) * KB / S;
+        np = S;
+        return;
+    }
+    const int j = i - F, l = j / P, c = j - l * P;
+    const int TK = (T - F) * KB, g0 = c * TK / P, g1 = (c + 1) * TK / P;
+    const int tr = g0 / KB + l;  // the tail tile of segment l
+    const int lo = max(g0, tr * KB), hi = min(g1, (tr + 1) * KB);
+    t = F + tr;
+    if (lo >= hi) {  // c touches fewer than l + 1 tiles
+        kb0 = kb1 = 0, piece = 0, np = 0;
+        return;
+    }
+    kb0 = lo - tr * KB;
+    kb1 = hi - tr * KB;
+    const int first = streamk_owner(tr * KB, TK, P);
+    piece = c - first;
+    np = streamk_owner(tr * KB + KB - 1, TK, P) - first + 1;
+}
+
+// Work items of the schedule: F whole tiles, then the last T - F tiles in S pieces each, or (S < 0) as many layers of
+// P stream-K segments as a CTA's range can touch tiles: ceil(TK / P) k-blocks span at most (ceil(TK / P) - 1) / KB + 2.
+__device__ __forceinline__ int work_items(int F, int S, int KB, int T, int P) {
+    if (S > 0) return F + (T - F) * S;
+    const int TK = (T - F) * KB;
+    return F + ((TK + P - 1) / P - 1) / KB * P + 2 * P;
 }
 
 // A split tile's fix-up, per consumer warpgroup (128 threads, thread tw): write this piece's partial sums to its
@@ -123,11 +156,13 @@ __device__ __forceinline__ bool split_fixup(float (&acc)[R], float* __restrict__
 template <int CL, int TBN, int ST, class Fn>
 __device__ __forceinline__ void walk_kblocks(const TileMap& tiles, int cid, int P, int items, int F, int S, int KB,
                                              int rank, Fn&& fn) {
+    const int T = tiles.mu * tiles.nb;
     int s = 0;
     u32 ph = 0;
     for (int i = cid; i < items; i += P) {
-        int t, kb0, kb1, piece, m0, n0;
-        work_item(i, F, S, KB, t, kb0, kb1, piece);
+        int t, kb0, kb1, piece, np, m0, n0;
+        work_item(i, F, S, KB, T, P, t, kb0, kb1, piece, np);
+        if (np == 0) continue;  // an empty stream-K segment
         tiles.origin<CL, TBN>(t, rank, m0, n0);
         for (int kb = kb0; kb < kb1; ++kb) {
             fn(kb, s, ph, m0, n0);
@@ -174,7 +209,7 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
     const TileMap tiles{((M + 127) / 128 + CL - 1) / CL, (N + TBN - 1) / TBN, group};
     const int T = tiles.mu * tiles.nb;
     const int cid = blockIdx.x / CL, P = gridDim.x / CL;
-    const int items = F + (T - F) * S;  // F whole tiles, then the last (T - F) tiles in S pieces each
+    const int items = work_items(F, S, KB, T, P);  // F whole tiles, then the last T - F in pieces or stream-K segments
 
     if (tid == NWG * 128) {
         tma_prefetch_desc(tmA);
@@ -299,13 +334,14 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
             }
         };
         // A split tile's pieces: true where this warpgroup stores the tile (whole, or the last piece to arrive).
-        auto finish = [&](auto& acc, int t, int piece) -> bool {
+        auto finish = [&](auto& acc, int t, int piece, int np) -> bool {
             if constexpr (NWG == 1) return true;  // one consumer warpgroup: every register is taken; never split
-            if (t < F || S == 1) return true;
+            if (t < F || np == 1) return true;
             constexpr int R = sizeof(acc) / sizeof(float);
             const size_t who = (size_t)((t - F) * CL + (int)rank) * NWG + wg;
-            return split_fixup<R>(reinterpret_cast<float (&)[R]>(acc), ws + who * S * (R * 128), cnt + who, S, piece,
-                                  tid & 127, 1 + wg);
+            const int slots = S > 0 ? S : -S;  // per tile: S pieces, or (stream-K) the most owners a tile has
+            return split_fixup<R>(reinterpret_cast<float (&)[R]>(acc), ws + who * slots * (R * 128), cnt + who, np,
+                                  piece, tid & 127, 1 + wg);
         };
         if constexpr (WIDE) {
             // One 64 x 192 sub-tile per warpgroup: 96 accumulators + 96 partial sums per thread, one batch of four
@@ -317,8 +353,9 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
             int s = 0;
             u32 ph = 0;
             for (int i = cid; i < items; i += P) {
-                int t, kb0, kb1, piece, m0, n0;
-                work_item(i, F, S, KB, t, kb0, kb1, piece);
+                int t, kb0, kb1, piece, np, m0, n0;
+                work_item(i, F, S, KB, T, P, t, kb0, kb1, piece, np);
+                if (np == 0) continue;  // an empty stream-K segment
                 tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
                 zero<R>(acc);
                 const bool aligned = (n0 & 127) == 0;  // 128 columns in the first scale block (else 64)
@@ -336,9 +373,9 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                     else promote_split<R, 8>(acc, part, c0, c8, d0, d8);
                     if (++s == ST) { s = 0; ph ^= 1; }
                 }
-                work_item(i, F, S, KB, t, kb0, kb1, piece);  // recomputed: not live across the k-loop
+                work_item(i, F, S, KB, T, P, t, kb0, kb1, piece, np);  // recomputed: not live across the k-loop
                 tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
-                if (finish(acc, t, piece)) epilogue(acc, m0, n0);
+                if (finish(acc, t, piece, np)) epilogue(acc, m0, n0);
             }
         } else if constexpr (PIPE) {
             // Two partial-sum buffers (pa, pb): k-block kb + 1 is issued into one BEFORE k-block kb's products are
@@ -369,8 +406,9 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                 if (++r == ST) r = 0;
             };
             for (int i = cid; i < items; i += P) {
-                int t, kb0, kb1, piece, m0, n0;
-                work_item(i, F, S, KB, t, kb0, kb1, piece);
+                int t, kb0, kb1, piece, np, m0, n0;
+                work_item(i, F, S, KB, T, P, t, kb0, kb1, piece, np);
+                if (np == 0) continue;  // an empty stream-K segment
                 tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
                 zero<64>(acc[0]);
                 float cur = 0.f, cur8 = 0.f;  // !SS: scales of the k-block promoted next
@@ -419,10 +457,10 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                     promote_kb(pa, kb, ca, ca8);
                 }
                 if constexpr (SS) {  // recomputed: nothing of the tile's position stays live across the k-loop
-                    work_item(i, F, S, KB, t, kb0, kb1, piece);
+                    work_item(i, F, S, KB, T, P, t, kb0, kb1, piece, np);
                     tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
                 }
-                if (finish(acc, t, piece)) epilogue(acc, m0, n0);
+                if (finish(acc, t, piece, np)) epilogue(acc, m0, n0);
             }
         } else {
             float acc[MH * NH][64], part[64];
@@ -431,8 +469,9 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
             int s = 0;
             u32 ph = 0;
             for (int i = cid; i < items; i += P) {
-                int t, kb0, kb1, piece, m0, n0;
-                work_item(i, F, S, KB, t, kb0, kb1, piece);
+                int t, kb0, kb1, piece, np, m0, n0;
+                work_item(i, F, S, KB, T, P, t, kb0, kb1, piece, np);
+                if (np == 0) continue;  // an empty stream-K segment
                 tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
                 zero<64 * MH * NH>(&acc[0][0]);
                 // Scales of k-block kb + 1 are loaded while k-block kb multiplies (one iteration, 500+ cycles, hides an L2
@@ -486,10 +525,10 @@ __device__ __forceinline__ void w8a8_tma_body(const TmaDesc* tmA, const TmaDesc*
                     }
                 }
                 if constexpr (SS) {  // recomputed: nothing of the tile's position stays live across the k-loop
-                    work_item(i, F, S, KB, t, kb0, kb1, piece);
+                    work_item(i, F, S, KB, T, P, t, kb0, kb1, piece, np);
                     tiles.origin<CL, TBN>(t, (int)rank, m0, n0);
                 }
-                if (finish(acc, t, piece)) epilogue(acc, m0, n0);
+                if (finish(acc, t, piece, np)) epilogue(acc, m0, n0);
             }
         }
         if (EPI && wq == 0 && lane == 0) bulk_wait<0>();
