@@ -385,10 +385,11 @@ def test_split_last_wave_matches_reference_and_repeats(kernel, grid):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", [k for k, c in G.TMA_KERNELS.items() if c is not None and c.split])
-@pytest.mark.parametrize("grid", [7, 10, 40])
+@pytest.mark.parametrize("grid", [7, 8, 40])
 def test_streamk_tail_matches_reference_and_repeats(kernel, grid):
     """The stream-K tail (split = -1): ranges of k-blocks that cross tile boundaries, each tile finished by the last
-    of its pieces. Same checks as the split test: poisoned, three launches, reference tolerance, the same bits."""
+    of its pieces. Same checks as the split test: poisoned, three launches, reference tolerance, the same bits.
+    Grids of 7 / 8 / 40 units leave a ragged tail for both tile widths (15 tiles of 128 x 256, 30 of 128 x 128)."""
     from dataclasses import replace
 
     if kernel in G.skipped_kernels():
