@@ -354,6 +354,19 @@ def test_control_bit_edits_compute_the_same_bits():
     assert not _cuda._BINARY_EDITS
 
 
+def _three_poisoned_launches(launch, out, ref, terms, kernel, K):
+    """Poison, launch, check against the reference, three times: the arrival counters must reset themselves (a stale
+    one leaves tiles unwritten: NaN) and every launch must give the same bits (partials summed in piece order)."""
+    first = None
+    for _ in range(3):
+        out.fill_(float("nan"))
+        launch()
+        torch.cuda.synchronize()
+        _check(out, ref, terms, kernel, K)
+        first = out.clone() if first is None else first
+        assert torch.equal(out.view(torch.int16), first.view(torch.int16))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", [k for k, c in G.TMA_KERNELS.items() if c is not None and c.split])
 @pytest.mark.parametrize("grid", [7, 10, 40])
@@ -373,14 +386,7 @@ def test_split_last_wave_matches_reference_and_repeats(kernel, grid):
     launch = G.prepare(a, sa, b, sb, kernel=kernel, config=cfg, out=out)
     mu, nb = G.tile_counts(M, N, cfg)
     assert launch.split == G.split_plan(mu * nb, grid, 80, cfg.split)
-    first = None
-    for _ in range(3):
-        out.fill_(float("nan"))
-        launch()
-        torch.cuda.synchronize()
-        _check(out, ref, terms, kernel, K)
-        first = out.clone() if first is None else first
-        assert torch.equal(out.view(torch.int16), first.view(torch.int16))
+    _three_poisoned_launches(launch, out, ref, terms, kernel, K)
 
 
 @pytest.mark.gpu
@@ -401,14 +407,7 @@ def test_streamk_tail_matches_reference_and_repeats(kernel, grid):
     launch = G.prepare(a, sa, b, sb, kernel=kernel, config=cfg, out=out)
     mu, nb = G.tile_counts(M, N, cfg)
     assert launch.split == G.streamk_tail(mu * nb, grid, 80) and launch.split[1] < 0
-    first = None
-    for _ in range(3):
-        out.fill_(float("nan"))
-        launch()
-        torch.cuda.synchronize()
-        _check(out, ref, terms, kernel, K)
-        first = out.clone() if first is None else first
-        assert torch.equal(out.view(torch.int16), first.view(torch.int16))
+    _three_poisoned_launches(launch, out, ref, terms, kernel, K)
 
 
 @pytest.mark.gpu
