@@ -810,6 +810,13 @@ def test_decode_gap_table_and_sentence():
     assert "no timing" in findings.decode_gap_sentence([r for r in rows if r["variant"] == "full"])
     # the goals and the decode table never see a gap run's variants
     assert R.decode_table({"results": res}) == [] and R.goals({"results": res}) == R.goals({"results": []})
+    sass_rows = R.decode_gap_sass_rows({"decode_gap_sass": {"fp8c": {"full": {"k1": {"LDG": 4, "HMMA": 2, "IMAD": 3}},
+                                                                     "loads_only": {"k1": {"LDG": 4, "LOP3": 1}}}}})
+    assert sass_rows == [{"format": "fp8c", "variant": "full", "kernel": "k1", "total": 9, "LDG": 4, "HMMA": 2,
+                          "HMUL2": 0, "LOP3": 0},
+                         {"format": "fp8c", "variant": "loads_only", "kernel": "k1", "total": 5, "LDG": 4, "HMMA": 0,
+                          "HMUL2": 0, "LOP3": 1}]
+    assert R.decode_gap_sass_rows({}) == []
 
 
 def test_recorded_runs_and_provenance_lines(tmp_path):
@@ -838,3 +845,32 @@ def test_recorded_runs_and_provenance_lines(tmp_path):
     (a / "repeats" / "other_ddd.json").write_text("{}")
     assert [r["provenance"]["device"] for r in R.repeat_runs("run.json", a)] == ["GPU A", "ccc", "bbb", "aaa"]
     assert R.repeat_runs("run.json", b) == [] and [r["provenance"]["device"] for r in R.repeat_runs("run.json", c)] == ["GPU C"]
+
+
+def test_record_round_ratios_and_rates(tmp_path):
+    """gemm_decode._record_round (both decode benches record through it): ours get a ratio to every _scaled_mm anchor
+    of the round, every kernel its weight read rate against the run's copy bandwidth and its ratio to bf16 cuBLAS
+    (bf16 itself none), the family the caller names."""
+    from fp8lab.kernels import gemm_decode as D
+    from fp8lab.kernels import harness as H
+
+    bench = H.Bench("gemm", tmp_path / "x.json", "test")
+    sh = "M=1 N=64 K=128"
+
+    def timing(us):
+        return H.Timing(us, us, us, us, us, 5, "test")
+
+    t = {f"bf16_cublas {sh}": timing(4.0), f"scaled_mm_tensorwise {sh}": timing(2.0), f"gemv_x {sh}": timing(1.6)}
+    meta = {f"bf16_cublas {sh}": ("bf16_cublas (torch F.linear)", "bf16 x bf16", 100, {"weight_bytes": 16384}),
+            f"scaled_mm_tensorwise {sh}": ("scaled_mm_tensorwise (torch._scaled_mm)", "e4m3 x e4m3", 50, {"weight_bytes": 8192}),
+            f"gemv_x {sh}": ("gemv_x", "e4m3 x bf16", 50, {"weight_bytes": 8192})}
+    D._record_round(bench, t, meta, 1, 64, 128, 4000.0, "decode_gap")
+    by = {r["kernel"]: r for r in bench.results}
+    ours = by["gemv_x"]
+    assert ours["speedup_vs_scaled_mm_tensorwise"] == pytest.approx(1.25) and ours["speedup"] == pytest.approx(2.5)
+    assert ours["weight_gbps"] == pytest.approx(8192 / 1.6e-6 / 1e9) and ours["family"] == "decode_gap"
+    assert ours["weight_fraction_of_copy"] == pytest.approx(ours["weight_gbps"] / 4000.0)
+    bf = by["bf16_cublas (torch F.linear)"]
+    assert bf["anchor"] == "" and bf["speedup"] is None and "speedup_vs_scaled_mm_tensorwise" not in bf
+    assert by["scaled_mm_tensorwise (torch._scaled_mm)"]["speedup"] == pytest.approx(2.0)
+    assert all(r["M"] == 1 and r["N"] == 64 and r["K"] == 128 and r["shape"] == sh for r in bench.results)

@@ -713,3 +713,9 @@ def test_prefill_repeats_table_and_sentence():
     assert all(r["same_launch"] for r in same) and "not every shape" not in findings.prefill_repeats_sentence(same)
     assert "did not" not in findings.prefill_repeats_sentence(same)
     assert findings.prefill_repeats_sentence(R.prefill_repeats([run((0.9, 1.0))])) == ""
+    table = R.repeats_table(rows)
+    assert table[0] == {"shape": "M=2048 N=4096 K=4096", "x_runs": "0.900 0.960 0.930", "x_median": a["x_median"],
+                        "spread": a["spread"], "same_launch": False}
+    d = {"provenance": {"git_commit": "0123456789abcdef", "date": "2026-12-06T10:07:33+00:00", "dirty": False,
+                        "device": "H100"}}
+    assert R.run_line(d) == "run: 01234567 2026-12-06T10:07 dirty=False H100" and R.run_line({}).startswith("run: ?")

@@ -144,7 +144,7 @@ def main(argv=None) -> int:
         kw = {k: v for k, v in (("shapes", args.shapes), ("Ms", tuple(args.m) if args.m else None)) if v}
         bench.extra["decode_gap_sass"] = {
             fmt: {v: gemm_decode.decode_gap_sass(fmt, v, device_cc(), kw.get("Ms", gemm_decode.DECODE_GAP_M))
-                  for v in ("full",) + tuple(x for x, (_, p) in gemm_decode.DECODE_GAP.items() if fmt in p)}
+                  for v in gemm_decode.decode_gap_variants(fmt)}
             for fmt in gemm_decode.DECODE_GAP_FORMATS}
         dump()
         gemm_decode.bench_decode_gap(bench, skip, **kw)

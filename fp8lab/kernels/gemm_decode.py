@@ -145,6 +145,64 @@ def shape_weights(N: int, K: int) -> tuple:
     return w8, sch, sbl, w4, gs, wbf
 
 
+def _anchors(bench: harness.Bench, shape: str, x, xq, w8, wbf, sbl, kinds=("tensorwise", "blockwise")) -> tuple:
+    """(timers, meta) of one decode shape's anchors, timed as the libraries give them (other weights of the same shape,
+    so trusted, not validated): bf16 F.linear over `wbf`, and `_scaled_mm` of each kind over the FP8 sets `w8`
+    (blockwise not at M = 1: no goal reads it there). meta: name -> (label, dtype, bytes moved, extra)."""
+    import torch
+
+    M, K = x.shape
+    N = w8[0].shape[0]
+    act = 2 * M * K + 2 * M * N
+    timers, meta = {}, {}
+    bench.trust(f"bf16_cublas {shape}", "library anchor (torch F.linear, bf16 weights of the same shape)")
+    timers[f"bf16_cublas {shape}"] = lambda: harness.graph_time_us([lambda w=w: torch.nn.functional.linear(x, w) for w in wbf])
+    meta[f"bf16_cublas {shape}"] = ("bf16_cublas (torch F.linear)", "bf16 x bf16", 2 * N * K + act, {"weight_bytes": 2 * N * K})
+    for kind in kinds:
+        if kind == "blockwise" and M == 1:
+            continue  # not part of any goal at M = 1; keeps the recording run short
+        name = f"scaled_mm_{kind} {shape}"
+        try:
+            sa = torch.rand(M, math.ceil(K / 128), device="cuda") + 0.5
+            fns = [scaled_mm_calls(kind, xq, w.view(torch.float8_e4m3fn), sa, sbl if kind == "blockwise" else None)
+                   for w in w8]
+        except Exception as e:
+            bench.notes.append({"kernel": name, "error": str(e)[:500]})
+            continue
+        bench.trust(name, "library anchor (torch._scaled_mm)")
+        timers[name] = lambda fns=fns: harness.graph_time_us([f for f, _ in fns])
+        meta[name] = (f"scaled_mm_{kind} (torch._scaled_mm)", "e4m3 x e4m3", N * K + M * K + 2 * M * N,
+                      {"layout": fns[0][1], "weight_bytes": N * K})
+    return timers, meta
+
+
+def _record_round(bench: harness.Bench, t: dict, meta: dict, M: int, N: int, K: int, copy_gbps, family: str) -> None:
+    """Record one shape's interleaved timings `t` (name -> Timing): each of ours (a label starting 'gemv') with its
+    ratio to every `_scaled_mm` anchor of the round, every kernel with its weight read rate against the run's copy
+    bandwidth, and the ratio to bf16 cuBLAS of the same round."""
+    shape = f"M={M} N={N} K={K}"
+    t_bf16 = t[f"bf16_cublas {shape}"].median
+    for name, timing in t.items():
+        label, dtype, nbytes, extra = meta[name]
+        if label.startswith("gemv"):
+            for a, ta in t.items():
+                if a.startswith("scaled_mm_"):
+                    extra[f"speedup_vs_{a.split()[0]}"] = ta.median / timing.median
+        wb = extra.get("weight_bytes")
+        if wb and copy_gbps:
+            extra["weight_gbps"] = wb / (timing.median * 1e-6) / 1e9
+            extra["weight_fraction_of_copy"] = extra["weight_gbps"] / copy_gbps
+        bf = label == "bf16_cublas (torch F.linear)"
+        bench.record(harness.Result(label, shape, dtype, timing.median, bytes=nbytes, flops=2 * M * N * K,
+                                    anchor="" if bf else "bf16_cublas", anchor_time_us=None if bf else t_bf16,
+                                    copy_gbps=copy_gbps, extra={**extra, "M": M, "N": N, "K": K, "family": family}),
+                     timing)
+        print(f"  {label:40s} {shape:24s} {timing.median:8.1f} us [{timing.q1:.1f}, {timing.q3:.1f}]"
+              + (f"  {extra['weight_fraction_of_copy']:.2f} of copy" if "weight_fraction_of_copy" in extra else "")
+              + (f"  x{extra['speedup_vs_scaled_mm_tensorwise']:.3f} of _scaled_mm tensorwise"
+                 if "speedup_vs_scaled_mm_tensorwise" in extra else ""), flush=True)
+
+
 def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECODE_M, versions=DECODE_VERSIONS,
                  tune=False, anchors=("tensorwise", "blockwise"), on_shape_done=None, pdl: bool = True) -> None:
     """tune: False (each version at its default config), True (every version's candidates), or the versions to tune.
@@ -180,28 +238,9 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
             bench.extra["napkin"].append(nap)
             _print_napkin(nap)
             x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
-            flops, act_bytes = 2 * M * N * K, 2 * M * K + 2 * M * N
+            act_bytes = 2 * M * K + 2 * M * N
             xq = x.float().clamp(-448, 448).to(torch.float8_e4m3fn)
-            # ---- anchors: timed as the libraries give them (other weights, same shapes), so trusted, not validated
-            timers, meta = {}, {}
-            bench.trust(f"bf16_cublas {shape}", "library anchor (torch F.linear, bf16 weights of the same shape)")
-            timers[f"bf16_cublas {shape}"] = lambda: harness.graph_time_us([lambda w=w: torch.nn.functional.linear(x, w) for w in wbf])
-            meta[f"bf16_cublas {shape}"] = ("bf16_cublas (torch F.linear)", "bf16 x bf16", 2 * N * K + act_bytes, {"weight_bytes": 2 * N * K})
-            for kind in anchors:
-                if kind == "blockwise" and M == 1:
-                    continue  # not part of any goal at M = 1; keeps the recording run short
-                name = f"scaled_mm_{kind} {shape}"
-                try:
-                    sa = torch.rand(M, math.ceil(K / 128), device="cuda") + 0.5
-                    fns = [scaled_mm_calls(kind, xq, w.view(torch.float8_e4m3fn), sa, sbl if kind == "blockwise" else None)
-                           for w in w8]
-                except Exception as e:
-                    bench.notes.append({"kernel": name, "error": str(e)[:500]})
-                    continue
-                bench.trust(name, "library anchor (torch._scaled_mm)")
-                timers[name] = lambda fns=fns: harness.graph_time_us([f for f, _ in fns])
-                meta[name] = (f"scaled_mm_{kind} (torch._scaled_mm)", "e4m3 x e4m3", N * K + M * K + 2 * M * N,
-                              {"layout": fns[0][1], "weight_bytes": N * K})
+            timers, meta = _anchors(bench, shape, x, xq, w8, wbf, sbl, anchors)
             # ---- ours: validate every config, tune (or take the default), keep the best
             c8_1, c4_1 = v1_candidates(M, N, K)
             c8_2, c4_2 = v2_candidates(M, N, K)
@@ -281,27 +320,7 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
                     timers[pname] = lambda make_pdl=make_pdl: harness.graph_time_us(make_pdl(), rep=30)
                     meta[pname] = (f"{kname}_pdl", meta[name][1], meta[name][2], {**meta[name][3], "pdl": True})
             # ---- every contender of this shape in interleaved rounds
-            t = bench.compare(timers)
-            t_bf16 = t[f"bf16_cublas {shape}"].median
-            for name, timing in t.items():
-                label, dtype, nbytes, extra = meta[name]
-                is_ours = label.startswith("gemv")
-                if is_ours:
-                    for a, ta in t.items():
-                        if a.startswith("scaled_mm_"):
-                            extra[f"speedup_vs_{a.split()[0]}"] = ta.median / timing.median
-                wb = extra.get("weight_bytes")
-                if wb and copy_gbps:
-                    extra["weight_gbps"] = wb / (timing.median * 1e-6) / 1e9
-                    extra["weight_fraction_of_copy"] = extra["weight_gbps"] / copy_gbps
-                bench.record(harness.Result(label, shape, dtype, timing.median, bytes=nbytes, flops=flops,
-                                            anchor="bf16_cublas" if label != "bf16_cublas (torch F.linear)" else "",
-                                            anchor_time_us=t_bf16 if label != "bf16_cublas (torch F.linear)" else None,
-                                            copy_gbps=copy_gbps, extra={**extra, "M": M, "N": N, "K": K, "family": "decode"}),
-                             timing)
-                print(f"  {label:40s} {shape:24s} {timing.median:8.1f} us [{timing.q1:.1f}, {timing.q3:.1f}]"
-                      + (f"  {extra['weight_fraction_of_copy']:.2f} of copy" if "weight_fraction_of_copy" in extra else ""),
-                      flush=True)
+            _record_round(bench, bench.compare(timers), meta, M, N, K, copy_gbps, "decode")
             del x, xq
         del w8, w4, wbf, wd, wd4, v3_packs
         torch.cuda.empty_cache()
@@ -360,14 +379,19 @@ DECODE_GAP_FORMATS = ("fp8c", "nvfp4")
 _GAP_LABEL = {"fp8c": "gemv_fp8_channel_v3", "nvfp4": "gemv_nvfp4_v3"}
 
 
+def decode_gap_variants(fmt: str) -> tuple[str, ...]:
+    """'full' (the shipped kernel), then every DECODE_GAP variant with a form for `fmt`, in DECODE_GAP order."""
+    return ("full",) + tuple(v for v, (_, forms) in DECODE_GAP.items() if fmt in forms)
+
+
 def decode_gap_keys(fmt: str, Ms=DECODE_GAP_M) -> list[tuple]:
     """The compiled keys (format, R, NT, C, P, epilogue, norm) of version 3's default config at each M (the kernels the
     decode gap run examines: what the recording run times)."""
+    from . import gemv_v3 as V3
+
     keys = []
     for M in Ms:
         (C, P, _, _), R = v3_candidates(fmt, M, False)[0]
-        from . import gemv_v3 as V3
-
         k = (fmt, R, V3.n_tiles(M), C, P, "store", 0)
         if k not in keys:
             keys.append(k)
@@ -380,9 +404,9 @@ def decode_gap_patches(variant: str, fmt: str, Ms=DECODE_GAP_M) -> dict:
     ValueError for a variant that has no form for this format."""
     from . import gemv_v3 as V3
 
-    if variant != "full" and fmt not in DECODE_GAP.get(variant, ("", {}))[1]:
-        raise ValueError(f"decode gap variant {variant!r} has no {fmt} form; variants: full, "
-                         + ", ".join(v for v, (_, p) in DECODE_GAP.items() if fmt in p))
+    if variant not in decode_gap_variants(fmt):
+        raise ValueError(f"decode gap variant {variant!r} has no {fmt} form; variants: "
+                         + ", ".join(decode_gap_variants(fmt)))
     only = "".join(f"GEMV3({V3._FMT_ID[f]},{R},{nt},{C},{P},{V3.EPILOGUES[e]},{n})"
                    for f, R, nt, C, P, e, n in decode_gap_keys(fmt, Ms))
     patches = {"gemv_v3.cu": [("#endif\nFP8LAB_GEMV_V3", "#endif\n" + only)]}
@@ -406,8 +430,9 @@ def bench_decode_gap(bench: harness.Bench, skip: set, shapes=DECODE_GAP_SHAPES, 
                      fmts=DECODE_GAP_FORMATS, variants=tuple(DECODE_GAP)) -> None:
     """Where version 3's decode time goes: the kernel at its default config (validated against the float64
     reference), the DECODE_GAP variants of it (timed, not validated: wrong numbers by design), `_scaled_mm` tensorwise
-    and bf16 cuBLAS, interleaved. Records: family "decode", subset "gap"; the variants are named '<label>-<variant>'
-    and carry left_out, of_kernel and validated False; each of ours carries speedup_vs_scaled_mm_tensorwise."""
+    and bf16 cuBLAS, interleaved. Records: family "decode_gap" (apart from the decode table and goals); the variants
+    are named '<label>-<variant>' and carry left_out, of_kernel and validated False; each of ours carries
+    speedup_vs_scaled_mm_tensorwise."""
     import torch
 
     from . import _cuda
@@ -427,18 +452,7 @@ def bench_decode_gap(bench: harness.Bench, skip: set, shapes=DECODE_GAP_SHAPES, 
             x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
             xq = x.float().clamp(-448, 448).to(torch.float8_e4m3fn)
             act = 2 * M * K + 2 * M * N
-            timers, meta = {}, {}
-            bench.trust(f"bf16_cublas {shape}", "library anchor (torch F.linear, bf16 weights of the same shape)")
-            timers[f"bf16_cublas {shape}"] = lambda: harness.graph_time_us(
-                [lambda w=w: torch.nn.functional.linear(x, w) for w in wbf])
-            meta[f"bf16_cublas {shape}"] = ("bf16_cublas (torch F.linear)", "bf16 x bf16", 2 * N * K + act,
-                                            {"weight_bytes": 2 * N * K})
-            name = f"scaled_mm_tensorwise {shape}"
-            fns = [scaled_mm_calls("tensorwise", xq, w.view(torch.float8_e4m3fn), None, None) for w in w8]
-            bench.trust(name, "library anchor (torch._scaled_mm)")
-            timers[name] = lambda fns=fns: harness.graph_time_us([f for f, _ in fns])
-            meta[name] = ("scaled_mm_tensorwise (torch._scaled_mm)", "e4m3 x e4m3", N * K + M * K + 2 * M * N,
-                          {"layout": fns[0][1], "weight_bytes": N * K})
+            timers, meta = _anchors(bench, shape, x, xq, w8, wbf, None, ("tensorwise",))
             for fmt in fmts:
                 label = _GAP_LABEL[fmt]
                 if ("gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4") in skip:
@@ -449,7 +463,7 @@ def bench_decode_gap(bench: harness.Bench, skip: set, shapes=DECODE_GAP_SHAPES, 
                 else:
                     packs = [V3.pack_fp8(w, sch, R=R) for w in w8]
                 dtype = "e2m1+e4m3/16 x bf16" if fmt == "nvfp4" else "e4m3 x bf16"
-                for variant in ("full",) + tuple(v for v in variants if fmt in DECODE_GAP[v][1]):
+                for variant in (v for v in decode_gap_variants(fmt) if v == "full" or v in variants):
                     vname = label if variant == "full" else f"{label}-{variant}"
                     tname = f"{vname} {shape}"
                     try:
@@ -477,24 +491,7 @@ def bench_decode_gap(bench: harness.Bench, skip: set, shapes=DECODE_GAP_SHAPES, 
                         extra.update(left_out=DECODE_GAP[variant][0], validated=False, of_kernel=label)
                     timers[tname] = lambda ls=launches: harness.graph_time_us(ls, rep=30)
                     meta[tname] = (vname, dtype, wbytes[fmt] + act, extra)
-            t = bench.compare(timers)
-            t_bf16, t_sm = t[f"bf16_cublas {shape}"].median, t[name].median
-            for tname, timing in t.items():
-                label, dtype, nbytes, extra = meta[tname]
-                if label.startswith("gemv"):
-                    extra["speedup_vs_scaled_mm_tensorwise"] = t_sm / timing.median
-                wb = extra.get("weight_bytes")
-                if wb and copy_gbps:
-                    extra["weight_gbps"] = wb / (timing.median * 1e-6) / 1e9
-                    extra["weight_fraction_of_copy"] = extra["weight_gbps"] / copy_gbps
-                bf = label.startswith("bf16_cublas")
-                bench.record(harness.Result(label, shape, dtype, timing.median, bytes=nbytes, flops=2 * M * N * K,
-                                            anchor="" if bf else "bf16_cublas", anchor_time_us=None if bf else t_bf16,
-                                            copy_gbps=copy_gbps,
-                                            extra={**extra, "M": M, "N": N, "K": K, "family": "decode_gap"}),
-                             timing)
-                print(f"  {label:40s} {shape:24s} {timing.median:8.1f} us [{timing.q1:.1f}, {timing.q3:.1f}]"
-                      + (f"  x{t_sm / timing.median:.3f} of _scaled_mm" if label.startswith("gemv") else ""), flush=True)
+            _record_round(bench, bench.compare(timers), meta, M, N, K, copy_gbps, "decode_gap")
             del x, xq
         del w8, w4, wbf
         torch.cuda.empty_cache()

@@ -85,14 +85,22 @@ def _short(kernel: str) -> str:
     return k[len("w8a8_"):] if k.startswith("w8a8_") else k
 
 
-def prefill_table(data: dict, kernels=None, min_m: int = 0) -> list[dict]:
-    """Every timed (kernel, shape) of the prefill runs: TFLOP/s and the same-run ratios (> 1: faster than it)."""
-    rows, seen = [], set()
+def _prefill_firsts(data: dict, kernels=None, min_m: int = 0):
+    """(short kernel name, record) of the first prefill record of each (kernel, shape), kernels in `kernels` (all if
+    None) at M >= min_m."""
+    seen = set()
     for r in _prefill(data):
         k = _short(r["kernel"])
         if (kernels and k not in kernels) or r.get("M", 0) < min_m or (k, r["shape"]) in seen:
             continue
         seen.add((k, r["shape"]))
+        yield k, r
+
+
+def prefill_table(data: dict, kernels=None, min_m: int = 0) -> list[dict]:
+    """Every timed (kernel, shape) of the prefill runs: TFLOP/s and the same-run ratios (> 1: faster than it)."""
+    rows = []
+    for k, r in _prefill_firsts(data, kernels, min_m):
         rows.append({"kernel": k, "M": r.get("M"), "N": r.get("N"), "K": r.get("K"), "time_us": r["time_us"],
                      "TFLOP/s": r.get("tflops"), "x_vs_blockwise": r.get("speedup_vs_scaled_mm_blockwise"),
                      "x_vs_tensorwise": r.get("speedup_vs_scaled_mm_tensorwise"), "x_vs_bf16": r.get("speedup")})
@@ -604,11 +612,7 @@ def prefill_repeats(runs: list[dict], kernel: str = "wgmma_tma", min_m: int = 0)
     config and split fields; the SASS of a configuration is the source's business, checked apart)."""
     per: dict = {}
     for d in runs:
-        seen = set()
-        for r in _prefill(d):
-            if _short(r["kernel"]) != kernel or r.get("M", 0) < min_m or r["shape"] in seen:
-                continue
-            seen.add(r["shape"])
+        for _, r in _prefill_firsts(d, (kernel,), min_m):
             x = r.get("speedup_vs_scaled_mm_blockwise")
             row = per.setdefault(r["shape"], {"shape": r["shape"], "M": r.get("M"), "N": r.get("N"), "K": r.get("K"),
                                               "x_runs": [], "_launch": set()})
@@ -625,6 +629,31 @@ def prefill_repeats(runs: list[dict], kernel: str = "wgmma_tma", min_m: int = 0)
                    spread=max(xs) / min(xs) - 1)
         out.append(row)
     return sorted(out, key=_shape_key)
+
+
+def repeats_table(rows: list[dict]) -> list[dict]:
+    """prefill_repeats rows for format_rows: the shape, each run's ratio (3 decimals, run order), the median, the
+    spread and same_launch."""
+    return [{"shape": r["shape"], "x_runs": " ".join(f"{x:.3f}" for x in r["x_runs"]), "x_median": r["x_median"],
+             "spread": r["spread"], "same_launch": r["same_launch"]} for r in rows]
+
+
+def run_line(data: dict) -> str:
+    """One line of a run's provenance: 'run: <commit8> <date to the minute> dirty=<flag> <device>'."""
+    p = data.get("provenance") or {}
+    return f"run: {str(p.get('git_commit', '?'))[:8]} {str(p.get('date', '?'))[:16]} dirty={p.get('dirty')} {p.get('device')}"
+
+
+def decode_gap_sass_rows(data: dict, ops=("LDG", "HMMA", "HMUL2", "LOP3")) -> list[dict]:
+    """The SASS opcode counts a decode gap run recorded (extra decode_gap_sass), one row per (format, variant, kernel):
+    the whole function's instruction count and the counts of `ops`."""
+    rows = []
+    for fmt, by_variant in (data.get("decode_gap_sass") or {}).items():
+        for variant, kernels in by_variant.items():
+            for kname, c in sorted(kernels.items()):
+                rows.append({"format": fmt, "variant": variant, "kernel": kname, "total": sum(c.values()),
+                             **{o: c.get(o, 0) for o in ops}})
+    return rows
 
 
 def provenance_lines(data: dict) -> list[str]:

@@ -238,6 +238,7 @@ kernel and the anchors, interleaved:
 * `min_widen` (FP8): the widening cut to two integer operations per four codes, the floor of any bit-move widening;
 * `no_mma`: the MMAs replaced by cheap XORs of their operands (the widening still done);
 * `loads_only`: no widening, no scale, no MMA — only the loads;
+* `empty`: the same grid launched with nothing to do (every warp returns at once) — the launch alone;
 * `no_x_loads`: the arithmetic kept, the *activation* loads removed (at `M = 16` a lane loads twice as many activation
   bytes, from L1 / L2, as weight bytes).
 
@@ -256,12 +257,8 @@ for dg in dgap_runs:
         print(f"--- N={N} K={K}")
         print(bg.format_rows([r for r in drows if (r["N"], r["K"]) == (N, K)],
                              ["format", "M", "variant", "time_us", "x_scaled_mm", "saves"]))
-    sass_counts = (dg.get("decode_gap_sass") or {})
-    for fmt, by_variant in sass_counts.items():
-        for variant, kernels in by_variant.items():
-            for kname, ops in sorted(kernels.items()):
-                print(f"  SASS {fmt:6s} {variant:11s} {kname:34s} total {sum(ops.values()):5d}  "
-                      + "  ".join(f"{o} {ops.get(o, 0)}" for o in ("LDG", "HMMA", "HMUL2", "LOP3")))
+    print("SASS of every copy (whole functions):")
+    print(bg.format_rows(gemm_report.decode_gap_sass_rows(dg)))
     nb.md(findings.decode_gap_sentence(drows, (dg.get("provenance") or {}).get("device")))
 if not dgap_runs:
     print("(no decode gap run recorded yet: python -m fp8lab.kernels.bench gemm --only decode_gap --no-smoke "
@@ -364,11 +361,8 @@ another did not has no verdict a single run could give.
 reps = gemm_report.repeat_runs("gemm_prefill.json")
 rep_rows = gemm_report.prefill_repeats(reps, min_m=gemm_report.PREFILL_GOAL_MIN_M)
 if len(reps) > 1 and rep_rows:
-    for d in reps:
-        p = d.get("provenance") or {}
-        print(f"run: {p.get('git_commit', '?')[:8]} {p.get('date', '?')[:16]} dirty={p.get('dirty')} {p.get('device')}")
-    print(bg.format_rows([{**r, "x_runs": " ".join(f"{x:.3f}" for x in r["x_runs"])} for r in rep_rows],
-                         ["shape", "x_runs", "x_median", "spread", "same_launch"]))
+    print("\n".join(gemm_report.run_line(d) for d in reps))
+    print(bg.format_rows(gemm_report.repeats_table(rep_rows)))
     nb.md(findings.prefill_repeats_sentence(rep_rows, (reps[0].get("provenance") or {}).get("device")))
 else:
     print("(one H100 prefill grid recorded: no repeats to compare)")
