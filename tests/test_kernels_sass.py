@@ -314,6 +314,24 @@ def test_gemv_v5_streams_one_ring_per_cta(built):
             assert max(reads) < release, what
 
 
+def test_gemv_split_fixup_invalidates_no_l1(built):
+    """The stream-K fix-up of the packed GEMVs (gemv_v3_common.cuh v3_finish_span) signals with a release add
+    (ptx.cuh arrive_release: MEMBAR.ALL.GPU + ATOMG) and reads the slots through L2: no sequentially consistent fence
+    and no CCTL.IVALL, which would drop the SM's L1 (every warp's cached activations) at each split group. Every
+    packed version, every arch it builds for (versions 4 and 5 also have their mbarriers' fences: CCTL is not checked
+    there)."""
+    from fp8lab.kernels import gemv_v3 as V3
+
+    for v in V3.VERSIONS:
+        for cc in ARCHS:
+            if (f"gemv_v{v}.cu", cc) in NOT_BUILDABLE:
+                continue
+            for name, k in built[(f"gemv_v{v}.cu", cc)].items():
+                assert not k.has(r"MEMBAR\.SC") and k.forms("MEMBAR").get("MEMBAR.ALL.GPU", 0) >= 1, (cc, name)
+                if v not in (4, 5):  # the register-ring versions: the fix-up is their only fence
+                    assert not k.has(r"CCTL\.IVALL"), (cc, name)
+
+
 def test_gemv_and_gemm_kernels_build_for_sm89(built):
     """fma.rn.bf16x2 with -0.0 (ptx.cuh bf16x2_mul) replaced mul.rn.bf16x2 (sm_90+): the decode kernels run on Ada."""
     for f in ("gemv_fp8.cu", "gemv_nvfp4.cu", "gemm_w8a8.cu"):

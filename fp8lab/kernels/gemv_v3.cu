@@ -25,7 +25,7 @@
 //     (grid = SMs x CTAs per SM), so every warp streams the same number of bytes and the tail is one unit,
 //     whatever N / 16 is. A group of rows (one output tile) covered by one warp is written directly; a group
 //     split between warps is finished by the last of them: each writes its fp32 partial sums to its slot of a
-//     workspace, fences, and bumps the group's counter; the warp that sees the count complete sums the slots
+//     workspace and bumps the group's counter (a release add); the warp that sees the count complete sums the slots
 //     IN SLOT ORDER (deterministic, bit-reproducible) and runs the epilogue, then resets the counter.
 //     Where N is large (gemv_v3.py whole_groups_pays) the ranges are cut at row-group boundaries instead (gran = KU
 //     units): no group is split, and no warp ends in a fix-up (its fence, atomic and workspace reads).

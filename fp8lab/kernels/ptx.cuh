@@ -36,6 +36,18 @@ __device__ __forceinline__ uint4 ld_cached16(const void* p) {
     return r;
 }
 
+// ---- arrival counters ------------------------------------------------------------------------------------
+// Add 1 to a GPU-wide counter after this thread's (and, through a preceding __syncwarp / __syncthreads, its
+// group's) writes: release semantics order those writes before the add (SASS: MEMBAR.ALL.GPU + ATOMG). Unlike
+// __threadfence() + atomicAdd (MEMBAR.SC.GPU and CCTL.IVALL, which invalidates the SM's L1 and with it every warp's
+// cached activations), nothing is invalidated. The one who draws the last count reads the others' writes through
+// L2 (ld.global.cg: never L1), as the CUDA Programming Guide's "last block" reduction does after its counter.
+__device__ __forceinline__ int arrive_release(int* counter) {
+    int prev;
+    asm volatile("atom.add.release.gpu.global.s32 %0, [%1], 1;" : "=r"(prev) : "l"(counter) : "memory");
+    return prev;
+}
+
 // ---- fp32 arithmetic that never flushes subnormals ---------------------------------------------------------
 // CuPy appends -ftz=true to every NVRTC compile (cupy/cuda/compiler.py, _compile_with_cache_cuda), so plain
 // C++ float arithmetic flushes subnormal inputs and results to zero; the CPU reference does not. These are
