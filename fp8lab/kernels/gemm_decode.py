@@ -70,19 +70,15 @@ def v3_candidates(fmt: str, M: int, tune: bool, version: int = 3) -> list[tuple]
 
     NT = V3.n_tiles(M)
     # NVFP4 at M = 16: R = 2 won every tuned shape of version 3 (version 4 compiles R = 2 only at M > 16)
-    R0 = 2 if NT == 4 or (fmt == "nvfp4" and NT == 2 and version in (3, 6)) else 1
+    R0 = 2 if NT == 4 or (fmt == "nvfp4" and NT == 2 and version == 3) else 1
     out = [(V3.default_config(fmt, M, R0, version), R0)]
     if tune:
-        grids = {3: ((4, 4), (4, 2), (8, 2)), 4: ((8, 4), (4, 8), (8, 2)), 5: ((8, 3), (8, 2), (4, 4)),
-                 6: ((4, 4), (4, 2), (8, 2))}[version]
+        grids = {3: ((4, 4), (4, 2), (8, 2)), 4: ((8, 4), (4, 8), (8, 2)), 5: ((8, 3), (8, 2), (4, 4))}[version]
         for (f, R, nt, C, P, e, norm) in sorted(V3.TABLES[version]):
             if f == fmt and nt == NT and e == "store" and not norm:
                 for wpc, cps in grids:
-                    if version in (4, 5) and V3.ring_bytes(f, R, C, P, wpc, version) > _cuda.smem_limits()[0]:
+                    if version >= 4 and V3.ring_bytes(f, R, C, P, wpc, version) > _cuda.smem_limits()[0]:
                         continue  # more shared memory than one block may have on this device
-                    if version == 6:  # items per warp; items of stream-K pieces or of whole row groups
-                        out += [((C, P, wpc, cps, ipw, whole), R) for ipw in (2, 4, 8) for whole in (0, 1)]
-                        continue
                     for whole in (0, 1):  # stream-K, whole row groups per warp (the default picks by N)
                         out.append(((C, P, wpc, cps, whole), R))
     seen, uniq = set(), []
@@ -299,18 +295,17 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
                 bench.validation[name] = bench.validation[f"{kname} {best} {shape}"]
                 timers[name] = lambda make=make, best=best: harness.graph_time_us(make(best), rep=30)
                 version = int(kname[-1]) if packed else 2 if kname.endswith("_v2") else 1
-                cfg_key = {1: "config_RSPF", 2: "config_RSCD", 3: "config_CPWC_R", 4: "config_CDWC_R", 5: "config_CDWC_R",
-                           6: "config_CPWCI_R"}[version]
+                cfg_key = {1: "config_RSPF", 2: "config_RSCD", 3: "config_CPWC_R", 4: "config_CDWC_R", 5: "config_CDWC_R"}[version]
                 info = {}
                 if packed:
                     li = make(best)[0].info
                     info = {k: li[k] for k in ("kernel", "grid", "warps", "units", "bytes_per_unit", "smax",
-                                               "whole_groups", "smem", "items") if k in li}
+                                               "whole_groups", "smem")}
                 meta[name] = (kname, "e2m1+e4m3/16 x bf16" if "nvfp4" in kname else "e4m3 x bf16", wbytes + act_bytes,
                               {"version": version, cfg_key: (list(best) if not packed else [list(best[0]), best[1]])
                                if best is not None else "default",
                                "tuned_us": {str(c): t for c, t in tuned.items()}, "weight_bytes": wbytes, **info})
-                if packed and pdl and "_block_" not in kname and version != 6:  # version 6: no PDL (its counter)
+                if packed and pdl and "_block_" not in kname:
                     # the same kernel and config launched with programmatic dependent launch: consecutive calls
                     # overlap (the next one's weight loads during this one's tail), as in a decode layer. Reported
                     # beside the plain launch; the goals use the plain launch, like the anchors'.

@@ -74,17 +74,9 @@ KERNELS5 = (
     {(f, 1, nt, C, D, "store", 0) for f in FORMATS for nt in (1, 2) for C, D in ((2, 4), (4, 2), (4, 3), (2, 6))}
     | {(f, 2, 4, 2, 3, "store", 0) for f in FORMATS}
 )
-#: version 6 (gemv_v6.cu): (format, R, NT, C, P, epilogue, norm) -- version 3's register ring, the work claimed by the
-#: warps as they run (items of the stream from a counter): the version-3 defaults (M <= 8, 16, 32) of every format
-KERNELS6 = (
-    {(f, 1, 1, C, 2, "store", 0) for f, C in (("fp8c", 4), ("fp8b", 4), ("nvfp4", 2))}
-    | {(f, 1, 2, 2, 2, "store", 0) for f in FORMATS} | {("nvfp4", 2, 2, 2, 2, "store", 0)}
-    | {(f, 2, 4, 2, 2, "store", 0) for f in FORMATS}
-)
 VERSIONS = GEMV_PACKED_VERSIONS   # gemv_v3.cu (P units in registers), gemv_v4.cu (D ring slots per warp), gemv_v5.cu
-#                                   (one ring per CTA, its warps on neighbouring row groups), gemv_v6.cu (version 3,
-#                                   the work claimed while it runs)
-TABLES = {3: KERNELS, 4: KERNELS4, 5: KERNELS5, 6: KERNELS6}
+#                                   (one ring per CTA, its warps on neighbouring row groups)
+TABLES = {3: KERNELS, 4: KERNELS4, 5: KERNELS5}
 
 
 def _defines(version: int, table) -> tuple[str, ...]:
@@ -107,15 +99,10 @@ def cuda_defines5() -> tuple[str, ...]:
     return _defines(5, KERNELS5)
 
 
-def cuda_defines6() -> tuple[str, ...]:
-    """Version 6's instantiation list: GEMV6(fmt id, R, NT, C, P, epilogue id, norm)..."""
-    return _defines(6, KERNELS6)
-
-
 def kernel_name(fmt: str, R: int, NT: int, C: int, P: int, epilogue: str, norm: int = 0, version: int = 3) -> str:
-    """gemv{3,6}_..._p{P}_... (versions 3 and 6: P units in registers) or gemv{4,5}_..._d{D}_... (D ring slots per
-    warp / stages per CTA)."""
-    ring = "p" if version in (3, 6) else "d"
+    """gemv3_..._p{P}_... (version 3: P units in registers) or gemv{4,5}_..._d{D}_... (D ring slots per warp / stages
+    per CTA)."""
+    ring = "p" if version == 3 else "d"
     return f"gemv{version}_{fmt}_r{R}_nt{NT}_c{C}_{ring}{P}_e{EPILOGUES[epilogue]}_n{norm}"
 
 
@@ -408,16 +395,11 @@ DEFAULT_CONFIG4 = {("fp8", 1): (2, 4, 8, 4), ("fp8", 2): (2, 4, 8, 4), ("fp8", 4
 #: within 4 % of the best version-5 config everywhere)
 DEFAULT_CONFIG5 = {("fp8", 1): (2, 4, 8, 3), ("fp8", 2): (2, 4, 8, 3), ("fp8", 4): (2, 3, 4, 4),
                    ("nvfp4", 1): (2, 4, 8, 3), ("nvfp4", 2): (2, 4, 8, 3), ("nvfp4", 4): (2, 3, 4, 4)}
-#: version 6: (C, P, WPC, CPS, IPW) -- version 3's defaults, IPW items per warp on average (the stream cut into
-#: IPW x warps items, claimed as the warps run)
-ITEMS_PER_WARP = 4
-DEFAULT_CONFIG6 = {k: (*v, ITEMS_PER_WARP) for k, v in DEFAULT_CONFIG.items()}
-DEFAULTS = {3: DEFAULT_CONFIG, 4: DEFAULT_CONFIG4, 5: DEFAULT_CONFIG5, 6: DEFAULT_CONFIG6}
+DEFAULTS = {3: DEFAULT_CONFIG, 4: DEFAULT_CONFIG4, 5: DEFAULT_CONFIG5}
 
 
-def default_config(fmt: str, M: int, R: int = 1, version: int = 3) -> tuple[int, ...]:
-    """(C, P, WPC, CPS) for this format and M (version 4: (C, D, WPC, CPS); version 6: (C, P, WPC, CPS, IPW)). The
-    table is by format and M only:
+def default_config(fmt: str, M: int, R: int = 1, version: int = 3) -> tuple[int, int, int, int]:
+    """(C, P, WPC, CPS) for this format and M (version 4: (C, D, WPC, CPS)). The table is by format and M only:
     an R = 2 packing at M <= 8 has no compiled default (pass a config; gemv_v3.KERNELS lists them)."""
     table = DEFAULTS[version]
     C, P, wpc, cps = table[("nvfp4" if fmt == "nvfp4" else "fp8", n_tiles(M))]
@@ -495,20 +477,10 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     if version not in VERSIONS:
         raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
     cfg = tuple(config) if config is not None else default_config(p.fmt, M, p.R, version)
-    ipw = None
-    if version == 6:  # (C, P, WPC, CPS, IPW[, whole]): IPW items per warp, claimed as the warps run
-        if len(cfg) not in (5, 6) or not (isinstance(cfg[4], int) and cfg[4] >= 1):
-            raise ValueError(f"version 6 config is (C, P, WPC, CPS, IPW[, whole]) with IPW >= 1 items per warp, got {cfg}")
-        ipw, cfg = cfg[4], cfg[:4] + cfg[5:]
-        if pdl:
-            raise ValueError("version 6 is not launched with programmatic dependent launch (its work counter is reset "
-                             "by the launch's last claim: a dependent launch could claim before it)")
-        if norm is not None:
-            raise ValueError("version 6 has no fused RMSNorm (norm=...): use version 3")
     if len(cfg) not in (4, 5):
         raise ValueError(f"config is (C, P, WPC, CPS) or (C, P, WPC, CPS, whole), got {cfg}")
     C, P, wpc, cps = cfg[:4]
-    whole = cfg[4] if len(cfg) == 5 else (0 if version == 6 else None)
+    whole = cfg[4] if len(cfg) == 5 else None
     if whole not in (None, 0, 1):
         raise ValueError(f"config's 5th element (whole row groups per warp) must be 0 or 1, got {whole!r}")
     if not (1 <= wpc <= 8 and cps >= 1):
@@ -526,7 +498,7 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
             wpc = max(wpc, 8)  # one or two CTAs per SM fit: make them 8 warps each
     key = (p.fmt, p.R, NT, C, P, epilogue, 1 if norm is not None else 0)
     if key not in TABLES[version]:
-        what, table = ("P", "KERNELS" if version == 3 else "KERNELS6") if version in (3, 6) else ("D", f"KERNELS{version}")
+        what, table = ("P", "KERNELS") if version == 3 else ("D", f"KERNELS{version}")
         raise ValueError(f"not compiled: (format, R, NT, C, {what}, epilogue, norm) = {key}; see gemv_v3.{table}")
     if p.Kp % (CHUNK_K[p.fmt] * C):
         raise ValueError(f"K padded to {p.Kp} is not a whole number of {C}-chunk units")
@@ -546,7 +518,7 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     U = G * KU
     sms = sms or sm_count(x.device)
     wpc = max(1, min(wpc, U))
-    if version in (4, 5):  # the ring (versions 4 and 5 have no fused norm: not compiled); allow_dynamic_smem checks it fits
+    if version >= 4:  # the ring (versions 4 and 5 have no fused norm: not compiled); allow_dynamic_smem checks it fits
         smem = ring_bytes(p.fmt, p.R, C, P, wpc, version)
     cp = _cuda._cupy()
     fn = _cuda.load_module(f"gemv_v{version}.cu").get_function(kernel_name(*key, version=version))
@@ -558,11 +530,6 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
         whole, NB = whole or 0, -(-G // wpc)
         gran, grid = (KU, max(1, min(sms * cps, NB))) if whole else (1, max(1, min(sms * cps, NB * KU)))
         Wt = grid
-    elif version == 6:  # NI items of >= P units (>= 1 grain of whole groups or of single units), claimed at run time
-        gran = KU if whole else 1
-        NI = max(1, min(ipw * sms * cps * wpc, (U // gran) // -(-P // gran)))
-        grid = max(1, min(sms * cps, -(-NI // wpc)))
-        Wt = grid * wpc
     else:
         if whole is None:
             whole = whole_groups_pays(G, sms, sms * cps * wpc, NT)
@@ -571,8 +538,7 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
         else:      # any unit (stream-K): every warp gets >= 1 unit
             gran, grid = 1, max(1, min(sms * cps, U // wpc))
         Wt = grid * wpc
-    # the split's owners: warps (versions 3 and 4), CTAs (version 5), items (version 6)
-    smax = 1 if whole else smax_bound(-(-G // wpc) if version == 5 else G, KU, NI if version == 6 else Wt)
+    smax = 1 if whole else smax_bound(-(-G // wpc) if version == 5 else G, KU, Wt)
     # the stream-K workspace: smax slots of R*NT*4*32 fp32 partial sums per row group (a few MB at most)
     ws = torch.empty(G * smax * p.R * NT * 4 * 32, dtype=torch.float32, device=x.device)
     cnt = torch.zeros(G, dtype=torch.int32, device=x.device)
@@ -584,15 +550,9 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     a = [_cuda.as_cupy(t) for t in keep]
     args = (*a[:8], cp.int32(M), cp.int32(nout), cp.int32(p.Kp), cp.int32(KU), cp.int32(U), cp.int32(smax), a[8],
             cp.float32(norm[1] if norm is not None else 0.0), cp.int32(p.K), cp.int32(gran))
-    if version == 6:  # the work counter (zero between calls: the launch's last claim resets it) and the item count
-        claim = torch.zeros(1, dtype=torch.int32, device=x.device)
-        keep = keep + (claim,)
-        args = args + (_cuda.as_cupy(claim), cp.int32(NI))
     info = {"kernel": kernel_name(*key, version=version), "version": version, "config": (C, P, wpc, cps), "grid": grid,
             "warps": Wt, "units": U, "whole_groups": bool(whole), "bytes_per_unit": C * p.R * 1024, "smax": smax,
             "weight_bytes": p.weight_bytes(), "smem": smem}
-    if version == 6:
-        info.update(items=NI, items_per_warp=ipw)
     threads = 32 * (wpc + 1 if version == 5 else wpc)   # version 5: WPC MMA warps + one producer warp
     return Launch(fn, (grid,), (threads,), args, out, info, pdl=pdl, keep=keep, smem=smem)
 

@@ -27,9 +27,9 @@ HAS_A_TARGET = (90, 100, 101, 103, 110, 120, 121)
 SUMMARY_ARCHS = (89, 90, 100, 120, 121)
 #: archs with the hardware E2M1 conversions (cvt.rn.satfinite.e2m1x2.f32, cvt.rn.f16x2.e2m1x2), `a` target only
 E2M1_CVT_ARCHS = (100, 120, 121)
-#: the decode GEMV versions that share gemv_v3.py's packing, one .cu each (gemv_v3.cu .. gemv_v6.cu); versions 1 and 2
+#: the decode GEMV versions that share gemv_v3.py's packing, one .cu each (gemv_v3.cu, gemv_v4.cu, gemv_v5.cu); versions 1 and 2
 #: are gemv_fp8.cu / gemv_nvfp4.cu
-GEMV_PACKED_VERSIONS = (3, 4, 5, 6)
+GEMV_PACKED_VERSIONS = (3, 4, 5)
 #: archs with the block-scaled mma.sync (kind::mxf4nvf4 ... ue4m3 -> OMMA.SF): sm_120a / sm_121a only
 MMA_NVF4_ARCHS = (120, 121)
 
@@ -80,8 +80,6 @@ SOURCES = {s.file: s for s in (
     Source("gemv_v5.cu", only=frozenset({90, 100, 120, 121}), defines="fp8lab.kernels.gemv_v3:cuda_defines5",
            why="cp.async.bulk (the bulk copy engine) exists from sm_90 on; Ada (sm_89) has none",
            key_kernels=("gemv5_fp8c_r1_nt1_c4_d3_e0_n0", "gemv5_fp8b_r1_nt1_c4_d3_e0_n0", "gemv5_nvfp4_r1_nt1_c4_d3_e0_n0")),
-    Source("gemv_v6.cu", defines="fp8lab.kernels.gemv_v3:cuda_defines6",
-           key_kernels=("gemv6_fp8c_r1_nt1_c4_p2_e0_n0", "gemv6_fp8b_r1_nt1_c4_p2_e0_n0", "gemv6_nvfp4_r1_nt1_c2_p2_e0_n0")),
     Source("decode_layer.cu", key_kernels=("rmsnorm_bf16", "rope_append_fp8", "silu_mul_bf16", "add_bf16")),
     Source("gemv_nvfp4_hw.cu", arch_specific=frozenset(E2M1_CVT_ARCHS), only=frozenset(E2M1_CVT_ARCHS),
            why="cvt.rn.f16x2.e2m1x2 exists only on sm_100a / sm_120a / sm_121a",
