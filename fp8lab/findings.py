@@ -396,6 +396,37 @@ def decode_gap_sentence(rows: list[dict], device: str | None = None) -> str:
     return text
 
 
+def decode_timeline_sentence(rows: list[dict], device: str | None = None) -> str:
+    """What a decode timeline run says (rows: fp8lab.kernels.gemm_report.decode_timeline), rendered from its numbers:
+    what the clock reads cost, how close together the warps started, how long the first unit took to arrive, how far
+    apart the warps' streaming times were (the widest point named), the share of warp-time spent ended within a call
+    (the tail) and how long the end took; then the reading: equal bytes per warp are not equal time."""
+    if not rows:
+        return "This run holds no stamped call of version 3."
+    n = len({(r["N"], r["K"]) for r in rows})
+    cost = [r["stamps_cost"] for r in rows if r.get("stamps_cost") is not None]
+    widest = max(rows, key=lambda r: r["stream_max_us"] / max(r["stream_min_us"], 1e-9))
+    text = (f"On the {device or 'recorded GPU'}, one call of version 3 read warp by warp at {n} shape"
+            f"{'s' if n != 1 else ''} (M = {', '.join(str(m) for m in sorted({r['M'] for r in rows}))}; the four clock "
+            f"reads per warp cost {_pct_range(cost) if cost else '-'} % of a call): every warp started within "
+            f"{max(r['last_start_us'] for r in rows):.1f} µs of the first. A warp's first unit was multiplied "
+            f"{ratio_range([r['first_unit_us'] for r in rows], 1)} µs after it started (median over the warps): every "
+            f"warp asks for its first units at once, and the memory serves that queue before any warp computes. Then the "
+            f"warps streamed their equal shares of the bytes for very different times: at {widest['format']} M = "
+            f"{widest['M']}, {widest['N']}x{widest['K']} between {widest['stream_min_us']:.1f} and "
+            f"{widest['stream_max_us']:.1f} µs. So they did not end together: within a call, "
+            f"{_pct_range([r['idle_share'] for r in rows])} % of the warps' time was spent after they had ended, while "
+            f"the slowest ones finished the call (the tail in the figure), and a call lasted "
+            f"{ratio_range([r['span_us'] / r['mean_end_us'] for r in rows], 2)}x its warps' mean end. The end itself "
+            f"(the store, or the stream-K fix-up) took {ratio_range([r['finish_us'] for r in rows], 1)} µs (median).")
+    if max(r["idle_share"] for r in rows) >= 0.10:
+        text += (" Equal bytes per warp are not equal time: the fill at the start and the tail at the end are where "
+                 "these calls lose to a perfectly balanced stream.")
+    else:
+        text += " The warps ended close together: the tail is not where these calls lose time."
+    return text
+
+
 def other_kernels_sentence(rows: list[dict]) -> str:
     """A gap run's kernels of the same arithmetic that are not the examined kernel's own variants (in
     gemm_report.leave_one_out rows: every '<name> x blk' column but k's and the anchors'), each with the range of

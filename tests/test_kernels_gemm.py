@@ -754,6 +754,32 @@ def test_v3_is_deterministic_and_reusable(version, config):
 
 
 @gpu
+@pytest.mark.parametrize("fmt", ["fp8c", "nvfp4"])
+@pytest.mark.parametrize("M", [1, 16])
+def test_v3_timeline_copy_matches_reference_and_stamps_in_order(fmt, M):
+    """The decode timeline's instrumented copy (gemv_timeline.patches) computes what version 3 computes (validated
+    against the reference, outputs poisoned), and one call's stamps are in order for every warp that had work."""
+    from fp8lab.kernels import _cuda
+    from fp8lab.kernels import gemm_decode as D
+    from fp8lab.kernels import gemv_timeline as T
+
+    N, K = 4000, 4096
+    p = _v3_inputs(fmt, N, K, 2 if (fmt == "nvfp4" and M == 16) else 1, "normal", seed=21)
+    x = _activations(M, K, "normal", seed=21)
+    cfg, R = D.v3_candidates(fmt, M, False)[0]
+    assert R == p.R
+    with _cuda.patched_sources(T.patches(fmt)):
+        launch = V3.prepare(x, p, config=cfg, out=_poison((M, N)))
+        module = _cuda.load_module("gemv_v3.cu")
+        y = launch()
+    ref, terms = V3.reference(x, p)
+    assert_close(y, ref, terms, "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", K)
+    stamps, sm = T.stamped_call(launch, module)
+    s = T.summary(stamps, sm)   # raises if any warp's stamps are out of order
+    assert 0 < s["warps"] <= launch.info["warps"] and s["span_us"] > 0 and s["sms"] >= 1
+
+
+@gpu
 @pytest.mark.parametrize("version", V3.VERSIONS)
 def test_v3_pdl_launch_matches_plain_launch(version):
     """The programmatic-dependent-launch path (cuLaunchKernelEx through ctypes) computes the same bits, also
@@ -771,6 +797,50 @@ def test_v3_pdl_launch_matches_plain_launch(version):
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(y0.view(torch.int16), launch.out.view(torch.int16))
+
+
+def test_decode_timeline_summary_of_stamps():
+    """gemv_timeline.summary: times from the first warp's entry, phases per warp, the share of warp-time spent ended
+    within the span, warps still running over the span; idle warps (zero rows) left out; stamps out of order or no
+    warp at all are errors, not a silent result."""
+    import numpy as np
+
+    from fp8lab.kernels import gemv_timeline as T
+
+    s = T.summary([[1000, 2000, 5000, 6000], [1000, 2500, 7500, 9000], [0, 0, 0, 0]], sm=[3, 5, 0], points=5)
+    assert s["warps"] == 2 and s["sms"] == 2 and s["span_us"] == 8.0 and s["mean_end_us"] == 6.5
+    assert s["first_unit_us"]["0"] == 1.0 and s["first_unit_us"]["100"] == 1.5
+    assert s["stream_us"]["0"] == 3.0 and s["stream_us"]["100"] == 5.0 and s["finish_us"]["50"] == 1.25
+    assert s["idle_share"] == 0.1875 and s["active"] == [2, 2, 2, 1, 0] and s["resolution_ns"] == 500
+    even = T.summary(np.array([[10, 20, 30, 40]] * 4))
+    assert even["idle_share"] == 0 and even["start_us"]["100"] == 0
+    with pytest.raises(ValueError, match="out of order"):
+        T.summary([[1000, 3000, 2000, 4000]])
+    with pytest.raises(ValueError, match="no warp"):
+        T.summary(np.zeros((3, 4)))
+
+
+def test_decode_timeline_rows_and_sentence():
+    """gemm_report.decode_timeline pairs each stamped copy with the shipped kernel of its shape and format (the
+    stamps' cost, the kernel's ratio to _scaled_mm) and findings.decode_timeline_sentence renders them."""
+    from fp8lab import findings
+    from fp8lab.kernels import gemm_report as R
+    from fp8lab.kernels import gemv_timeline as T
+
+    tl = T.summary([[1000, 5000, 20000, 21000], [1000, 6000, 30000, 31000]])
+    base = {"family": "decode_timeline", "fmt": "fp8c", "M": 1, "N": 4096, "K": 4096, "shape": "M=1 N=4096 K=4096"}
+    data = {"results": [{**base, "kernel": "gemv_fp8_channel_v3", "time_us": 30.0, "speedup_vs_scaled_mm_tensorwise": 0.9},
+                        {**base, "kernel": "gemv_fp8_channel_v3-timeline", "time_us": 31.0, "timeline": tl},
+                        {**base, "kernel": "bf16_cublas (torch F.linear)", "fmt": None, "time_us": 50.0}]}
+    (row,) = R.decode_timeline(data)
+    assert row["time_us"] == 30.0 and row["x_scaled_mm"] == 0.9 and row["stamps_cost"] == pytest.approx(1 / 31)
+    assert row["stream_min_us"] == 15.0 and row["stream_max_us"] == 24.0 and row["span_us"] == 30.0
+    text = findings.decode_timeline_sentence([row], "H100")
+    assert "On the H100, one call of version 3 read warp by warp at 1 shape (M = 1;" in text
+    assert "between 15.0 and 24.0 µs" in text and "17 % of the warps' time" in text and "Equal bytes" in text
+    assert findings.decode_timeline_sentence([]) == "This run holds no stamped call of version 3."
+    fig = R.plot_decode_timeline([row])
+    assert len(fig.axes[0].lines) == 1
 
 
 def test_decode_gap_table_and_sentence():

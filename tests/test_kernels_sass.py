@@ -531,6 +531,27 @@ def test_leave_one_out_patch_compiles_and_removes_the_promotion():
     assert _cuda.KERNEL_DIR == orig
 
 
+def test_decode_timeline_copy_stamps_four_times_and_keeps_the_kernel():
+    """The decode timeline's instrumented copy of version 3 (gemv_timeline.patches) applies to today's sources and
+    compiles for sm_90a: each kernel reads the GPU-wide clock four times (entry, first unit, last unit, end) and reads
+    its SM id once, and keeps the shipped kernel's loads and MMAs (the same LDG and HMMA counts): only stamps added."""
+    _tools_or_skip()
+    from fp8lab.kernels import _cuda, sass
+    from fp8lab.kernels import gemm_decode as D
+    from fp8lab.kernels import gemv_timeline as T
+
+    for fmt in T.FORMATS:
+        full = D.decode_gap_sass(fmt, "full", Ms=T.MS)
+        with _cuda.patched_sources(T.patches(fmt)):
+            cubin, _ = _cuda.compile_for("gemv_v3.cu", 90)
+        ks = sass.parse(sass.disassemble(cubin))
+        assert sorted(ks) == sorted(full), fmt
+        for name, k in ks.items():
+            clock = sum(1 for _, t in k.instrs if "SR_GLOBALTIMER" in t)
+            assert clock >= 4 and sum(1 for _, t in k.instrs if "SMID" in t) >= 1, (name, clock)   # SR_VIRTUALSMID
+            assert k.count("LDG") == full[name]["LDG"] and k.count("HMMA") == full[name]["HMMA"], name
+
+
 def test_decode_gap_variants_cut_the_arithmetic_and_keep_every_load():
     """The decode gap run's copies of version 3 (gemm_decode.DECODE_GAP) apply to today's sources and compile for
     sm_90a with every load of the shipped kernel (weights, NVFP4 scale words, activations: the same LDG count) and

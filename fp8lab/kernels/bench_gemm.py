@@ -13,7 +13,9 @@ Writes outputs/kernels/gemm.json (harness schema) and gemm_sass.txt beside it. O
      and done twice, and with staggered consumers, beside the anchors (gemm_prefill.bench_gap); --only order: the
      same kernel timed after different neighbours, unsettled and settled (gemm_prefill.bench_order); --only
      decode_gap: where the decode GEMV's time goes, version 3 with its arithmetic cut away beside the same kernel
-     and the anchors (gemm_decode.bench_decode_gap), with the SASS opcode counts of every variant.
+     and the anchors (gemm_decode.bench_decode_gap), with the SASS opcode counts of every variant; --only
+     decode_timeline: version 3 with a clock read per warp at four moments of its call, beside the same kernel and
+     the anchors, and one call's stamps read back (gemv_timeline.bench_decode_timeline).
 What notebook 07 reads back is gemm_report (re-exported here).
 
     python -m fp8lab.kernels.bench gemm --only decode,sass --no-smoke --no-pytest \
@@ -148,6 +150,12 @@ def main(argv=None) -> int:
             for fmt in gemm_decode.DECODE_GAP_FORMATS}
         dump()
         gemm_decode.bench_decode_gap(bench, skip, **kw)
+        dump()
+    if "decode_timeline" in only:
+        from . import gemv_timeline
+
+        kw = {k: v for k, v in (("shapes", args.shapes), ("Ms", tuple(args.m) if args.m else None)) if v}
+        gemv_timeline.bench_decode_timeline(bench, skip, **kw)
         dump()
     if "prefill" in only:
         gemm_prefill.bench_prefill(bench, skip, **({"shapes": args.prefill_shapes} if args.prefill_shapes else {}))

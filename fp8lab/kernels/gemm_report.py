@@ -30,7 +30,8 @@ KDIR = harness.REPO / "fp8lab" / "kernels"
 DEFAULT_OUT = harness.REPO / "outputs" / "kernels" / "gemm.json"
 SOURCES = ("gemv_fp8.cu", "gemv_nvfp4.cu", "gemv_v3.cu", "gemv_v4.cu", "gemv_v3_common.cuh", "gemv_v3.py", "launch_ex.py", "gemm_w8a8.cu", "gemm_w8a8_wgmma.cu", "gemv_common.cuh", "gemm_w8a8_common.cuh",
            "ptx.cuh", "fp8_decode.cuh", "formats.cuh", "gemv_fp8.py", "gemv_nvfp4.py", "gemm_w8a8.py", "bench_gemm.py",
-           "gemm_decode.py", "gemm_prefill.py", "gemm_w8a8_tma.cu", "tma.cuh", "wgmma.cuh", "tma.py")
+           "gemm_decode.py", "gemm_prefill.py", "gemm_w8a8_tma.cu", "tma.cuh", "wgmma.cuh", "tma.py",
+           "gemv_timeline.py", "gemv_timeline.cuh")
 
 
 def source_digest() -> dict:
@@ -323,6 +324,58 @@ def decode_gap(data: dict) -> list[dict]:
                      "time_us": r["time_us"], "x_scaled_mm": r.get("speedup_vs_scaled_mm_tensorwise"),
                      "saves": (1 - r["time_us"] / t0) if t0 else None})
     return sorted(rows, key=lambda x: (x["format"], x["M"], x["N"] * x["K"], x["N"], order.index(x["variant"])))
+
+
+def decode_timeline(data: dict) -> list[dict]:
+    """Rows of a decode timeline run (gemv_timeline.bench_decode_timeline), one per (format, M, N, K): the shipped
+    kernel's time and ratio to `_scaled_mm` tensorwise of the same rounds, the instrumented copy's time ('stamps_cost':
+    1 - t_kernel / t_copy, what the clock reads cost), and from the copy's stamped call (us): the warps, when the
+    last one started, the first unit's wait (median, p90), each warp's streaming time (min, median, max), the end's
+    time (median), the span, the mean end and the share of warp-time spent ended within the span ('idle_share'), and
+    `active` (warps still running over the span, gemv_timeline.CURVE_POINTS points)."""
+    recs = [r for r in data.get("results", []) if r.get("family") == "decode_timeline" and r.get("fmt")]
+    plain = {(r["shape"], r["fmt"]): r for r in recs if not r.get("timeline")}
+    rows = []
+    for r in recs:
+        tl = r.get("timeline")
+        if not tl:
+            continue
+        k = plain.get((r["shape"], r["fmt"]))
+        rows.append({"format": r["fmt"], "M": r["M"], "N": r["N"], "K": r["K"],
+                     "time_us": k["time_us"] if k else None,
+                     "x_scaled_mm": k.get("speedup_vs_scaled_mm_tensorwise") if k else None,
+                     "stamps_cost": (1 - k["time_us"] / r["time_us"]) if k else None, "warps": tl["warps"],
+                     "whole_groups": r.get("whole_groups"), "last_start_us": tl["start_us"]["100"],
+                     "first_unit_us": tl["first_unit_us"]["50"], "first_unit_p90_us": tl["first_unit_us"]["90"],
+                     "stream_min_us": tl["stream_us"]["0"], "stream_us": tl["stream_us"]["50"],
+                     "stream_max_us": tl["stream_us"]["100"], "finish_us": tl["finish_us"]["50"],
+                     "span_us": tl["span_us"], "mean_end_us": tl["mean_end_us"], "idle_share": tl["idle_share"],
+                     "active": tl["active"]})
+    return sorted(rows, key=lambda x: (x["N"] * x["K"], x["N"], x["M"], x["format"]))
+
+
+def plot_decode_timeline(rows: list[dict], path=None):
+    """Warps still running over one call (rows: decode_timeline's), each curve as a share of its warps against the
+    share of its span, one panel per shape: where the curve leaves 1, warps have ended while others still stream."""
+    import matplotlib.pyplot as plt
+
+    shapes = sorted({(r["N"], r["K"]) for r in rows}, key=lambda s: s[0] * s[1])
+    fig, axes = plt.subplots(1, max(1, len(shapes)), figsize=(4.6 * max(1, len(shapes)), 3.6), sharey=True)
+    axes = [axes] if len(shapes) <= 1 else axes
+    for ax, (N, K) in zip(axes, shapes):
+        for i, r in enumerate(x for x in rows if (x["N"], x["K"]) == (N, K)):
+            n = len(r["active"])
+            ax.plot([j / (n - 1) * r["span_us"] for j in range(n)], [a / r["warps"] for a in r["active"]],
+                    color=f"C{i}", label=f"{r['format']} M={r['M']}")
+        ax.set_title(f"{N}x{K}")
+        ax.set_xlabel("time in the call (us)")
+        ax.set_ylim(0, 1.05)
+        ax.legend(fontsize=8, frameon=False)
+    axes[0].set_ylabel("share of warps still running")
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=110)
+    return fig
 
 
 def order_effect(data: dict) -> list[dict]:

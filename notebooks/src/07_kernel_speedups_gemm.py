@@ -273,6 +273,47 @@ GPU's answer: the H200 reads faster than the H100 of the same generation, so the
 hide in there; the reading holds for the GPU named above it.
 """),
 ("md", r"""
+## Where a GEMV's time goes, warp by warp
+
+The decode gap run takes work away and times what is left; this one watches the shipped kernel run. An instrumented
+copy of version 3 (`fp8lab/kernels/gemv_timeline.py`, compiled from patched sources with `gemv_timeline.cuh`) has
+each warp read the GPU-wide nanosecond clock (`%globaltimer`) four times — when it starts, when its first unit of
+weights has been multiplied (so its first bytes have arrived), when its last unit has been multiplied, and when it
+ends (after the store, or the stream-K fix-up that finishes a row group split between warps) — and write the stamps
+with the SM it ran on. The copy is validated against the float64 reference like the kernel and timed beside it, so
+what the clock reads cost is measured (`stamps_cost`), not assumed. Then one call's stamps are read back
+(`python -m fp8lab.kernels.bench gemm --only decode_timeline`, `outputs/kernels/*/decode_timeline.json`).
+
+What this can show: when the warps started, how long the pipeline took to fill, how long each warp took to stream
+its share of the bytes, and how many warps were still running at each moment of the call. What it cannot: why one
+warp streams slower than another (which memory channel, which SM's queue), and the cost of work between the stamps
+— the gap run above measures that. One call is one sample; the clock's step (recorded as `resolution_ns`) bounds
+what a stamp can resolve.
+"""),
+("code", r"""
+dtl_runs = gemm_report.recorded_runs("decode_timeline.json")
+for dt in dtl_runs:
+    print("\n".join(gemm_report.provenance_lines(dt)))
+    trows = gemm_report.decode_timeline(dt)
+    print(bg.format_rows(trows, ["format", "M", "N", "K", "time_us", "x_scaled_mm", "stamps_cost", "warps",
+                                 "first_unit_us", "stream_min_us", "stream_us", "stream_max_us", "finish_us",
+                                 "span_us", "idle_share"]))
+    nb.show(gemm_report.plot_decode_timeline(trows))
+    nb.md(findings.decode_timeline_sentence(trows, (dt.get("provenance") or {}).get("device")))
+if not dtl_runs:
+    print("(no decode timeline recorded yet: python -m fp8lab.kernels.bench gemm --only decode_timeline --no-smoke "
+          "--no-pytest --out outputs/kernels/decode_timeline.json on a GPU)")
+"""),
+("md", r"""
+Reading it: a split that gives every warp the same bytes does not give it the same time. Where the curve leaves 1
+well before the end, the fast warps are done and the call waits for the slow ones while fewer and fewer loads are in
+flight. The obvious remedy, handing the work out while the kernel runs (a warp claims its next piece from a counter),
+was built and timed on the H100 (`tools/gpu/decode_notes.md`; not a committed result): each piece's claim and
+fix-up cost its warp more than the balance bought, and it was slower at every shape. The same notes show the stream-K
+fix-up's fence dropping the SM's L1 — every warp's cached activations — at each split group; the fix-up now signals
+with a release add and reads the slots through L2.
+"""),
+("md", r"""
 ## Prefill: the W8A8 block-scaled GEMM, step by step
 
 Prefill is compute-bound, and on the H200 only `wgmma` multiplies FP8 on the tensor cores. The lab's block-scaled

@@ -9,6 +9,7 @@
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 3g    # the prefill gap: TMA GPU tests, leave-one-out run, the
 #                                                          # order run (~5 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2m    # the decode gap: version 3 with its arithmetic cut away
+#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2l    # the decode timeline: version 3 stamped per warp (~1 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2d    # part 2's decode path only: GEMV + layer GPU tests, the
 #                                                          # decode gemm bench and the layer bench (~6 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2g    # the GEMVs alone: their GPU tests and the decode gemm
@@ -128,6 +129,11 @@ elif [ "$PART" = 2m ]; then
   # arithmetic cut away (gemm_decode.bench_decode_gap), beside the shipped kernel and the anchors (~3 min)
   stage "gemm bench: the decode gap (version 3 with its arithmetic cut away)"
   timeout 300 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only decode_gap --budget-s 260 --out "$K/decode_gap.json" > "$K/decode_gap_log.txt" 2>&1; echo "decode gap rc=$?" >> "$L/steps_2m.txt"
+elif [ "$PART" = 2l ]; then
+  # version 3's call warp by warp (its own file, outputs/kernels/decode_timeline.json): the clock read four times per
+  # warp in an instrumented copy, beside the shipped kernel and the anchors (gemv_timeline.bench_decode_timeline, ~1 min)
+  stage "gemm bench: the decode timeline (version 3 stamped per warp)"
+  timeout 240 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only decode_timeline --budget-s 200 --out "$K/decode_timeline.json" > "$K/decode_timeline_log.txt" 2>&1; echo "decode timeline rc=$?" >> "$L/steps_2l.txt"
 elif [ "$PART" = 3 ]; then
   stage "gemm bench (prefill climb and grid, W8A8 gate)"
   timeout 560 python3 -m fp8lab.kernels.bench gemm --no-pytest --no-smoke --only prefill,gate --budget-s 480 --out "$K/gemm_prefill.json" > "$K/gemm_prefill_bench_log.txt" 2>&1; echo "gemm prefill rc=$?" >> "$L/steps_3.txt"

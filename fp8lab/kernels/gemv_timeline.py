@@ -1,0 +1,189 @@
+"""Where a decode GEMV's microseconds go, warp by warp: version 3 with a %globaltimer stamp per warp.
+
+    bench_decode_timeline(bench, skip=set())          # `python -m fp8lab.kernels.bench gemm --only decode_timeline`
+    s = summary(stamps)                               # stamps: [warps, 4] ns (entry, first unit, last unit, end)
+
+The decode gap run (gemm_decode.bench_decode_gap) times what is left when the arithmetic is taken away; this one
+watches the shipped kernel run. An instrumented copy of version 3 (patched sources, gemv_timeline.cuh) has each
+warp's lane 0 read the GPU-wide nanosecond clock four times -- at entry, once its first unit is multiplied (its first
+requested bytes have arrived), once its last unit is multiplied, and at its end (after the store or the stream-K
+fix-up) -- and write them with the SM it ran on. The copy is validated against the float64 reference like the
+kernel, and timed beside it and the anchors (interleaved): what the four clock reads cost is measured, not assumed.
+One call's stamps are then read back (`summary`): when the warps started, how long the pipeline took to fill, how
+long each warp streamed its equal share of the bytes, how long the end took, and how many warps were still running
+at each moment of the call. Warps that had no work (whole-row-group ranges leave a few) write nothing and are left
+out.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import harness, tolerances
+from .gemm_smoke import out_of_time
+
+#: the Llama-3-8B MLP shapes (the smallest goal shapes: a call's fixed cost weighs most) and the largest of the lab's
+SHAPES = [(14336, 4096), (4096, 14336), (28672, 8192)]
+MS = (1, 16)
+FORMATS = ("fp8c", "nvfp4")
+#: points of the "warps still running" curve over a call's span
+CURVE_POINTS = 41
+_LABEL = {"fp8c": "gemv_fp8_channel_v3", "nvfp4": "gemv_nvfp4_v3"}
+_INCLUDE = '#include "gemv_v3_common.cuh"  // widening, chunk MMAs, epilogues, stream-K fix-up, fused RMSNorm\n'
+# the four stamps, inserted into gemv_v3.cu's body: entry; after the unit multiply, the first and the last unit of
+# the warp's range; after the loop
+_HOOKS = [
+    (_INCLUDE, _INCLUDE + '#include "gemv_timeline.cuh"  // the instrumented copy only\n'),
+    ("    const int Wt = gridDim.x * wpc;\n",
+     "    const int Wt = gridDim.x * wpc;\n    const unsigned long long tl0 = tl_now(0.f);\n"
+     "    unsigned long long tl1 = 0, tl2 = 0;\n"),
+    ("                v3_unit<FMT, R, NT, C, NORM>(acc, cur, scur, xrow, kk * C * CK, S, grp, kk, KB);\n",
+     "                v3_unit<FMT, R, NT, C, NORM>(acc, cur, scur, xrow, kk * C * CK, S, grp, kk, KB);\n"
+     "                if (u == u0) tl1 = tl_now(acc[0][0][0]);\n"
+     "                if (u + 1 == u1) tl2 = tl_now(acc[0][0][0]);\n"),
+    ("            }\n        }\n    }\n}\n",
+     "            }\n        }\n    }\n    tl_store(wg, lane, tl0, tl1, tl2, tl_now(acc[0][0][0]));\n}\n"),
+]
+
+
+def patches(fmt: str, Ms=MS) -> dict:
+    """_cuda.patched_sources patches of the instrumented copy: version 3's default kernels of `fmt` at `Ms` only (the
+    decode gap run's instantiation edit), with the stamps."""
+    from .gemm_decode import decode_gap_patches
+
+    p = decode_gap_patches("full", fmt, Ms)
+    p.setdefault("gemv_v3.cu", []).extend(_HOOKS)
+    return p
+
+
+def _quantiles(a) -> dict:
+    return {str(q): round(float(np.percentile(a, q)), 3) for q in (0, 10, 50, 90, 100)}
+
+
+def summary(stamps, sm=None, points: int = CURVE_POINTS) -> dict:
+    """What one call's stamps say ([warps, 4] ns: entry, first unit done, last unit done, end; rows of zeros: warps
+    that had no work). Times in us from the first warp's entry; each phase as quantiles {0, 10, 50, 90, 100} over the
+    warps:
+      start_us        entry                              first_unit_us  first unit done - entry (the pipeline fill)
+      stream_us       last unit done - first unit done   finish_us      end - last unit done (store / fix-up)
+      end_us          end
+    span_us: the last warp's end; mean_end_us; idle_share: the share of the warps' time within the span spent after
+    their end (0: all ended together); active: warps still running at `points` evenly spaced moments of the span;
+    resolution_ns: the clock's smallest step seen; sms: distinct SMs (with `sm`).
+
+    summary([[1000, 2000, 5000, 6000], [1000, 2500, 7500, 9000], [0, 0, 0, 0]])["idle_share"] -> 0.1875"""
+    s = np.asarray(stamps, dtype=np.int64).reshape(-1, 4)
+    busy = s[:, 0] > 0
+    if not busy.any():
+        raise ValueError("no warp wrote its stamps (did the instrumented kernel run?)")
+    s = s[busy]
+    if (np.diff(s, axis=1) < 0).any():
+        raise ValueError("stamps out of order in some warp: entry <= first unit <= last unit <= end must hold")
+    rel = (s - s[:, 0].min()) / 1e3
+    span = float(rel[:, 3].max())
+    steps = np.diff(np.unique(s))
+    out = {"warps": int(busy.sum()), "span_us": round(span, 3), "mean_end_us": round(float(rel[:, 3].mean()), 3),
+           "start_us": _quantiles(rel[:, 0]), "first_unit_us": _quantiles(rel[:, 1] - rel[:, 0]),
+           "stream_us": _quantiles(rel[:, 2] - rel[:, 1]), "finish_us": _quantiles(rel[:, 3] - rel[:, 2]),
+           "end_us": _quantiles(rel[:, 3]),
+           "idle_share": round(float((span - rel[:, 3]).sum() / (len(rel) * span)), 4) if span > 0 else 0.0,
+           "active": [int(((rel[:, 0] <= t) & (rel[:, 3] > t)).sum()) for t in np.linspace(0.0, span, points)],
+           "resolution_ns": int(steps.min()) if len(steps) else None}
+    if sm is not None:
+        out["sms"] = int(len(np.unique(np.asarray(sm)[busy])))
+    return out
+
+
+def stamped_call(launch, module) -> tuple[np.ndarray, np.ndarray]:
+    """One call of an instrumented launch (`module`: its compiled gemv_v3.cu copy), the stamp arrays zeroed first:
+    ([warps, 4] int64 ns, [warps] SM ids)."""
+    import cupy as cp
+    import torch
+
+    W = launch.info["warps"]
+    tl = cp.ndarray((16384 * 4,), dtype=cp.uint64, memptr=module.get_global("v3_tl"))
+    sm = cp.ndarray((16384,), dtype=cp.uint32, memptr=module.get_global("v3_tl_sm"))
+    if W > 16384:
+        raise ValueError(f"{W} warps: the stamp arrays hold 16384 (gemv_timeline.cuh V3_TL_MAX_WARPS)")
+    tl.fill(0)
+    sm.fill(0)
+    torch.cuda.synchronize()
+    launch()
+    torch.cuda.synchronize()
+    return tl[: 4 * W].get().astype(np.int64).reshape(W, 4), sm[:W].get()
+
+
+def bench_decode_timeline(bench: harness.Bench, skip: set, shapes=SHAPES, Ms=MS, fmts=FORMATS) -> None:
+    """Per shape, M and format: version 3 at its default config and its instrumented copy (both validated against the
+    float64 reference, outputs poisoned), `_scaled_mm` tensorwise and bf16 cuBLAS, interleaved; then one call of the
+    copy read back. Records: family "decode_timeline"; the copy is '<label>-timeline' with `timeline` (summary) and
+    of_kernel."""
+    import torch
+
+    from . import _cuda
+    from . import gemv_fp8 as F8
+    from . import gemv_nvfp4 as F4
+    from . import gemv_v3 as V3
+    from .gemm_decode import _anchors, _record_round, shape_weights, v3_candidates
+
+    copy_gbps = bench.ceilings.get("copy_gbps")
+    for N, K in shapes:
+        if out_of_time(f"decode timeline N={N} K={K}", bench.notes):
+            continue
+        w8, sch, _, w4, gs, wbf = shape_weights(N, K)
+        deq = {"fp8c": lambda: F8.dequant_weight(w8[0], sch), "nvfp4": lambda: F4.dequant_weight(*w4[0], gs)}
+        wbytes = {"fp8c": N * K + 4 * N, "nvfp4": N * K // 2 + N * K // 16}
+        for M in Ms:
+            shape = f"M={M} N={N} K={K}"
+            x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+            xq = x.float().clamp(-448, 448).to(torch.float8_e4m3fn)
+            timers, meta = _anchors(bench, shape, x, xq, w8, wbf, None, ("tensorwise",))
+            for fmt in fmts:
+                if ("gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4") in skip:
+                    continue
+                cfg, R = v3_candidates(fmt, M, False)[0]
+                packs = ([V3.pack_nvfp4(wp, sc, gs, R=R) for wp, sc in w4] if fmt == "nvfp4"
+                         else [V3.pack_fp8(w, sch, R=R) for w in w8])
+                wd = deq[fmt]()
+                ref, terms = x.double() @ wd.T, x.double().abs() @ wd.abs().T
+                del wd
+                tol = tolerances.matmul("gemv_nvfp4" if fmt == "nvfp4" else "gemv_fp8", K)
+                dtype = "e2m1+e4m3/16 x bf16" if fmt == "nvfp4" else "e4m3 x bf16"
+                label = _LABEL[fmt]
+                try:
+                    plain = [V3.prepare(x, p, config=cfg) for p in packs]
+                    with _cuda.patched_sources(patches(fmt, Ms)):
+                        inst = [V3.prepare(x, p, config=cfg) for p in packs]
+                        module = _cuda.load_module("gemv_v3.cu")
+                        inst[0]()  # compiled from the patched copy while it exists
+                except Exception as e:  # noqa: BLE001 - recorded, not fatal
+                    bench.notes.append({"kernel": f"{label}-timeline {shape}", "error": f"{type(e).__name__}: {str(e)[:300]}"})
+                    continue
+                extra = {"version": 3, "config_CPWC_R": [list(cfg), R], "function": plain[0].info["kernel"],
+                         "weight_bytes": wbytes[fmt], "fmt": fmt, "warps": plain[0].info["warps"],
+                         "whole_groups": plain[0].info["whole_groups"]}
+                ok = True
+                for name, ls in ((f"{label} {shape}", plain), (f"{label}-timeline {shape}", inst)):
+                    ok = ok and bench.validate(name, ls[0], lambda y: ((e := tol.worst(y, ref, terms)) <= 1.0,
+                                                                       {"err_over_tol": e}), outputs=[ls[0].out])
+                if not ok:
+                    continue
+                for _ in range(3):  # warm: the stamps of a call like the timed ones
+                    inst[0]()
+                try:
+                    stamps, sm = stamped_call(inst[0], module)
+                    tl = summary(stamps, sm)
+                except Exception as e:  # noqa: BLE001
+                    bench.notes.append({"kernel": f"{label}-timeline {shape}", "error": f"{type(e).__name__}: {str(e)[:300]}"})
+                    continue
+                timers[f"{label} {shape}"] = lambda ls=plain: harness.graph_time_us(ls, rep=30)
+                meta[f"{label} {shape}"] = (label, dtype, wbytes[fmt] + 2 * M * (K + N), dict(extra))
+                timers[f"{label}-timeline {shape}"] = lambda ls=inst: harness.graph_time_us(ls, rep=30)
+                meta[f"{label}-timeline {shape}"] = (f"{label}-timeline", dtype, wbytes[fmt] + 2 * M * (K + N),
+                                                     {**extra, "of_kernel": label, "timeline": tl})
+                print(f"  {label}-timeline {shape}: span {tl['span_us']:.1f} us, first unit p50 "
+                      f"{tl['first_unit_us']['50']:.1f} us, stream p0-p100 {tl['stream_us']['0']:.1f}-"
+                      f"{tl['stream_us']['100']:.1f} us, idle share {tl['idle_share']:.2f}", flush=True)
+            _record_round(bench, bench.compare(timers), meta, M, N, K, copy_gbps, "decode_timeline")
+            del x, xq
+        del w8, w4, wbf
+        torch.cuda.empty_cache()
