@@ -405,6 +405,7 @@ def decode_timeline_sentence(rows: list[dict], device: str | None = None) -> str
         return "This run holds no stamped call of version 3."
     n = len({(r["N"], r["K"]) for r in rows})
     cost = [r["stamps_cost"] for r in rows if r.get("stamps_cost") is not None]
+    names = {"fp8c": "FP8 (per-channel)", "nvfp4": "NVFP4"}
     widest = max(rows, key=lambda r: r["stream_max_us"] / max(r["stream_min_us"], 1e-9))
     text = (f"On the {device or 'recorded GPU'}, one call of version 3 read warp by warp at {n} shape"
             f"{'s' if n != 1 else ''} (M = {', '.join(str(m) for m in sorted({r['M'] for r in rows}))}; the four clock "
@@ -412,7 +413,8 @@ def decode_timeline_sentence(rows: list[dict], device: str | None = None) -> str
             f"{max(r['last_start_us'] for r in rows):.1f} µs of the first. A warp's first unit was multiplied "
             f"{ratio_range([r['first_unit_us'] for r in rows], 1)} µs after it started (median over the warps): every "
             f"warp asks for its first units at once, and the memory serves that queue before any warp computes. Then the "
-            f"warps streamed their equal shares of the bytes for very different times: at {widest['format']} M = "
+            f"warps streamed their equal shares of the bytes for very different times: at "
+            f"{names.get(widest['format'], widest['format'])}, M = "
             f"{widest['M']}, {widest['N']}x{widest['K']} between {widest['stream_min_us']:.1f} and "
             f"{widest['stream_max_us']:.1f} µs. So they did not end together: within a call, "
             f"{_pct_range([r['idle_share'] for r in rows])} % of the warps' time was spent after they had ended, while "
