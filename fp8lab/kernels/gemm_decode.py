@@ -426,6 +426,63 @@ def decode_gap_sass(fmt: str, variant: str, cc: int = 90, Ms=DECODE_GAP_M) -> di
     return {name: dict(k.opcodes()) for name, k in sass.parse(sass.disassemble(cubin)).items()}
 
 
+class V3Case:
+    """Version 3 at its default config for one format in a V3 round: the config, the packed weight sets, the label
+    and dtype of the decode records, the weight bytes, and `reference()` -> (float64 y, |x| . |W| terms, tolerance)."""
+
+    def __init__(self, fmt, M, x, w8, sch, w4, gs):
+        from . import gemv_fp8 as F8
+        from . import gemv_nvfp4 as F4
+        from . import gemv_v3 as V3
+
+        N, K = w8[0].shape
+        self.fmt, self.label = fmt, _GAP_LABEL[fmt]
+        self.cfg, self.R = v3_candidates(fmt, M, False)[0]
+        self.packs = ([V3.pack_nvfp4(wp, sc, gs, R=self.R) for wp, sc in w4] if fmt == "nvfp4"
+                      else [V3.pack_fp8(w, sch, R=self.R) for w in w8])
+        self.dtype = "e2m1+e4m3/16 x bf16" if fmt == "nvfp4" else "e4m3 x bf16"
+        self.weight_bytes = N * K // 2 + N * K // 16 if fmt == "nvfp4" else N * K + 4 * N
+        self.bytes = self.weight_bytes + 2 * M * K + 2 * M * N
+        self._deq = (lambda: F4.dequant_weight(*w4[0], gs)) if fmt == "nvfp4" else (lambda: F8.dequant_weight(w8[0], sch))
+        self._x, self._K = x, K
+
+    def reference(self):
+        wd = self._deq()
+        x = self._x.double()
+        return x @ wd.T, x.abs() @ wd.abs().T, tolerances.matmul("gemv_nvfp4" if self.fmt == "nvfp4" else "gemv_fp8",
+                                                                 self._K)
+
+    def extra(self, launch) -> dict:
+        return {"version": 3, "config_CPWC_R": [list(self.cfg), self.R], "function": launch.info["kernel"],
+                "weight_bytes": self.weight_bytes, "fmt": self.fmt}
+
+
+def v3_rounds(bench: harness.Bench, skip: set, shapes, Ms, fmts, family: str):
+    """The rounds of a run that times version 3 at its defaults beside `_scaled_mm` tensorwise and bf16 cuBLAS (the
+    decode gap and timeline runs): yields (shape, x, timers, meta, cases) per (N, K) and M, cases {fmt: V3Case} for
+    the formats not in `skip`; the caller adds its timers and meta, and the round is timed interleaved and recorded
+    (family `family`) when the caller asks for the next one."""
+    import torch
+
+    copy_gbps = bench.ceilings.get("copy_gbps")
+    for N, K in shapes:
+        if out_of_time(f"{family.replace('_', ' ')} N={N} K={K}", bench.notes):
+            continue
+        w8, sch, _, w4, gs, wbf = shape_weights(N, K)
+        for M in Ms:
+            shape = f"M={M} N={N} K={K}"
+            x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
+            xq = x.float().clamp(-448, 448).to(torch.float8_e4m3fn)
+            timers, meta = _anchors(bench, shape, x, xq, w8, wbf, None, ("tensorwise",))
+            cases = {f: V3Case(f, M, x, w8, sch, w4, gs) for f in fmts
+                     if ("gemv_fp8" if f != "nvfp4" else "gemv_nvfp4") not in skip}
+            yield shape, x, timers, meta, cases
+            _record_round(bench, bench.compare(timers), meta, M, N, K, copy_gbps, family)
+            del x, xq, cases
+        del w8, w4, wbf
+        torch.cuda.empty_cache()
+
+
 def bench_decode_gap(bench: harness.Bench, skip: set, shapes=DECODE_GAP_SHAPES, Ms=DECODE_GAP_M,
                      fmts=DECODE_GAP_FORMATS, variants=tuple(DECODE_GAP)) -> None:
     """Where version 3's decode time goes: the kernel at its default config (validated against the float64
@@ -433,65 +490,33 @@ def bench_decode_gap(bench: harness.Bench, skip: set, shapes=DECODE_GAP_SHAPES, 
     and bf16 cuBLAS, interleaved. Records: family "decode_gap" (apart from the decode table and goals); the variants
     are named '<label>-<variant>' and carry left_out, of_kernel and validated False; each of ours carries
     speedup_vs_scaled_mm_tensorwise."""
-    import torch
-
     from . import _cuda
-    from . import gemv_fp8 as F8
-    from . import gemv_nvfp4 as F4
     from . import gemv_v3 as V3
 
-    copy_gbps = bench.ceilings.get("copy_gbps")
-    for N, K in shapes:
-        if out_of_time(f"decode gap N={N} K={K}", bench.notes):
-            continue
-        w8, sch, _, w4, gs, wbf = shape_weights(N, K)
-        deq = {"fp8c": lambda: F8.dequant_weight(w8[0], sch), "nvfp4": lambda: F4.dequant_weight(*w4[0], gs)}
-        wbytes = {"fp8c": N * K + 4 * N, "nvfp4": N * K // 2 + N * K // 16}
-        for M in Ms:
-            shape = f"M={M} N={N} K={K}"
-            x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
-            xq = x.float().clamp(-448, 448).to(torch.float8_e4m3fn)
-            act = 2 * M * K + 2 * M * N
-            timers, meta = _anchors(bench, shape, x, xq, w8, wbf, None, ("tensorwise",))
-            for fmt in fmts:
-                label = _GAP_LABEL[fmt]
-                if ("gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4") in skip:
+    for shape, x, timers, meta, cases in v3_rounds(bench, skip, shapes, Ms, fmts, "decode_gap"):
+        for fmt, c in cases.items():
+            for variant in (v for v in decode_gap_variants(fmt) if v == "full" or v in variants):
+                vname = c.label if variant == "full" else f"{c.label}-{variant}"
+                tname = f"{vname} {shape}"
+                try:
+                    with _cuda.patched_sources(decode_gap_patches(variant, fmt, Ms)):
+                        launches = [V3.prepare(x, p, config=c.cfg) for p in c.packs]
+                        harness.poison_(launches[0].out)
+                        launches[0]()  # compiled from the patched copy while it exists
+                except Exception as e:  # noqa: BLE001 - a variant that does not build is recorded, not fatal
+                    bench.notes.append({"kernel": tname, "error": f"{type(e).__name__}: {str(e)[:300]}"})
                     continue
-                cfg, R = v3_candidates(fmt, M, False)[0]
-                if fmt == "nvfp4":
-                    packs = [V3.pack_nvfp4(wp, sc, gs, R=R) for wp, sc in w4]
+                extra = c.extra(launches[0])
+                if variant == "full":
+                    ref, terms, tol = c.reference()
+                    if not bench.validate(tname, launches[0], lambda y: ((e := tol.worst(y, ref, terms)) <= 1.0,
+                                                                          {"err_over_tol": e}),
+                                          outputs=[launches[0].out]):
+                        break  # the variants are read against a kernel that computes the right numbers
+                    del ref, terms
                 else:
-                    packs = [V3.pack_fp8(w, sch, R=R) for w in w8]
-                dtype = "e2m1+e4m3/16 x bf16" if fmt == "nvfp4" else "e4m3 x bf16"
-                for variant in (v for v in decode_gap_variants(fmt) if v == "full" or v in variants):
-                    vname = label if variant == "full" else f"{label}-{variant}"
-                    tname = f"{vname} {shape}"
-                    try:
-                        with _cuda.patched_sources(decode_gap_patches(variant, fmt, Ms)):
-                            launches = [V3.prepare(x, p, config=cfg) for p in packs]
-                            harness.poison_(launches[0].out)
-                            launches[0]()  # compiled from the patched copy while it exists
-                    except Exception as e:  # noqa: BLE001 - a variant that does not build is recorded, not fatal
-                        bench.notes.append({"kernel": tname, "error": f"{type(e).__name__}: {str(e)[:300]}"})
-                        continue
-                    extra = {"version": 3, "config_CPWC_R": [list(cfg), R], "function": launches[0].info["kernel"],
-                             "weight_bytes": wbytes[fmt], "fmt": fmt}
-                    if variant == "full":
-                        wd = deq[fmt]()
-                        ref, terms = x.double() @ wd.T, x.double().abs() @ wd.abs().T
-                        tol = tolerances.matmul("gemv_nvfp4" if fmt == "nvfp4" else "gemv_fp8", K)
-                        if not bench.validate(tname, launches[0], lambda y: ((e := tol.worst(y, ref, terms)) <= 1.0,
-                                                                              {"err_over_tol": e}),
-                                              outputs=[launches[0].out]):
-                            break  # the variants are read against a kernel that computes the right numbers
-                        del wd, ref, terms
-                    else:
-                        bench.trust(tname, f"decode gap ({DECODE_GAP[variant][0]}): computes wrong numbers by design; "
-                                           "timed, not validated")
-                        extra.update(left_out=DECODE_GAP[variant][0], validated=False, of_kernel=label)
-                    timers[tname] = lambda ls=launches: harness.graph_time_us(ls, rep=30)
-                    meta[tname] = (vname, dtype, wbytes[fmt] + act, extra)
-            _record_round(bench, bench.compare(timers), meta, M, N, K, copy_gbps, "decode_gap")
-            del x, xq
-        del w8, w4, wbf
-        torch.cuda.empty_cache()
+                    bench.trust(tname, f"decode gap ({DECODE_GAP[variant][0]}): computes wrong numbers by design; "
+                                       "timed, not validated")
+                    extra.update(left_out=DECODE_GAP[variant][0], validated=False, of_kernel=c.label)
+                timers[tname] = lambda ls=launches: harness.graph_time_us(ls, rep=30)
+                meta[tname] = (vname, c.dtype, c.bytes, extra)

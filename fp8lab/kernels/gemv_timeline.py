@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import harness, tolerances
-from .gemm_smoke import out_of_time
+from . import harness
 
 #: the Llama-3-8B MLP shapes (the smallest goal shapes: a call's fixed cost weighs most) and the largest of the lab's
 SHAPES = [(14336, 4096), (4096, 14336), (28672, 8192)]
@@ -27,7 +26,6 @@ MS = (1, 16)
 FORMATS = ("fp8c", "nvfp4")
 #: points of the "warps still running" curve over a call's span
 CURVE_POINTS = 41
-_LABEL = {"fp8c": "gemv_fp8_channel_v3", "nvfp4": "gemv_nvfp4_v3"}
 _INCLUDE = '#include "gemv_v3_common.cuh"  // widening, chunk MMAs, epilogues, stream-K fix-up, fused RMSNorm\n'
 # the four stamps, inserted into gemv_v3.cu's body: entry; after the unit multiply, the first and the last unit of
 # the warp's range; after the loop
@@ -117,73 +115,44 @@ def bench_decode_timeline(bench: harness.Bench, skip: set, shapes=SHAPES, Ms=MS,
     float64 reference, outputs poisoned), `_scaled_mm` tensorwise and bf16 cuBLAS, interleaved; then one call of the
     copy read back. Records: family "decode_timeline"; the copy is '<label>-timeline' with `timeline` (summary) and
     of_kernel."""
-    import torch
-
     from . import _cuda
-    from . import gemv_fp8 as F8
-    from . import gemv_nvfp4 as F4
     from . import gemv_v3 as V3
-    from .gemm_decode import _anchors, _record_round, shape_weights, v3_candidates
+    from .gemm_decode import v3_rounds
 
-    copy_gbps = bench.ceilings.get("copy_gbps")
-    for N, K in shapes:
-        if out_of_time(f"decode timeline N={N} K={K}", bench.notes):
-            continue
-        w8, sch, _, w4, gs, wbf = shape_weights(N, K)
-        deq = {"fp8c": lambda: F8.dequant_weight(w8[0], sch), "nvfp4": lambda: F4.dequant_weight(*w4[0], gs)}
-        wbytes = {"fp8c": N * K + 4 * N, "nvfp4": N * K // 2 + N * K // 16}
-        for M in Ms:
-            shape = f"M={M} N={N} K={K}"
-            x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
-            xq = x.float().clamp(-448, 448).to(torch.float8_e4m3fn)
-            timers, meta = _anchors(bench, shape, x, xq, w8, wbf, None, ("tensorwise",))
-            for fmt in fmts:
-                if ("gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4") in skip:
-                    continue
-                cfg, R = v3_candidates(fmt, M, False)[0]
-                packs = ([V3.pack_nvfp4(wp, sc, gs, R=R) for wp, sc in w4] if fmt == "nvfp4"
-                         else [V3.pack_fp8(w, sch, R=R) for w in w8])
-                wd = deq[fmt]()
-                ref, terms = x.double() @ wd.T, x.double().abs() @ wd.abs().T
-                del wd
-                tol = tolerances.matmul("gemv_nvfp4" if fmt == "nvfp4" else "gemv_fp8", K)
-                dtype = "e2m1+e4m3/16 x bf16" if fmt == "nvfp4" else "e4m3 x bf16"
-                label = _LABEL[fmt]
-                try:
-                    plain = [V3.prepare(x, p, config=cfg) for p in packs]
-                    with _cuda.patched_sources(patches(fmt, Ms)):
-                        inst = [V3.prepare(x, p, config=cfg) for p in packs]
-                        module = _cuda.load_module("gemv_v3.cu")
-                        inst[0]()  # compiled from the patched copy while it exists
-                except Exception as e:  # noqa: BLE001 - recorded, not fatal
-                    bench.notes.append({"kernel": f"{label}-timeline {shape}", "error": f"{type(e).__name__}: {str(e)[:300]}"})
-                    continue
-                extra = {"version": 3, "config_CPWC_R": [list(cfg), R], "function": plain[0].info["kernel"],
-                         "weight_bytes": wbytes[fmt], "fmt": fmt, "warps": plain[0].info["warps"],
-                         "whole_groups": plain[0].info["whole_groups"]}
-                ok = True
-                for name, ls in ((f"{label} {shape}", plain), (f"{label}-timeline {shape}", inst)):
-                    ok = ok and bench.validate(name, ls[0], lambda y: ((e := tol.worst(y, ref, terms)) <= 1.0,
-                                                                       {"err_over_tol": e}), outputs=[ls[0].out])
-                if not ok:
-                    continue
-                for _ in range(3):  # warm: the stamps of a call like the timed ones
-                    inst[0]()
-                try:
-                    stamps, sm = stamped_call(inst[0], module)
-                    tl = summary(stamps, sm)
-                except Exception as e:  # noqa: BLE001
-                    bench.notes.append({"kernel": f"{label}-timeline {shape}", "error": f"{type(e).__name__}: {str(e)[:300]}"})
-                    continue
-                timers[f"{label} {shape}"] = lambda ls=plain: harness.graph_time_us(ls, rep=30)
-                meta[f"{label} {shape}"] = (label, dtype, wbytes[fmt] + 2 * M * (K + N), dict(extra))
-                timers[f"{label}-timeline {shape}"] = lambda ls=inst: harness.graph_time_us(ls, rep=30)
-                meta[f"{label}-timeline {shape}"] = (f"{label}-timeline", dtype, wbytes[fmt] + 2 * M * (K + N),
-                                                     {**extra, "of_kernel": label, "timeline": tl})
-                print(f"  {label}-timeline {shape}: span {tl['span_us']:.1f} us, first unit p50 "
-                      f"{tl['first_unit_us']['50']:.1f} us, stream p0-p100 {tl['stream_us']['0']:.1f}-"
-                      f"{tl['stream_us']['100']:.1f} us, idle share {tl['idle_share']:.2f}", flush=True)
-            _record_round(bench, bench.compare(timers), meta, M, N, K, copy_gbps, "decode_timeline")
-            del x, xq
-        del w8, w4, wbf
-        torch.cuda.empty_cache()
+    for shape, x, timers, meta, cases in v3_rounds(bench, skip, shapes, Ms, fmts, "decode_timeline"):
+        M = x.shape[0]
+        for fmt, c in cases.items():
+            try:
+                plain = [V3.prepare(x, p, config=c.cfg) for p in c.packs]
+                with _cuda.patched_sources(patches(fmt, Ms)):
+                    inst = [V3.prepare(x, p, config=c.cfg) for p in c.packs]
+                    module = _cuda.load_module("gemv_v3.cu")
+                    inst[0]()  # compiled from the patched copy while it exists
+            except Exception as e:  # noqa: BLE001 - recorded, not fatal
+                bench.notes.append({"kernel": f"{c.label}-timeline {shape}", "error": f"{type(e).__name__}: {str(e)[:300]}"})
+                continue
+            ref, terms, tol = c.reference()
+            ok = True
+            for name, ls in ((f"{c.label} {shape}", plain), (f"{c.label}-timeline {shape}", inst)):
+                ok = ok and bench.validate(name, ls[0], lambda y: ((e := tol.worst(y, ref, terms)) <= 1.0,
+                                                                   {"err_over_tol": e}), outputs=[ls[0].out])
+            del ref, terms
+            if not ok:
+                continue
+            for _ in range(3):  # warm: the stamps of a call like the timed ones
+                inst[0]()
+            try:
+                stamps, sm = stamped_call(inst[0], module)
+                tl = summary(stamps, sm)
+            except Exception as e:  # noqa: BLE001
+                bench.notes.append({"kernel": f"{c.label}-timeline {shape}", "error": f"{type(e).__name__}: {str(e)[:300]}"})
+                continue
+            extra = {**c.extra(plain[0]), "warps": plain[0].info["warps"], "whole_groups": plain[0].info["whole_groups"]}
+            timers[f"{c.label} {shape}"] = lambda ls=plain: harness.graph_time_us(ls, rep=30)
+            meta[f"{c.label} {shape}"] = (c.label, c.dtype, c.bytes, dict(extra))
+            timers[f"{c.label}-timeline {shape}"] = lambda ls=inst: harness.graph_time_us(ls, rep=30)
+            meta[f"{c.label}-timeline {shape}"] = (f"{c.label}-timeline", c.dtype, c.bytes,
+                                                   {**extra, "of_kernel": c.label, "timeline": tl})
+            print(f"  {c.label}-timeline {shape} (M = {M}): span {tl['span_us']:.1f} us, first unit p50 "
+                  f"{tl['first_unit_us']['50']:.1f} us, stream p0-p100 {tl['stream_us']['0']:.1f}-"
+                  f"{tl['stream_us']['100']:.1f} us, idle share {tl['idle_share']:.2f}", flush=True)
