@@ -120,7 +120,6 @@ def bench_decode_timeline(bench: harness.Bench, skip: set, shapes=SHAPES, Ms=MS,
     from .gemm_decode import v3_rounds
 
     for shape, x, timers, meta, cases in v3_rounds(bench, skip, shapes, Ms, fmts, "decode_timeline"):
-        M = x.shape[0]
         for fmt, c in cases.items():
             try:
                 plain = [V3.prepare(x, p, config=c.cfg) for p in c.packs]
@@ -153,6 +152,6 @@ def bench_decode_timeline(bench: harness.Bench, skip: set, shapes=SHAPES, Ms=MS,
             timers[f"{c.label}-timeline {shape}"] = lambda ls=inst: harness.graph_time_us(ls, rep=30)
             meta[f"{c.label}-timeline {shape}"] = (f"{c.label}-timeline", c.dtype, c.bytes,
                                                    {**extra, "of_kernel": c.label, "timeline": tl})
-            print(f"  {c.label}-timeline {shape} (M = {M}): span {tl['span_us']:.1f} us, first unit p50 "
+            print(f"  {c.label}-timeline {shape}: span {tl['span_us']:.1f} us, first unit p50 "
                   f"{tl['first_unit_us']['50']:.1f} us, stream p0-p100 {tl['stream_us']['0']:.1f}-"
                   f"{tl['stream_us']['100']:.1f} us, idle share {tl['idle_share']:.2f}", flush=True)
