@@ -421,6 +421,12 @@ def decode_timeline_sentence(rows: list[dict], device: str | None = None) -> str
             f"the slowest ones finished the call (the tail in the figure), and a call lasted "
             f"{ratio_range([r['span_us'] / r['mean_end_us'] for r in rows], 2)}x its warps' mean end. The end itself "
             f"(the store, or the stream-K fix-up) took {ratio_range([r['finish_us'] for r in rows], 1)} µs (median).")
+    bs = [r["between_sm_share"] for r in rows if r.get("between_sm_share") is not None]
+    if bs:
+        text += (f" The SM a warp ran on accounted for {_pct_range(bs)} % of the spread of the streaming times "
+                 + ("(mostly the warps' SMs: a split weighted per SM could even it out)." if min(bs) >= 0.5 else
+                    "(mostly not the SM: the slow warps are spread over the SMs, and only work handed out as the warps "
+                    "run could even it out)." if max(bs) < 0.5 else "(at some points mostly, at others not)."))
     if max(r["idle_share"] for r in rows) >= 0.10:
         text += (" Equal bytes per warp are not equal time: the fill at the start and the tail at the end are where "
                  "these calls lose to a perfectly balanced stream.")

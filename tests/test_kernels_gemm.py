@@ -809,6 +809,10 @@ def test_decode_timeline_summary_of_stamps():
 
     s = T.summary([[1000, 2000, 5000, 6000], [1000, 2500, 7500, 9000], [0, 0, 0, 0]], sm=[3, 5, 0], points=5)
     assert s["warps"] == 2 and s["sms"] == 2 and s["span_us"] == 8.0 and s["mean_end_us"] == 6.5
+    assert s["between_sm_share"] == 1.0 and s["sm_stream_us"] == {"min": 3.0, "max": 5.0}  # one warp per SM
+    two = T.summary([[1, 1001, 3001, 3001], [1, 1001, 5001, 5001], [1, 1001, 3001, 3001], [1, 1001, 5001, 5001]],
+                    sm=[0, 0, 1, 1])
+    assert two["between_sm_share"] == 0 and two["sm_stream_us"] == {"min": 3.0, "max": 3.0}  # the same mix on each SM
     assert s["first_unit_us"]["0"] == 1.0 and s["first_unit_us"]["100"] == 1.5
     assert s["stream_us"]["0"] == 3.0 and s["stream_us"]["100"] == 5.0 and s["finish_us"]["50"] == 1.25
     assert s["idle_share"] == 0.1875 and s["active"] == [2, 2, 2, 1, 0] and s["resolution_ns"] == 500
@@ -838,6 +842,9 @@ def test_decode_timeline_rows_and_sentence():
     text = findings.decode_timeline_sentence([row], "H100")
     assert "On the H100, one call of version 3 read warp by warp at 1 shape (M = 1;" in text
     assert "between 15.0 and 24.0 µs" in text and "17 % of the warps' time" in text and "Equal bytes" in text
+    assert "The SM a warp ran on" not in text   # a run without SM ids says nothing about them
+    sm_text = findings.decode_timeline_sentence([{**row, "between_sm_share": 0.2}])
+    assert "accounted for 20 % of the spread" in sm_text and "mostly not the SM" in sm_text
     assert findings.decode_timeline_sentence([]) == "This run holds no stamped call of version 3."
     fig = R.plot_decode_timeline([row])
     assert len(fig.axes[0].lines) == 1

@@ -331,7 +331,8 @@ def decode_timeline(data: dict) -> list[dict]:
     kernel's time and ratio to `_scaled_mm` tensorwise of the same rounds, the instrumented copy's time ('stamps_cost':
     1 - t_kernel / t_copy, what the clock reads cost), and from the copy's stamped call (us): the warps, when the
     last one started, the first unit's wait (median, p90), each warp's streaming time (min, median, max), the end's
-    time (median), the span, the mean end and the share of warp-time spent ended within the span ('idle_share'), and
+    time (median), the span, the mean end and the share of warp-time spent ended within the span ('idle_share'), the
+    share of the streaming times' variance between SMs ('between_sm_share', None in runs that did not record it) and
     `active` (warps still running over the span, gemv_timeline.CURVE_POINTS points)."""
     recs = [r for r in data.get("results", []) if r.get("family") == "decode_timeline" and r.get("fmt")]
     plain = {(r["shape"], r["fmt"]): r for r in recs if not r.get("timeline")}
@@ -350,7 +351,7 @@ def decode_timeline(data: dict) -> list[dict]:
                      "stream_min_us": tl["stream_us"]["0"], "stream_us": tl["stream_us"]["50"],
                      "stream_max_us": tl["stream_us"]["100"], "finish_us": tl["finish_us"]["50"],
                      "span_us": tl["span_us"], "mean_end_us": tl["mean_end_us"], "idle_share": tl["idle_share"],
-                     "active": tl["active"]})
+                     "between_sm_share": tl.get("between_sm_share"), "active": tl["active"]})
     return sorted(rows, key=lambda x: (x["N"] * x["K"], x["N"], x["M"], x["format"]))
 
 

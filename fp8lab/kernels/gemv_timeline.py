@@ -66,7 +66,9 @@ def summary(stamps, sm=None, points: int = CURVE_POINTS) -> dict:
       end_us          end
     span_us: the last warp's end; mean_end_us; idle_share: the share of the warps' time within the span spent after
     their end (0: all ended together); active: warps still running at `points` evenly spaced moments of the span;
-    resolution_ns: the clock's smallest step seen; sms: distinct SMs (with `sm`).
+    resolution_ns: the clock's smallest step seen. With `sm` (each warp's SM): sms (distinct SMs), sm_stream_us (the
+    lowest and highest of the SMs' mean streaming times) and between_sm_share, the share of the streaming times'
+    variance that lies between SMs (1: a warp's SM sets its time; 0: the SM says nothing about it).
 
     summary([[1000, 2000, 5000, 6000], [1000, 2500, 7500, 9000], [0, 0, 0, 0]])["idle_share"] -> 0.1875"""
     s = np.asarray(stamps, dtype=np.int64).reshape(-1, 4)
@@ -86,8 +88,16 @@ def summary(stamps, sm=None, points: int = CURVE_POINTS) -> dict:
            "idle_share": round(float((span - rel[:, 3]).sum() / (len(rel) * span)), 4) if span > 0 else 0.0,
            "active": [int(((rel[:, 0] <= t) & (rel[:, 3] > t)).sum()) for t in np.linspace(0.0, span, points)],
            "resolution_ns": int(steps.min()) if len(steps) else None}
-    if sm is not None:
-        out["sms"] = int(len(np.unique(np.asarray(sm)[busy])))
+    if sm is not None:  # are the slow warps the warps of particular SMs?
+        sm = np.asarray(sm)[busy]
+        stream = rel[:, 2] - rel[:, 1]
+        ids = np.unique(sm)
+        means = np.array([stream[sm == i].mean() for i in ids])
+        total = float(((stream - stream.mean()) ** 2).sum())
+        between = float(sum((sm == i).sum() * (m - stream.mean()) ** 2 for i, m in zip(ids, means)))
+        out["sms"] = int(len(ids))
+        out["sm_stream_us"] = {"min": round(float(means.min()), 3), "max": round(float(means.max()), 3)}
+        out["between_sm_share"] = round(between / total, 4) if total > 0 else None
     return out
 
 
