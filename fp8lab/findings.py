@@ -427,6 +427,13 @@ def decode_timeline_sentence(rows: list[dict], device: str | None = None) -> str
                  + ("(mostly the warps' SMs: a split weighted per SM could even it out)." if min(bs) >= 0.5 else
                     "(mostly not the SM: the slow warps are spread over the SMs, and only work handed out as the warps "
                     "run could even it out)." if max(bs) < 0.5 else "(at some points mostly, at others not)."))
+        kinds = {w: [r for r in rows if r.get("whole_groups") is w and r.get("between_sm_share") is not None]
+                 for w in (True, False)}
+        if all(kinds.values()):
+            text += " By the split: " + "; ".join(
+                f"{what} {_pct_range([r['idle_share'] for r in kinds[w]])} % of the warps' time ended, the SM "
+                f"{_pct_range([r['between_sm_share'] for r in kinds[w]])} % of the spread"
+                for w, what in ((True, "whole row groups per warp (no fix-up):"), (False, "the stream-K split:"))) + "."
     if max(r["idle_share"] for r in rows) >= 0.10:
         text += (" Equal bytes per warp are not equal time: the fill at the start and the tail at the end are where "
                  "these calls lose to a perfectly balanced stream.")

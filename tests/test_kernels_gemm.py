@@ -845,6 +845,11 @@ def test_decode_timeline_rows_and_sentence():
     assert "The SM a warp ran on" not in text   # a run without SM ids says nothing about them
     sm_text = findings.decode_timeline_sentence([{**row, "between_sm_share": 0.2}])
     assert "accounted for 20 % of the spread" in sm_text and "mostly not the SM" in sm_text
+    both = findings.decode_timeline_sentence([{**row, "between_sm_share": 0.2, "whole_groups": False},
+                                              {**row, "between_sm_share": 0.8, "whole_groups": True, "idle_share": 0.05}])
+    assert "(at some points mostly, at others not)" in both
+    assert "By the split: whole row groups per warp (no fix-up): 5 % of the warps' time ended, the SM 80 % of the " \
+           "spread; the stream-K split: 17 % of the warps' time ended, the SM 20 % of the spread." in both
     assert findings.decode_timeline_sentence([]) == "This run holds no stamped call of version 3."
     fig = R.plot_decode_timeline([row])
     assert len(fig.axes[0].lines) == 1
