@@ -129,6 +129,23 @@ if data:
             print(f"{'':20s} per shape {sh:12s} {v['value']:.3f} {v['kernel']}")
 """),
 ("md", r"""
+The same decode recording run on an H100 (`outputs/kernels/h100/gemm_decode.json`, where one was recorded), read the
+same way. The goals are set for the H200 and are decided there; this run is shown because it times the newest code
+beside its own anchors: its ratios compare kernels timed in the same rounds on one GPU, never across GPUs.
+"""),
+("code", r"""
+H1d = nb.recorded("kernels/h100", "gemm_decode.json", prov=None, quiet=True)
+h100_dec = bg.load(H1d / "gemm_decode.json") if H1d else None
+if h100_dec:
+    print("\n".join(gemm_report.provenance_lines(h100_dec)))
+    for g in [g for g in gemm_report.goals(h100_dec) if "W8A8" not in g["goal"]]:
+        verdict = "not measured" if g["met"] is None else "met" if g["met"] else "NOT met"
+        m = "-" if g["measured"] is None else f"{g['measured']:.3f}"
+        print(f"{verdict:12s} {m:>6s} (target {g['target']}) {g['goal']}  [{g.get('kernel') or '-'}, {g.get('shape') or '-'}]")
+else:
+    print("(no H100 decode run recorded)")
+"""),
+("md", r"""
 ### Why a goal is missed where it is
 
 For each missed decode goal, at its worst shape: the weight bytes the kernel reads (`MB`), its time and its read rate
