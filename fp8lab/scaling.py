@@ -244,10 +244,16 @@ def scale_from_amax(amax: torch.Tensor, fmt) -> torch.Tensor:
 
     scale_from_amax(torch.tensor([448.0, 0.0, 1e-45]), "e4m3") -> [1.0, 1.0, 1.0]   # zero and underflow -> 1
     scale_from_amax(torch.tensor(2.0), "e4m3")                 -> 0.0044642859 (2 / 448 in float32)
+    Where fmt.max * scale would round past float32's largest value (amax within an ulp or so of it), the scale is one
+    ulp smaller, so that no code dequantizes to Inf.
     """
     fmt = _f.get(fmt) if isinstance(fmt, str) else fmt
     a = _tensor(amax)
-    s = a / _const(fmt.max, a)
+    m = _const(fmt.max, a)
+    s = a / m
+    # amax within rounding of float32's largest value: fmt.max * s can round past it, and the largest code would
+    # dequantize to Inf. One ulp less keeps every code finite (x / s still saturates); no other amax changes.
+    s = torch.where(torch.isinf(s * m), torch.nextafter(s, torch.zeros_like(s)), s)
     return torch.where(s > 0, s, torch.ones_like(s))
 
 

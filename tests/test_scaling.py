@@ -413,6 +413,26 @@ def test_scale_from_amax_and_global_scale():
     assert float(S.nvfp4_global_scale(torch.tensor(0.0))) == 1.0
 
 
+@pytest.mark.parametrize("fmt", ["int8", "e4m3", "e5m2", "e4m3fnuz"])
+def test_amax_at_float32_max_dequantizes_finite(fmt):
+    """amax = float32's largest value: amax / fmt.max rounds so that fmt.max * scale overflows for INT8 (a
+    hypothesis fuzz example); the scale is then one ulp smaller and the largest code dequantizes to a finite value
+    (saturated, within an ulp or so of the input). Other amax keep amax / fmt.max exactly."""
+    from fp8lab import scaling as S
+
+    big = torch.finfo(torch.float32).max
+    x = torch.tensor([big, -big, 1.0])
+    for gran in ("tensor", "channel"):
+        d = dequantize(quantize(x.reshape(1, 3), QuantSpec(fmt, gran)))
+        assert bool(torch.isfinite(d).all()), (fmt, gran, d)
+        assert float(d[0, 0]) >= big * (1 - 2**-20) and float(d[0, 1]) == -float(d[0, 0])
+    m = torch.tensor(S._f.get(fmt).max, dtype=torch.float32)
+    s = S.scale_from_amax(torch.tensor(big), fmt)
+    assert bool(torch.isfinite(s * m)) and s <= torch.tensor(big) / m
+    for a in (1.0, 3e38, 3.3e38):   # away from the edge: the rule unchanged
+        assert torch.equal(S.scale_from_amax(torch.tensor(a), fmt), torch.tensor(a) / m)
+
+
 @pytest.mark.parametrize("fmt", ["e4m3fnuz", "e5m2fnuz"])
 @pytest.mark.parametrize("gran", ["none", "tensor", "token", "group", "channel"])
 def test_fnuz_granularities(fmt, gran):
