@@ -339,6 +339,10 @@ def _pct_range(shares) -> str:
     return f"{lo}" if lo == hi else f"{lo} to {hi}" if lo < 0 else f"{lo}–{hi}"
 
 
+#: the packed GEMVs' formats (gemm_report's "fp8c" / "nvfp4" rows) as the sentences name them
+_GEMV_FORMAT_NAMES = {"fp8c": "FP8 (per-channel)", "fp8b": "FP8 (128x128 blocks)", "nvfp4": "NVFP4"}
+
+
 def decode_gap_sentence(rows: list[dict], device: str | None = None) -> str:
     """What a decode gap run says (rows: fp8lab.kernels.gemm_report.decode_gap), rendered from its numbers: per format
     and M, the share of version 3's time that cutting ALL its arithmetic saved ('loads_only') and the ratios to
@@ -348,7 +352,7 @@ def decode_gap_sentence(rows: list[dict], device: str | None = None) -> str:
     an empty launch of the same grid takes ('empty', in µs and as a share of the kernel's time).
     A cut copy slower than the full kernel (share below -2 %) is said as such: ptxas schedules the cut code differently,
     so a share near zero reads 'not the limit', not an exact cost."""
-    names = {"fp8c": "FP8 (per-channel)", "nvfp4": "NVFP4"}
+    names = _GEMV_FORMAT_NAMES
     lo = [r for r in rows if r["variant"] == "loads_only" and r.get("saves") is not None]
     if not lo:
         return "This run holds no timing of version 3 with its arithmetic cut away."
@@ -405,7 +409,7 @@ def decode_timeline_sentence(rows: list[dict], device: str | None = None) -> str
         return "This run holds no stamped call of version 3."
     n = len({(r["N"], r["K"]) for r in rows})
     cost = [r["stamps_cost"] for r in rows if r.get("stamps_cost") is not None]
-    names = {"fp8c": "FP8 (per-channel)", "nvfp4": "NVFP4"}
+    names = _GEMV_FORMAT_NAMES
     widest = max(rows, key=lambda r: r["stream_max_us"] / max(r["stream_min_us"], 1e-9))
     text = (f"On the {device or 'recorded GPU'}, one call of version 3 read warp by warp at {n} shape"
             f"{'s' if n != 1 else ''} (M = {', '.join(str(m) for m in sorted({r['M'] for r in rows}))}; the four clock "

@@ -799,6 +799,24 @@ def test_v3_pdl_launch_matches_plain_launch(version):
     assert torch.equal(y0.view(torch.int16), launch.out.view(torch.int16))
 
 
+def test_decode_goal_lines():
+    """gemm_report.decode_goal_lines: one line per decode goal (the W8A8 ones left out) with its verdict, value, kernel
+    and worst shape, and with per_shape one line per shape under it; unmeasured goals say so."""
+    from fp8lab.kernels import gemm_report as R
+
+    rec = {"family": "decode", "kernel": "gemv3_fp8c_r1_nt1_c4_p2_e0_n0", "M": 1, "N": 8192, "K": 8192,
+           "speedup_vs_scaled_mm_tensorwise": 0.96, "weight_fraction_of_copy": 0.91}
+    data = {"results": [rec]}
+    lines = R.decode_goal_lines(data)
+    decode_goals = [g for g in R.goals(data) if "W8A8" not in g["goal"]]
+    assert len(lines) == len(decode_goals) + 2   # two goals measured at one shape each
+    assert lines[0] == R.goal_line(decode_goals[0], "gemv3_fp8c_r1_nt1_c4_p2_e0_n0, 8192x8192")
+    assert lines[0].startswith("NOT met       0.960 (target 1.0) W8A16 M=1")
+    assert lines[1].strip() == "per shape 8192x8192    0.960 gemv3_fp8c_r1_nt1_c4_p2_e0_n0"
+    assert lines[2].startswith("met           0.910 (target 0.9)")
+    assert sum(x.startswith("not measured") for x in R.decode_goal_lines(data, per_shape=False)) == len(decode_goals) - 2
+
+
 def test_decode_timeline_summary_of_stamps():
     """gemv_timeline.summary: times from the first warp's entry, phases per warp, the share of warp-time spent ended
     within the span, warps still running over the span; idle warps (zero rows) left out; stamps out of order or no

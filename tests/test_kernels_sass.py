@@ -540,6 +540,8 @@ def test_decode_timeline_copy_stamps_four_times_and_keeps_the_kernel():
     from fp8lab.kernels import gemm_decode as D
     from fp8lab.kernels import gemv_timeline as T
 
+    header = (_cuda.KERNEL_DIR / "gemv_timeline.cuh").read_text()
+    assert f"#define V3_TL_MAX_WARPS {T.MAX_WARPS}" in header   # the Python side reads arrays of this size
     for fmt in T.FORMATS:
         full = D.decode_gap_sass(fmt, "full", Ms=T.MS)
         with _cuda.patched_sources(T.patches(fmt)):

@@ -444,13 +444,29 @@ def prefill_goals(data: dict, kernel: str = "wgmma_tma") -> list[dict]:
     return out
 
 
+def goal_line(g: dict, where: str | None = None) -> str:
+    """One goal (a goals / prefill_goals entry) as a printed line: verdict, measured value, target, goal, and in
+    brackets `where` (default: the goal's 'where')."""
+    verdict = "not measured" if g["met"] is None else "met" if g["met"] else "NOT met"
+    m = "-" if g["measured"] is None else format(g["measured"], ".3f")
+    return f"{verdict:12s} {m:>6s} (target {g['target']}) {g['goal']}  [{where if where is not None else g.get('where') or '-'}]"
+
+
 def prefill_goal_lines(data: dict, kernel: str = "wgmma_tma") -> list[str]:
     """prefill_goals as printed lines: verdict, measured ratio, target, goal, the worst shape."""
+    return [goal_line(g) for g in prefill_goals(data, kernel)]
+
+
+def decode_goal_lines(data: dict, per_shape: bool = True) -> list[str]:
+    """The decode goals (goals without the W8A8 ones) as printed lines, each with its kernel and worst shape, and (per_shape)
+    one line per shape under it."""
     out = []
-    for g in prefill_goals(data, kernel):
-        verdict = "not measured" if g["met"] is None else "met" if g["met"] else "NOT met"
-        m = "-" if g["measured"] is None else format(g["measured"], ".3f")
-        out.append(f"{verdict:12s} {m:>6s} (target {g['target']}) {g['goal']}  [{g.get('where') or '-'}]")
+    for g in goals(data):
+        if "W8A8" in g["goal"]:
+            continue
+        out.append(goal_line(g, f"{g.get('kernel') or '-'}, {g.get('shape') or g.get('where') or '-'}"))
+        if per_shape:
+            out += [f"{'':20s} per shape {sh:12s} {v['value']:.3f} {v['kernel']}" for sh, v in (g.get("per_shape") or {}).items()]
     return out
 
 

@@ -24,6 +24,8 @@ from . import harness
 SHAPES = [(14336, 4096), (4096, 14336), (28672, 8192)]
 MS = (1, 16)
 FORMATS = ("fp8c", "nvfp4")
+#: warps the stamp arrays hold (gemv_timeline.cuh V3_TL_MAX_WARPS, the same number)
+MAX_WARPS = 16384
 #: points of the "warps still running" curve over a call's span
 CURVE_POINTS = 41
 _INCLUDE = '#include "gemv_v3_common.cuh"  // widening, chunk MMAs, epilogues, stream-K fix-up, fused RMSNorm\n'
@@ -108,10 +110,10 @@ def stamped_call(launch, module) -> tuple[np.ndarray, np.ndarray]:
     import torch
 
     W = launch.info["warps"]
-    tl = cp.ndarray((16384 * 4,), dtype=cp.uint64, memptr=module.get_global("v3_tl"))
-    sm = cp.ndarray((16384,), dtype=cp.uint32, memptr=module.get_global("v3_tl_sm"))
-    if W > 16384:
-        raise ValueError(f"{W} warps: the stamp arrays hold 16384 (gemv_timeline.cuh V3_TL_MAX_WARPS)")
+    if W > MAX_WARPS:
+        raise ValueError(f"{W} warps: the stamp arrays hold {MAX_WARPS} (gemv_timeline.cuh V3_TL_MAX_WARPS)")
+    tl = cp.ndarray((MAX_WARPS * 4,), dtype=cp.uint64, memptr=module.get_global("v3_tl"))
+    sm = cp.ndarray((MAX_WARPS,), dtype=cp.uint32, memptr=module.get_global("v3_tl_sm"))
     tl.fill(0)
     sm.fill(0)
     torch.cuda.synchronize()
@@ -137,23 +139,15 @@ def bench_decode_timeline(bench: harness.Bench, skip: set, shapes=SHAPES, Ms=MS,
                     inst = [V3.prepare(x, p, config=c.cfg) for p in c.packs]
                     module = _cuda.load_module("gemv_v3.cu")
                     inst[0]()  # compiled from the patched copy while it exists
-            except Exception as e:  # noqa: BLE001 - recorded, not fatal
-                bench.notes.append({"kernel": f"{c.label}-timeline {shape}", "error": f"{type(e).__name__}: {str(e)[:300]}"})
-                continue
-            ref, terms, tol = c.reference()
-            ok = True
-            for name, ls in ((f"{c.label} {shape}", plain), (f"{c.label}-timeline {shape}", inst)):
-                ok = ok and bench.validate(name, ls[0], lambda y: ((e := tol.worst(y, ref, terms)) <= 1.0,
-                                                                   {"err_over_tol": e}), outputs=[ls[0].out])
-            del ref, terms
-            if not ok:
-                continue
-            for _ in range(3):  # warm: the stamps of a call like the timed ones
-                inst[0]()
-            try:
+                for _ in range(3):  # warm: the stamps of a call like the timed ones
+                    inst[0]()
+                ref = c.reference()
+                if not (c.validate(bench, f"{c.label} {shape}", plain[0], ref)
+                        and c.validate(bench, f"{c.label}-timeline {shape}", inst[0], ref)):
+                    continue
                 stamps, sm = stamped_call(inst[0], module)
                 tl = summary(stamps, sm)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 - recorded, not fatal
                 bench.notes.append({"kernel": f"{c.label}-timeline {shape}", "error": f"{type(e).__name__}: {str(e)[:300]}"})
                 continue
             extra = {**c.extra(plain[0]), "warps": plain[0].info["warps"], "whole_groups": plain[0].info["whole_groups"]}

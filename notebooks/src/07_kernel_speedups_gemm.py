@@ -121,12 +121,7 @@ if data:
     print(f"{key}: cuBLAS bf16 GEMV M=1   reference file {ref.get(key + '_bf16_GBps', float('nan')):7.0f} GB/s   this run {b16.get('gbps', float('nan')):7.0f} GB/s")
     print(f"{key}: _scaled_mm FP8 M=16    reference file {ref.get(key + '_fp8_M16_GBps_weightbytes', float('nan')):7.0f} GB/s   this run {f16.get('gbps', float('nan')):7.0f} GB/s")
     print(f"copy bandwidth in this run: {data['ceilings'].get('copy_gbps', float('nan')):.0f} GB/s\n")
-    for g in [g for g in gemm_report.goals(data) if "W8A8" not in g["goal"]]:    # the prefill goals: below
-        verdict = "not measured" if g["met"] is None else "met" if g["met"] else "NOT met"
-        m = "-" if g["measured"] is None else f"{g['measured']:.3f}"
-        print(f"{verdict:12s} {m:>6s} (target {g['target']}) {g['goal']}  [{g.get('kernel') or '-'}, {g.get('shape') or g.get('where') or '-'}]")
-        for sh, v in (g.get("per_shape") or {}).items():
-            print(f"{'':20s} per shape {sh:12s} {v['value']:.3f} {v['kernel']}")
+    print("\n".join(gemm_report.decode_goal_lines(data)))    # the prefill goals: below
 """),
 ("md", r"""
 The same decode recording run on an H100 (`outputs/kernels/h100/gemm_decode.json`, where one was recorded), read the
@@ -138,10 +133,7 @@ H1d = nb.recorded("kernels/h100", "gemm_decode.json", prov=None, quiet=True)
 h100_dec = bg.load(H1d / "gemm_decode.json") if H1d else None
 if h100_dec:
     print("\n".join(gemm_report.provenance_lines(h100_dec)))
-    for g in [g for g in gemm_report.goals(h100_dec) if "W8A8" not in g["goal"]]:
-        verdict = "not measured" if g["met"] is None else "met" if g["met"] else "NOT met"
-        m = "-" if g["measured"] is None else f"{g['measured']:.3f}"
-        print(f"{verdict:12s} {m:>6s} (target {g['target']}) {g['goal']}  [{g.get('kernel') or '-'}, {g.get('shape') or '-'}]")
+    print("\n".join(gemm_report.decode_goal_lines(h100_dec, per_shape=False)))
 else:
     print("(no H100 decode run recorded)")
 """),
