@@ -232,6 +232,25 @@ def test_layer_report_functions():
     LR.plot_layer(data)
 
 
+def test_layer_bench_goals_read_the_runs_breakdown():
+    """The goals a layer run stores say why a ceiling goal is missed from the same run's breakdown (a run once stored
+    them without it: "no per-kernel breakdown recorded" beside a recorded breakdown)."""
+    from types import SimpleNamespace
+
+    from fp8lab.kernels import bench_layer as BL
+    from fp8lab.kernels import layer_report as LR
+
+    data = _fake_layer_results()
+    g = {x["goal"]: x for x in BL.goals_of(SimpleNamespace(results=data["results"], extra={"breakdown": data["breakdown"]}))}
+    miss = next(x for k, x in g.items() if k.startswith("FP8") and "ceiling" in k)
+    assert miss["met"] is False and "GEMVs alone take 7.0 us" in miss["why"]
+    bare = BL.goals_of(SimpleNamespace(results=data["results"], extra={}))
+    assert any(x.get("why") == "no per-kernel breakdown recorded for this variant" for x in bare)
+    # the table recomputes from results and breakdown, whatever goals a record stored
+    stale = dict(data, goals=bare)
+    assert any("GEMVs alone take 7.0 us" in (r["why"] or "") for r in LR.goal_table(stale))
+
+
 def test_gemm_goals_over_every_big_shape():
     from fp8lab.kernels import gemm_report as GR
 

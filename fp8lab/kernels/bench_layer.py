@@ -136,6 +136,13 @@ def run(bench: harness.Bench, batches, contexts, variants, config=None, budget_s
         torch.cuda.empty_cache()
 
 
+def goals_of(bench: harness.Bench) -> list[dict]:
+    """The layer goals of a run, each missed one with its `why` from the run's per-kernel breakdown."""
+    from .layer_report import layer_goals
+
+    return layer_goals({"results": bench.results, "breakdown": bench.extra.get("breakdown")})
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fp8lab.kernels.bench layer", description=__doc__.split("\n")[0])
     p.add_argument("--batch", type=lambda t: harness.int_list(t, 1, 32, "batch"), default=[1, 8, 32])
@@ -150,8 +157,6 @@ def main(argv=None) -> int:
         p.error("--rounds must be >= 1")
 
     from . import decode_layer as DL
-    from .layer_report import layer_goals
-
     cmd = " ".join(["python -m fp8lab.kernels.bench layer"] + list(sys.argv[1:] if argv is None else argv))
     bench = harness.Bench("layer", Path(args.out), cmd, rounds=args.rounds)
     bench.ceilings = {"copy_gbps": harness.copy_bandwidth_gbps()}
@@ -165,7 +170,7 @@ def main(argv=None) -> int:
         run(bench, args.batch, args.context, args.variants or list(DL.VARIANTS), budget_s=args.budget_s,
             do_breakdown=not args.no_breakdown)
     finally:
-        bench.extra["goals"] = layer_goals({"results": bench.results})
+        bench.extra["goals"] = goals_of(bench)
         bench.write()
     harness.print_table(bench.results)
     for g in bench.extra["goals"]:

@@ -84,8 +84,10 @@ def layer_goals(data: dict) -> list[dict]:
 
 
 def goal_table(data: dict) -> list[dict]:
-    return [{k: g.get(k) for k in ("goal", "target", "measured", "met", "variant", "miss")}
-            for g in (data.get("goals") or layer_goals(data))]
+    """The goals computed from the recorded results and breakdown (not the run's stored copy: a record whose run
+    stored its goals without the breakdown still gets each miss's `why`)."""
+    return [{k: g.get(k) for k in ("goal", "target", "measured", "met", "variant", "miss", "why")}
+            for g in layer_goals(data)]
 
 
 def breakdown_table(data: dict) -> list[dict]:
