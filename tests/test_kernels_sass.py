@@ -332,6 +332,22 @@ def test_gemv_split_fixup_invalidates_no_l1(built):
                     assert not k.has(r"CCTL\.IVALL"), (cc, name)
 
 
+def test_attention_merge_counter_invalidates_no_l1(built):
+    """Decode attention version 3's in-kernel merge (attention_decode_v3.cu merge_in_kernel) counts a block's arrival
+    with thread 0's release add after a barrier (MEMBAR.ALL.GPU + ATOMG) and the last block reads the partials through
+    L2: no sequentially consistent fence and no CCTL.IVALL (two of each per kernel under __threadfence) in any main
+    kernel, on every arch it builds for. The reduce kernel has no counter. (On sm_120 / sm_121 the mbarrier wait of
+    the copy ring compiles to SYNCS.CCTL.IVALL, there before and after: the fence's CCTL is the bare one.)"""
+    for cc in ARCHS:
+        if ("attention_decode_v3.cu", cc) in NOT_BUILDABLE:
+            continue
+        mains = {n: k for n, k in built[("attention_decode_v3.cu", cc)].items() if n != "decode_reduce"}
+        assert mains, cc
+        for name, k in mains.items():
+            assert k.forms("MEMBAR").get("MEMBAR.ALL.GPU", 0) == 1 and not k.has(r"MEMBAR\.SC"), (cc, name)
+            assert not k.has(r"(^|\s)CCTL\.IVALL") and k.count("ATOMG") == 1, (cc, name)
+
+
 def test_gemv_and_gemm_kernels_build_for_sm89(built):
     """fma.rn.bf16x2 with -0.0 (ptx.cuh bf16x2_mul) replaced mul.rn.bf16x2 (sm_90+): the decode kernels run on Ada."""
     for f in ("gemv_fp8.cu", "gemv_nvfp4.cu", "gemm_w8a8.cu"):

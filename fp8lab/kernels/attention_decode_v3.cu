@@ -77,9 +77,10 @@ __host__ __device__ constexpr int bars_offset(int ns) {
 // The reduce kernel's job done by the main kernel, without a second launch: (1) the block's 4 warps (4 consecutive
 // splits of one (sequence, kv head)) leave their unnormalized O, max and sum in shared memory, and the block merges
 // them into one partial; (2) a block alone on its pair (gridDim.x == 1) writes the output; otherwise it writes the
-// partial, and the last of the pair's gridDim.x blocks to arrive (a counter per pair: fence, then atomicAdd -- the
-// threadFenceReduction pattern) merges the gridDim.x partials, writes the output and sets the counter back to 0 for the
-// next call. An empty split (past its sequence's end) has m = -inf, l = 0, O = 0 and weighs nothing.
+// partial, and the last of the pair's gridDim.x blocks to arrive (a counter per pair: a barrier, then thread 0's
+// release add -- the threadFenceReduction pattern without its fences) merges the gridDim.x partials, writes the output
+// and sets the counter back to 0 for the next call. An empty split (past its sequence's end) has m = -inf, l = 0,
+// O = 0 and weighs nothing.
 template <int D, int FMT, int NR, int NT>
 __device__ __forceinline__ void merge_in_kernel(const float (&o)[NT][Geo<D, FMT>::OT][4], const float (&m)[2],
                                                 const float (&l)[2], float vs, int G, int Hq, int Hk, int b, int h,
@@ -150,16 +151,18 @@ __device__ __forceinline__ void merge_in_kernel(const float (&o)[NT][Geo<D, FMT>
     }
     if (nblk == 1) return;
     __shared__ int last;
-    __threadfence();  // this block's partial, visible device-wide before its arrival is counted
+    // every thread's partial stores ordered before thread 0's arrival (the barrier), which releases them at GPU scope
+    // (ptx.cuh arrive_release: no __threadfence, whose CCTL.IVALL drops the SM's L1 at each block's end)
     __syncthreads();
     if (threadIdx.x == 0) {
-        const int old = atomicAdd(merge_cnt + (size_t)b * Hk + h, 1);
+        const int old = arrive_release(merge_cnt + (size_t)b * Hk + h);
         last = old == nblk - 1;
         if (last) merge_cnt[(size_t)b * Hk + h] = 0;  // every block of the pair has arrived: ready for the next call
     }
     __syncthreads();
     if (!last) return;
-    __threadfence();
+    // the last block reads the partials through L2 (__ldcg, merge_sum<true>), where each block's release put them; no
+    // acquire fence (as the CUDA Programming Guide's "last block" reduction reads after its counter)
     for (int it = threadIdx.x; it < G * D4; it += blockDim.x) {
         const int row = it / D4, d = (it - row * D4) * 4;
         const size_t pr = (hq0 + row) * nblk;
