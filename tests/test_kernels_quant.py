@@ -193,6 +193,11 @@ def test_bench_registry_and_report(tmp_path):
     s = report.load_and_summarize(p, live=False)
     assert s.source == "recorded" and s.table[0]["speedup"] == 3.0
     assert "RECORDED" in s.banner and "NVIDIA H200" in s.banner and "abc" in s.banner
+    assert "(torch ?, CuPy ?, CUDA ?)" in s.banner  # the flat record names none of them
+    # fp8lab.provenance's schema nests the versions (packages, machine): the banner reads them there too
+    rec["provenance"].update(packages={"torch": "2.11.0", "cupy-cuda13x": "14.2.0"}, machine={"cuda": "13.0"})
+    p.write_text(json.dumps(rec))
+    assert "(torch 2.11.0, CuPy 14.2.0, CUDA 13.0)" in report.load_and_summarize(p, live=False).banner
 
 
 # =====================================================================================================

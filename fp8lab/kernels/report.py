@@ -68,9 +68,11 @@ def _rel(path: Path) -> str:
 def _banner(source: str, prov: dict, path: Path) -> str:
     what = ("LIVE results, measured just now on this machine (small shapes)" if source == "live" else
             "RECORDED results: measured earlier on another machine, read from the repository, not measured here")
+    flat = {**prov.get("machine", {}), **prov.get("packages", {}), **prov}  # both provenance schemas (flat, nested)
+    cupy = flat.get("cupy") or flat.get("cupy-cuda13x") or flat.get("cupy-cuda12x") or "?"
     lines = [what,
-             f"  device : {prov.get('device', '?')}  (torch {prov.get('torch', '?')}, CuPy {prov.get('cupy', '?')}, "
-             f"CUDA {prov.get('cuda', '?')})",
+             f"  device : {flat.get('device', '?')}  (torch {flat.get('torch', '?')}, CuPy {cupy}, "
+             f"CUDA {flat.get('cuda', '?')})",
              f"  commit : {' '.join(_commit(prov).split())} ({_state(prov)})",
              f"  date   : {prov.get('date', '?')}",
              f"  command: {prov.get('command', '?')}",

@@ -285,6 +285,22 @@ if data is not None:
                                       for g in miss) + ".")
 """),
 ("md", r"""
+The same attention recording run on an H100 (`outputs/kernels/h100/attention.json`, where one was recorded), read the
+same way. The goals are set for the H200 and decided there; this run is shown because it may time a newer kernel than
+the H200 run above (each banner names the commit it measured) beside its own anchors: its ratios compare kernels
+timed in the same rounds on one GPU, never across GPUs.
+"""),
+("code", r"""
+AH = nb.recorded("kernels/h100", "attention.json", prov=None, quiet=True)
+h100_att = ba.load(AH / "attention.json") if AH else None
+if h100_att:
+    print(ba.format_provenance(h100_att))
+    print()
+    print(ba.format_goals(h100_att))
+else:
+    print("(no H100 attention run recorded)")
+"""),
+("md", r"""
 **Why a short context misses.** Each kernel's time over the recorded contexts is fitted as
 `fixed + cache bytes / rate` (`ba.fixed_cost_fit`, three points per kernel, so `r2` says little beyond "a line
 fits"): the fixed part is what a call costs regardless of the context (the launches, the first tiles' latency, the
