@@ -145,6 +145,15 @@ def provenance(command: str | list[str] | None = None, *, cuda: bool | None = No
     return rec
 
 
+def flat(prov: dict) -> dict:
+    """One level of keys from either schema: this module's (versions under "packages", the GPU's under "machine")
+    or the older flat one; "cupy" names whichever CuPy wheel was installed. The top level wins a clash."""
+    out = {**(prov.get("machine") or {}), **(prov.get("packages") or {}), **prov}
+    if not out.get("cupy"):
+        out["cupy"] = next((v for k, v in out.items() if k.startswith("cupy-cuda") and v), None)
+    return out
+
+
 def is_clean(prov: dict) -> bool:
     """True only for a record made from a committed, unmodified tree."""
     return prov.get("dirty") is False and len(str(prov.get("git_commit", ""))) >= 7 and "+" not in str(prov.get("git_commit"))

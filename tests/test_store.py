@@ -174,3 +174,14 @@ def test_provenance_takes_the_state_captured_when_the_run_started(tmp_path):
     rec = provenance("python -m fp8lab.x", git=start, wall_seconds=1.0)
     assert rec["git_commit"] == "a" * 40 and rec["dirty"] is False and rec["wall_seconds"] == 1.0
     assert "clean" in describe(rec)
+
+
+def test_flat_reads_both_provenance_schemas():
+    nested = {"git_commit": "abc1234", "device": "NVIDIA H100", "packages": {"torch": "2.11.0", "cupy-cuda13x": "14.2.0"},
+              "machine": {"cuda": "13.0", "sms": 132}}
+    f = P.flat(nested)
+    assert (f["torch"], f["cupy"], f["cuda"], f["sms"], f["device"]) == ("2.11.0", "14.2.0", "13.0", 132, "NVIDIA H100")
+    old = {"git_commit": "abc1234", "torch": "2.4.0", "cupy": "13.3.0", "cuda": "12.4"}
+    assert P.flat(old) == old
+    assert P.flat({"packages": {"cupy-cuda13x": None}})["cupy"] is None  # not installed: no version made up
+    assert P.flat({"device": "top", "machine": {"device": "inner"}})["device"] == "top"

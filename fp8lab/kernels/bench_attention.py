@@ -660,9 +660,11 @@ def format_sweep(data: dict) -> str:
 
 
 def format_provenance(data: dict) -> str:
-    p = data.get("provenance", {})
+    from fp8lab import provenance
+
+    p = provenance.flat(data.get("provenance", {}))
     keys = ("git_commit", "device", "date", "command", "torch", "cupy", "cuda", "nvidia_smi")
-    rows = [f"{k:11s} {p.get(k, '-')}" for k in keys]
+    rows = [f"{k:11s} {p.get(k) or '-'}" for k in keys]
     c = data.get("ceilings", {})
     if c.get("copy_gbps"):
         rows.append(f"{'copy bw':11s} {c['copy_gbps']:.0f} GB/s (measured in the same run)")

@@ -23,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+from fp8lab import provenance
+
 from . import harness
 from .sources import GEMV_PACKED_VERSIONS
 
@@ -665,11 +667,11 @@ def provenance_summary(data: dict) -> dict:
 
     Reads both provenance schemas: fp8lab.provenance's (packages / machine sub-dicts, dirty flag) and the older flat one."""
     prov = data["provenance"]
-    flat = {**prov.get("machine", {}), **prov.get("packages", {}), **prov}
+    flat = provenance.flat(prov)
     rec = data.get("sources_sha256_12") or prov.get("sources_sha256_12", {})
     now = source_digest()
     same = {f: rec.get(f) == now.get(f) for f in rec}
-    keys = ("device", "date", "torch", "cupy", "cupy-cuda13x", "cuda", "git_commit", "dirty", "command", "nvidia_smi")
+    keys = ("device", "date", "torch", "cupy", "cuda", "git_commit", "dirty", "command", "nvidia_smi")
     return {**{k: flat.get(k) for k in keys if k in flat or k in ("device", "date", "git_commit", "command")},
             "sources_match_this_tree": all(same.values()) if same else None,
             "sources_differing": [f for f, ok in same.items() if not ok]}

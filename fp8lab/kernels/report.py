@@ -19,6 +19,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fp8lab import provenance
+
 from . import harness
 
 OUTPUTS = harness.REPO / "outputs" / "kernels"
@@ -68,11 +70,10 @@ def _rel(path: Path) -> str:
 def _banner(source: str, prov: dict, path: Path) -> str:
     what = ("LIVE results, measured just now on this machine (small shapes)" if source == "live" else
             "RECORDED results: measured earlier on another machine, read from the repository, not measured here")
-    flat = {**prov.get("machine", {}), **prov.get("packages", {}), **prov}  # both provenance schemas (flat, nested)
-    cupy = flat.get("cupy") or flat.get("cupy-cuda13x") or flat.get("cupy-cuda12x") or "?"
+    f = provenance.flat(prov)
     lines = [what,
-             f"  device : {flat.get('device', '?')}  (torch {flat.get('torch', '?')}, CuPy {cupy}, "
-             f"CUDA {flat.get('cuda', '?')})",
+             f"  device : {f.get('device') or '?'}  (torch {f.get('torch') or '?'}, CuPy {f.get('cupy') or '?'}, "
+             f"CUDA {f.get('cuda') or '?'})",
              f"  commit : {' '.join(_commit(prov).split())} ({_state(prov)})",
              f"  date   : {prov.get('date', '?')}",
              f"  command: {prov.get('command', '?')}",
