@@ -227,6 +227,9 @@ def test_layer_report_functions():
     pts = LR.layer_roofline_points(data)
     assert {p["variant"] for p in pts} == {"bf16", "scaled_mm", "fp8", "fp8_fused", "nvfp4_fused"}
     assert LR.format_rows(LR.goal_table(data)).count("\n") == 5
+    lines = LR.goal_lines(data)
+    assert sum(ln.startswith(("met", "NOT met", "not measured")) for ln in lines) == 4
+    assert any(ln.strip().startswith("why:  the GEMVs alone take 7.0 us") for ln in lines)
     import matplotlib
     matplotlib.use("Agg")
     LR.plot_layer(data)

@@ -590,14 +590,23 @@ kernel timed alone) says where the time goes.
 """),
 ("code", r"""
 if layer:
-    for g in lr.layer_goals(layer):
-        verdict = "not measured" if g["met"] is None else "met" if g["met"] else "NOT met"
-        m = "-" if g["measured"] is None else format(g["measured"], ".3f")
-        print(f"{verdict:12s} {m:>6s} (target {g['target']:.3f}) {g['goal']}  [{g['variant']}]")
-        if g.get("miss"):
-            print(f"{'':14s}miss: {g['miss']}\n{'':14s}why:  {g['why']}")
+    print("\n".join(lr.goal_lines(layer)))
     print()
     print(lr.format_rows(lr.breakdown_table(layer)))
+"""),
+("md", r"""
+The same layer recorded on an H100 (`outputs/kernels/h100/layer.json`, where one was recorded), read the same way:
+the goals are the H200's and are decided there; the H100 run times the newest kernels, each against the anchors and
+the copy bandwidth of its own run.
+"""),
+("code", r"""
+LH = nb.recorded("kernels/h100", "layer.json", prov=None, quiet=True)
+h100_layer = lr.load(LH / "layer.json") if LH else None
+if h100_layer:
+    print("\n".join(gemm_report.provenance_lines(h100_layer)))
+    print("\n".join(lr.goal_lines(h100_layer)))
+else:
+    print("(no H100 layer run recorded)")
 """),
 ("md", r"""
 Reading the breakdown (the mechanisms): the GEMVs of a layer are small — the QKV and O projections of one layer are

@@ -15,6 +15,7 @@
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2g    # the GEMVs alone: their GPU tests and the decode gemm
 #                                                          # bench (~6 min)
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2t    # the attention alone: its GPU tests, sweep and bench
+#   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2y    # the decode layer alone: its GPU tests and the layer bench
 #   FP8LAB_GIT_COMMIT=<sha> bash tools/gpu/record.sh 2a    # part 2's attention path only: attention + layer GPU
 #                                                          # tests, the attention sweep and bench, the layer bench (~5 min)
 #
@@ -107,6 +108,14 @@ elif [ "$PART" = 2a ]; then
   # the decode attention re-recorded after an attention change (the layer's attention is the default kernel, so the
   # layer too; the GEMV, prefill attention and accumulation files of part 2 stay as recorded)
   attention_path 200 60 130 100 tests/test_decode_layer.py
+  decode_layer
+elif [ "$PART" = 2y ]; then
+  # the decode layer alone (its kernels' tests and the layer bench; the GEMV and attention files stay as recorded):
+  # after a change that those files' own parts recorded, or on a GPU that has none of it yet (~2.5 min)
+  stage "GPU tests: the decode layer"
+  timeout 120 python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_decode_layer.py \
+      > "$L/pytest_layer.log" 2>&1; echo "rc=$?" >> "$L/pytest_layer.log"
+  cp "$L/pytest_layer.log" "$K/gpu_tests_layer.log"
   decode_layer
 elif [ "$PART" = 2t ]; then
   # the decode attention alone (a change that leaves the layer's kernels as they were: e.g. a sweep-only config):
