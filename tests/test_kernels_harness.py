@@ -145,3 +145,25 @@ def test_graph_time_us_settles_before_timing():
     took = time.perf_counter() - start
     assert how0 == "cuda_graph" and how1 == "cuda_graph, settled 200 ms"
     assert took >= 0.2 and t0 > 0 and t1 > 0
+
+
+def test_source_digest_follows_includes_and_records_compare_their_own_files():
+    """A record stores the sha256 of the sources it depends on (headers included, transitively); a report compares
+    exactly the files a record names, whichever bench wrote it."""
+    from fp8lab.kernels import bench_attention as BA
+    from fp8lab.kernels import bench_layer as BL
+    from fp8lab.kernels import gemm_report as GR
+
+    inc = harness.with_includes(("attention_decode_v3.cu",))
+    assert inc[0] == "attention_decode_v3.cu" and {"attention_decode.cuh", "tma.cuh", "fp8_decode.cuh", "ptx.cuh",
+                                                   "formats.cuh"} <= set(inc) and len(set(inc)) == len(inc)
+    assert set(BA.SOURCES) <= set(BL.SOURCES) and {"gemv_v3_common.cuh", "decode_layer.cu"} <= set(BL.SOURCES)
+    dig = harness.source_digest(BA.SOURCES)
+    assert set(dig) == set(BA.SOURCES) and all(len(v) == 12 for v in dig.values())
+    rec = {"provenance": {"git_commit": "abc1234", "dirty": False}, "sources_sha256_12": dig}
+    assert GR.provenance_summary(rec)["sources_match_this_tree"] is True
+    rec["sources_sha256_12"] = {**dig, "ptx.cuh": "0" * 12}
+    s = GR.provenance_summary(rec)
+    assert s["sources_match_this_tree"] is False and s["sources_differing"] == ["ptx.cuh"]
+    assert "differ from this tree: ptx.cuh" in BA.format_provenance(rec)
+    assert "not recorded with this run" in BA.format_provenance({"provenance": {}})

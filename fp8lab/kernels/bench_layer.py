@@ -20,8 +20,12 @@ import time
 from pathlib import Path
 
 from . import harness
+from .bench_attention import SOURCES as ATTENTION_SOURCES
 
 DEFAULT_OUT = harness.REPO / "outputs" / "kernels" / "layer.json"
+#: the sources a layer record depends on (the attention's, the GEMV's, the layer's own; stored as sha256 with it)
+SOURCES = harness.with_includes(ATTENTION_SOURCES + ("gemv_v3.cu", "gemv_v3.py", "decode_layer.cu", "decode_layer.py",
+                                                     "bench_layer.py"))
 
 
 def _variants(text: str) -> list[str]:
@@ -161,7 +165,7 @@ def main(argv=None) -> int:
     bench = harness.Bench("layer", Path(args.out), cmd, rounds=args.rounds)
     bench.ceilings = {"copy_gbps": harness.copy_bandwidth_gbps()}
     print("ceilings:", bench.ceilings, flush=True)
-    bench.extra.update(shape=DL.LayerShape.from_config().__dict__, variants={v: DL.describe(v) for v in DL.VARIANTS},
+    bench.extra.update(sources_sha256_12=harness.source_digest(SOURCES), shape=DL.LayerShape.from_config().__dict__, variants={v: DL.describe(v) for v in DL.VARIANTS},
                        stage_rel_rms_tolerance=DL.STAGE_REL_RMS,
                        stage_tolerance_rule="STAGE_REL_RMS per stage; h and out (checked on the part their step adds "
                                             "to a bf16 sum) decode_layer.sum_tolerance: one bf16 ulp of the sum's "

@@ -20,7 +20,6 @@ CPU-only friendly: nothing here touches a GPU. Every number shown comes from the
 """
 from __future__ import annotations
 
-import hashlib
 import re
 
 from fp8lab import provenance
@@ -28,17 +27,16 @@ from fp8lab import provenance
 from . import harness
 from .sources import GEMV_PACKED_VERSIONS
 
-KDIR = harness.REPO / "fp8lab" / "kernels"
 DEFAULT_OUT = harness.REPO / "outputs" / "kernels" / "gemm.json"
-SOURCES = ("gemv_fp8.cu", "gemv_nvfp4.cu", "gemv_v3.cu", "gemv_v4.cu", "gemv_v3_common.cuh", "gemv_v3.py", "launch_ex.py", "gemm_w8a8.cu", "gemm_w8a8_wgmma.cu", "gemv_common.cuh", "gemm_w8a8_common.cuh",
+SOURCES = ("gemv_fp8.cu", "gemv_nvfp4.cu", "gemv_v3.cu", "gemv_v4.cu", "gemv_v5.cu", "gemv_v3_common.cuh", "gemv_v3.py", "launch_ex.py", "gemm_w8a8.cu", "gemm_w8a8_wgmma.cu", "gemv_common.cuh", "gemm_w8a8_common.cuh",
            "ptx.cuh", "fp8_decode.cuh", "formats.cuh", "gemv_fp8.py", "gemv_nvfp4.py", "gemm_w8a8.py", "bench_gemm.py",
            "gemm_decode.py", "gemm_prefill.py", "gemm_w8a8_tma.cu", "tma.cuh", "wgmma.cuh", "tma.py",
            "gemv_timeline.py", "gemv_timeline.cuh")
 
 
 def source_digest() -> dict:
-    """sha256 (first 12 hex) of each kernel source: ties a recorded result to the code in the tree."""
-    return {f: hashlib.sha256((KDIR / f).read_bytes()).hexdigest()[:12] for f in SOURCES if (KDIR / f).exists()}
+    """sha256 (first 12 hex) of each GEMM / GEMV source (SOURCES): ties a recorded gemm result to the code in the tree."""
+    return harness.source_digest(SOURCES)
 
 
 def load(path=DEFAULT_OUT) -> dict:
@@ -669,7 +667,7 @@ def provenance_summary(data: dict) -> dict:
     prov = data["provenance"]
     flat = provenance.flat(prov)
     rec = data.get("sources_sha256_12") or prov.get("sources_sha256_12", {})
-    now = source_digest()
+    now = harness.source_digest(tuple(rec))  # the files the record names (a gemm, attention or layer record)
     same = {f: rec.get(f) == now.get(f) for f in rec}
     keys = ("device", "date", "torch", "cupy", "cuda", "git_commit", "dirty", "command", "nvidia_smi")
     return {**{k: flat.get(k) for k in keys if k in flat or k in ("device", "date", "git_commit", "command")},

@@ -30,6 +30,33 @@ from typing import Callable, Sequence
 REPO = Path(__file__).resolve().parents[2]
 
 
+KERNEL_DIR = Path(__file__).resolve().parent
+
+
+def with_includes(files) -> tuple[str, ...]:
+    """`files` (names in fp8lab/kernels) and every header their .cu / .cuh files #include "...", transitively, in order."""
+    import re
+
+    out, todo = [], list(files)
+    while todo:
+        f = todo.pop(0)
+        if f in out:
+            continue
+        out.append(f)
+        p = KERNEL_DIR / f
+        if p.suffix in (".cu", ".cuh") and p.exists():
+            todo += re.findall(r'^\s*#include\s+"([^"]+)"', p.read_text(), flags=re.M)
+    return tuple(out)
+
+
+def source_digest(files) -> dict:
+    """sha256 (first 12 hex) of each named source in fp8lab/kernels that exists: ties a recorded result to the code
+    in the tree (a record stores it as "sources_sha256_12"; gemm_report.provenance_summary compares)."""
+    import hashlib
+
+    return {f: hashlib.sha256((KERNEL_DIR / f).read_bytes()).hexdigest()[:12] for f in files if (KERNEL_DIR / f).exists()}
+
+
 def int_list(text: str, lo: int, hi: int, what: str) -> list[int]:
     """A command-line list: '1,8,16' -> [1, 8, 16], each in lo..hi; an argparse error (one clear line) otherwise.
 
