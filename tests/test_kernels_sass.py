@@ -348,6 +348,18 @@ def test_attention_merge_counter_invalidates_no_l1(built):
             assert not k.has(r"(^|\s)CCTL\.IVALL") and k.count("ATOMG") == 1, (cc, name)
 
 
+def test_merge_fence_sass_compares_the_shipped_counter_with_the_threadfence_pair():
+    """attention_fp8kv.merge_fence_sass (notebook 08's table): the shipped merge has one release fence and no L1
+    invalidation, the __threadfence() pair patched back in (THREADFENCE_MERGE_PATCH, which must still apply) has two of
+    each; one atomic either way."""
+    _tools_or_skip()
+    from fp8lab.kernels import attention_fp8kv as att
+
+    shipped, before = att.merge_fence_sass(90)
+    assert (shipped["MEMBAR.SC.GPU"], shipped["MEMBAR.ALL.GPU"], shipped["CCTL.IVALL"], shipped["ATOMG"]) == (0, 1, 0, 1)
+    assert (before["MEMBAR.SC.GPU"], before["MEMBAR.ALL.GPU"], before["CCTL.IVALL"], before["ATOMG"]) == (2, 0, 2, 1)
+
+
 def test_gemv_and_gemm_kernels_build_for_sm89(built):
     """fma.rn.bf16x2 with -0.0 (ptx.cuh bf16x2_mul) replaced mul.rn.bf16x2 (sm_90+): the decode kernels run on Ada."""
     for f in ("gemv_fp8.cu", "gemv_nvfp4.cu", "gemm_w8a8.cu"):

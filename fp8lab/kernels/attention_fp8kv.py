@@ -392,6 +392,40 @@ def v3_kernel_name(fmt: str, D: int, g: str, cfg: tuple) -> str:
     return f"decode_v3_{fmt}_d{D}_{g}_s{ns}_c{copy}_b{minb}"
 
 
+#: version 3's merge counter as it was before the release add: __threadfence() before the arrival and again in the
+#: last block (each MEMBAR.SC.GPU + CCTL.IVALL), as a text patch of V3_SOURCE (_cuda.patched_sources) for comparisons
+THREADFENCE_MERGE_PATCH = {V3_SOURCE: [
+    ("    __syncthreads();\n    if (threadIdx.x == 0) {\n        const int old = arrive_release(merge_cnt + (size_t)b * Hk + h);",
+     "    __threadfence();\n    __syncthreads();\n    if (threadIdx.x == 0) {\n"
+     "        const int old = atomicAdd(merge_cnt + (size_t)b * Hk + h, 1);"),
+    ("    if (!last) return;\n", "    if (!last) return;\n    __threadfence();\n")]}
+
+
+def merge_fence_sass(cc: int = 90, fmt: str = "fp8cvt", D: int = 128, g: str = "g8") -> list[dict]:
+    """The fences and atomics of version 3's in-kernel merge in the SASS (compiled here, no GPU needed) of the default
+    kernel for (fmt, D, g): as shipped (a barrier, then thread 0's release add) and with the __threadfence() pair it
+    replaced (THREADFENCE_MERGE_PATCH). CCTL.IVALL counts the bare invalidation of the SM's L1 (a fence's; on
+    sm_120 the mbarrier wait compiles to SYNCS.CCTL.IVALL, not counted)."""
+    import re
+
+    from . import sass
+
+    name = v3_kernel_name(fmt, D, g, V3_DEFAULTS[(fmt, D, g)])
+    rows = []
+    for label, patch in (("barrier + release add (shipped)", None),
+                         ("__threadfence() x 2 (before)", THREADFENCE_MERGE_PATCH)):
+        if patch is None:
+            k = sass.kernels(V3_SOURCE, cc)[name]
+        else:
+            with _cuda.patched_sources(patch):
+                k = sass.parse(sass.disassemble(_cuda.compile_for(V3_SOURCE, cc)[0]))[name]
+        n = lambda rx: sum(1 for _, t in k.instrs if t and re.search(rx, t))  # noqa: E731
+        rows.append({"merge counter": label, "MEMBAR.SC.GPU": n(r"MEMBAR\.SC\.GPU"),
+                     "MEMBAR.ALL.GPU": n(r"MEMBAR\.ALL\.GPU"), "CCTL.IVALL": n(r"(^|\s)CCTL\.IVALL"),
+                     "ATOMG": n(r"(^|\s)ATOMG"), "kernel": name, "sm": cc})
+    return rows
+
+
 #: what the ring versions differ in: source, configuration lists, kernel name, shared memory, the config's fields
 RING = {
     2: dict(source="attention_decode_v2.cu", compiled=lambda: V2_KERNELS, defaults=lambda: V2_DEFAULTS,

@@ -350,6 +350,24 @@ if data is not None:
                   else ""))
 """),
 ("md", r"""
+**What the counter's fences cost in instructions.** The last block to arrive must see every other block's partial, so
+each block publishes its partial before it counts itself in. The textbook way (the CUDA sample `threadFenceReduction`)
+is `__threadfence()` before the atomic and again in the last block. Read the SASS before trusting that it is cheap:
+each `__threadfence()` compiles to `MEMBAR.SC.GPU` (a sequentially consistent fence) plus `CCTL.IVALL`, which throws
+away the whole SM's L1 cache, also for the other blocks running there. Version 3 now orders the block's stores with
+its barrier and lets thread 0 count the arrival with a *release* atomic (`MEMBAR.ALL.GPU`, no invalidation); the last
+block reads the partials through L2 (`ld.global.cg`), so it needs no acquire fence. Both forms, compiled here for
+sm_90 (no GPU needed; the table says what the instructions are, not what they cost in time):
+"""),
+("code", r"""
+from fp8lab.kernels.gemm_report import format_rows
+
+try:
+    print(format_rows(att.merge_fence_sass(90)))
+except Exception as e:  # no NVRTC / cuobjdump on this machine: pip install -r requirements.txt
+    print(f"(the SASS could not be produced here: {type(e).__name__}: {str(e).splitlines()[0][:160]})")
+"""),
+("md", r"""
 ## Chunked prefill: where an FP8 cache stops paying
 
 Seed 004 saw a long document's first token come *later* with an FP8 KV cache than with a bf16 one. In prefill, a

@@ -10,16 +10,7 @@ from fp8lab.kernels import _cuda, harness
 from fp8lab.kernels import attention_fp8kv as att
 from fp8lab.kernels import bench_attention as ba
 
-NEW1 = '''    __syncthreads();
-    if (threadIdx.x == 0) {
-        const int old = arrive_release(merge_cnt + (size_t)b * Hk + h);'''
-OLD1 = '''    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const int old = atomicAdd(merge_cnt + (size_t)b * Hk + h, 1);'''
-NEW2 = "    if (!last) return;\n"
-OLD2 = "    if (!last) return;\n    __threadfence();\n"
-PATCH = {"attention_decode_v3.cu": [(NEW1, OLD1), (NEW2, OLD2)]}
+PATCH = att.THREADFENCE_MERGE_PATCH  # the __threadfence() pair patched back in
 CONTEXTS = [int(a) for a in sys.argv[1:]] or [1024, 4096, 16384, 32768, 131072]
 D = 128
 
