@@ -55,8 +55,11 @@ def _why(data, r) -> str:
     f_g = sum(b["floor_us"] or 0 for b in gemv)
     other = [b for b in bd if b not in gemv]
     parts = sum(b["time_us"] for b in bd)
+    kinds = {"rmsnorm": "RMSNorm", "rope": "RoPE+append", "decode_v": "attention", "add": "add", "silu": "SiLU*mul"}
+    named = ", ".join(dict.fromkeys(next((v for k, v in kinds.items() if str(b["kernel"]).startswith(k)), str(b["kernel"]))
+                                    for b in other))
     return (f"the GEMVs alone take {t_g:.1f} us for a {f_g:.1f} us floor ({f_g / t_g:.2f} of copy bandwidth); "
-            f"the other {len(other)} launches (norms, RoPE+append, attention) {sum(b['time_us'] for b in other):.1f} us "
+            f"the other {len(other)} launches ({named}) {sum(b['time_us'] for b in other):.1f} us "
             f"timed alone; the whole step {r['time_us']:.1f} us against {parts:.1f} us of parts timed alone "
             f"and a {r['ceiling_us_copy']:.1f} us ceiling")
 
