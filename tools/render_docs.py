@@ -39,8 +39,10 @@ ROLES = {
     "04": ("CPU", "arithmetic + the H200 reference ceilings and kernel points"),
     "05": ("CPU", "live: synthetic checkpoints and a tiny export"),
     "06": ("GPU to re-time", "recorded H200 results (live on a CUDA machine)"),
-    "07": ("GPU to re-time", "recorded H200 results: decode GEMV v1-v3 and goals, the prefill W8A8 climb, one decode layer"),
-    "08": ("GPU to re-time", "CPU numerics + recorded H200 timings: decode attention v1/v2, NVFP4 KV, chunked prefill"),
+    "07": ("GPU to re-time", "recorded H200 results (and H100 runs, labelled): decode GEMVs and goals, the prefill "
+                             "W8A8 climb, one decode layer"),
+    "08": ("GPU to re-time", "CPU numerics + recorded H200 timings (and an H100 run, labelled): decode attention "
+                             "v1-v3, NVFP4 KV, chunked prefill"),
     "09": ("CPU", "SASS compiled for sm_89/90a/120a/121a (committed summary or a live compile); no GB10 timing"),
     "10": ("CPU; GPU to re-record", "live CPU accumulation model + the recorded H200 `_scaled_mm` fast-accumulation run"),
     "11": ("CPU", "live activation statistics on one window + the committed outlier study (scaling, taming)"),
