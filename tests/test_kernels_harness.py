@@ -167,3 +167,16 @@ def test_source_digest_follows_includes_and_records_compare_their_own_files():
     assert s["sources_match_this_tree"] is False and s["sources_differing"] == ["ptx.cuh"]
     assert "differ from this tree: ptx.cuh" in BA.format_provenance(rec)
     assert "not recorded with this run" in BA.format_provenance({"provenance": {}})
+    assert "not recorded with this run" in BA.format_provenance({})  # no provenance at all: lines, not a KeyError
+    # whatever names a record carries, only plain files of fp8lab/kernels are read
+    assert harness.source_digest(["..", ".", "/etc/passwd", "../harness.py", "sub/x.cu", "nope.cu", "ptx.cuh"]) == \
+        {"ptx.cuh": dig["ptx.cuh"]}
+
+
+def test_prefill_attention_provenance_reads_nested_records():
+    from fp8lab.kernels import bench_prefill_attn as BP
+
+    rec = {"provenance": {"git_commit": "abc1234", "device": "NVIDIA H200",
+                          "packages": {"torch": "2.11.0", "cupy-cuda13x": "14.2.0"}}}
+    text = BP.format_provenance(rec)
+    assert "2.11.0" in text and "14.2.0" in text and "not recorded with this run" in text

@@ -78,7 +78,7 @@ __host__ __device__ constexpr int bars_offset(int ns) {
 // splits of one (sequence, kv head)) leave their unnormalized O, max and sum in shared memory, and the block merges
 // them into one partial; (2) a block alone on its pair (gridDim.x == 1) writes the output; otherwise it writes the
 // partial, and the last of the pair's gridDim.x blocks to arrive (a counter per pair: a barrier, then thread 0's
-// release add -- the threadFenceReduction pattern without its fences) merges the gridDim.x partials, writes the output
+// release add; the last one's thread 0 then acquires, ptx.cuh) merges the gridDim.x partials, writes the output
 // and sets the counter back to 0 for the next call. An empty split (past its sequence's end) has m = -inf, l = 0,
 // O = 0 and weighs nothing.
 template <int D, int FMT, int NR, int NT>
@@ -152,17 +152,20 @@ __device__ __forceinline__ void merge_in_kernel(const float (&o)[NT][Geo<D, FMT>
     if (nblk == 1) return;
     __shared__ int last;
     // every thread's partial stores ordered before thread 0's arrival (the barrier), which releases them at GPU scope
-    // (ptx.cuh arrive_release: no __threadfence, whose CCTL.IVALL drops the SM's L1 at each block's end)
+    // (ptx.cuh arrive_release: no __threadfence, whose CCTL.IVALL drops the SM's L1 at each block's end; only the last
+    // block pays the acquire's)
     __syncthreads();
     if (threadIdx.x == 0) {
         const int old = arrive_release(merge_cnt + (size_t)b * Hk + h);
         last = old == nblk - 1;
-        if (last) merge_cnt[(size_t)b * Hk + h] = 0;  // every block of the pair has arrived: ready for the next call
+        if (last) {
+            acquire_after_arrival();  // every other block's partial is visible to this thread, and (barrier) its block
+            merge_cnt[(size_t)b * Hk + h] = 0;  // every block of the pair has arrived: ready for the next call
+        }
     }
     __syncthreads();
     if (!last) return;
-    // the last block reads the partials through L2 (__ldcg, merge_sum<true>), where each block's release put them; no
-    // acquire fence (as the CUDA Programming Guide's "last block" reduction reads after its counter)
+    // the last block reads the partials through L2 (__ldcg, merge_sum<true>): they were never in this SM's L1
     for (int it = threadIdx.x; it < G * D4; it += blockDim.x) {
         const int row = it / D4, d = (it - row * D4) * 4;
         const size_t pr = (hq0 + row) * nblk;

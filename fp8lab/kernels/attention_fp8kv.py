@@ -392,27 +392,31 @@ def v3_kernel_name(fmt: str, D: int, g: str, cfg: tuple) -> str:
     return f"decode_v3_{fmt}_d{D}_{g}_s{ns}_c{copy}_b{minb}"
 
 
-#: version 3's merge counter as it was before the release add: __threadfence() before the arrival and again in the
-#: last block (each MEMBAR.SC.GPU + CCTL.IVALL), as a text patch of V3_SOURCE (_cuda.patched_sources) for comparisons
+#: version 3's merge counter as it was before the release add: __threadfence() before every block's arrival and again
+#: in the last block (each MEMBAR.SC.GPU + CCTL.IVALL), as a text patch of V3_SOURCE (_cuda.patched_sources) for
+#: comparisons: the plain atomicAdd in place of the release add, and the __threadfence() in place of the acquire
 THREADFENCE_MERGE_PATCH = {V3_SOURCE: [
     ("    __syncthreads();\n    if (threadIdx.x == 0) {\n        const int old = arrive_release(merge_cnt + (size_t)b * Hk + h);",
      "    __threadfence();\n    __syncthreads();\n    if (threadIdx.x == 0) {\n"
      "        const int old = atomicAdd(merge_cnt + (size_t)b * Hk + h, 1);"),
+    ("            acquire_after_arrival();", "            ;"),
     ("    if (!last) return;\n", "    if (!last) return;\n    __threadfence();\n")]}
 
 
 def merge_fence_sass(cc: int = 90, fmt: str = "fp8cvt", D: int = 128, g: str = "g8") -> list[dict]:
     """The fences and atomics of version 3's in-kernel merge in the SASS (compiled here, no GPU needed) of the default
-    kernel for (fmt, D, g): as shipped (a barrier, then thread 0's release add) and with the __threadfence() pair it
-    replaced (THREADFENCE_MERGE_PATCH). CCTL.IVALL counts the bare invalidation of the SM's L1 (a fence's; on
+    kernel for (fmt, D, g): as shipped (a barrier, then thread 0's release add; the last block's thread 0 then
+    acquires) and with the __threadfence() pair it replaced (THREADFENCE_MERGE_PATCH). CCTL.IVALL counts the bare invalidation of the SM's L1 (a fence's; on
     sm_120 the mbarrier wait compiles to SYNCS.CCTL.IVALL, not counted)."""
     import re
 
     from . import sass
 
+    if (fmt, D, g) not in V3_DEFAULTS:
+        raise ValueError(f"no version 3 default kernel for {(fmt, D, g)}; one of {sorted(V3_DEFAULTS)}")
     name = v3_kernel_name(fmt, D, g, V3_DEFAULTS[(fmt, D, g)])
     rows = []
-    for label, patch in (("barrier + release add (shipped)", None),
+    for label, patch in (("release add, last block acquires (shipped)", None),
                          ("__threadfence() x 2 (before)", THREADFENCE_MERGE_PATCH)):
         if patch is None:
             k = sass.kernels(V3_SOURCE, cc)[name]

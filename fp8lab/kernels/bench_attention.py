@@ -54,7 +54,7 @@ B, HQ, HK = 8, 32, 8
 #: the sources an attention record depends on (their sha256 is stored with it: gemm_report.provenance_summary)
 SOURCES = harness.with_includes(("attention_decode_v2.cu", "attention_decode_v3.cu", "attention_fp8kv.cu",
                                  "attention_nvfp4kv.cu", "attention_fp8kv.py", "attention_nvfp4kv.py", "launch_ex.py",
-                                 "bench_attention.py"))
+                                 "_cuda.py", "bench_attention.py"))
 #: the single headline goal (kept for notebook 08's cell: ba.GOAL[0], ba.GOAL[1], goal_met)
 GOAL = ("FP8 vs bf16 (same kernel) at 32k context, head_dim 128", 1.85)
 #: every goal: (key, description, threshold, contexts it applies to, head_dim)
@@ -664,17 +664,9 @@ def format_sweep(data: dict) -> str:
 
 
 def format_provenance(data: dict) -> str:
-    from fp8lab import provenance
+    from .gemm_report import provenance_rows
 
-    from .gemm_report import provenance_summary
-
-    p = provenance.flat(data.get("provenance", {}))
-    keys = ("git_commit", "device", "date", "command", "torch", "cupy", "cuda", "nvidia_smi")
-    rows = [f"{k:11s} {p.get(k) or '-'}" for k in keys]
-    s = provenance_summary(data)
-    rows.append(f"{'sources':11s} " + ("not recorded with this run" if s["sources_match_this_tree"] is None else
-                                       "the kernel sources of this tree" if s["sources_match_this_tree"] else
-                                       "differ from this tree: " + ", ".join(s["sources_differing"])))
+    rows = provenance_rows(data)
     c = data.get("ceilings", {})
     if c.get("copy_gbps"):
         rows.append(f"{'copy bw':11s} {c['copy_gbps']:.0f} GB/s (measured in the same run)")

@@ -305,8 +305,9 @@ def seed004_reading(data: dict, variant: str = "w4", model=ASSUMED_MODEL) -> str
 
 
 def format_provenance(data: dict) -> str:
-    p = data.get("provenance", {})
-    rows = [f"{k:11s} {p.get(k, '-')}" for k in ("git_commit", "device", "date", "command", "torch", "cupy")]
+    from .gemm_report import provenance_rows
+
+    rows = provenance_rows(data, keys=("git_commit", "device", "date", "command", "torch", "cupy"))
     c = data.get("ceilings", {})
     if c.get("copy_gbps"):
         rows.append(f"{'copy bw':11s} {c['copy_gbps']:.0f} GB/s; cuBLAS bf16 matmul {c.get('mma_tflops_cublas', 0):.0f} "

@@ -28,10 +28,10 @@ from . import harness
 from .sources import GEMV_PACKED_VERSIONS
 
 DEFAULT_OUT = harness.REPO / "outputs" / "kernels" / "gemm.json"
-SOURCES = ("gemv_fp8.cu", "gemv_nvfp4.cu", "gemv_v3.cu", "gemv_v4.cu", "gemv_v5.cu", "gemv_v3_common.cuh", "gemv_v3.py", "launch_ex.py", "gemm_w8a8.cu", "gemm_w8a8_wgmma.cu", "gemv_common.cuh", "gemm_w8a8_common.cuh",
+SOURCES = harness.with_includes(("_cuda.py", "gemv_fp8.cu", "gemv_nvfp4.cu", "gemv_v3.cu", "gemv_v4.cu", "gemv_v5.cu", "gemv_v3_common.cuh", "gemv_v3.py", "launch_ex.py", "gemm_w8a8.cu", "gemm_w8a8_wgmma.cu", "gemv_common.cuh", "gemm_w8a8_common.cuh",
            "ptx.cuh", "fp8_decode.cuh", "formats.cuh", "gemv_fp8.py", "gemv_nvfp4.py", "gemm_w8a8.py", "bench_gemm.py",
            "gemm_decode.py", "gemm_prefill.py", "gemm_w8a8_tma.cu", "tma.cuh", "wgmma.cuh", "tma.py",
-           "gemv_timeline.py", "gemv_timeline.cuh")
+           "gemv_timeline.py", "gemv_timeline.cuh"))
 
 
 def source_digest() -> dict:
@@ -664,7 +664,7 @@ def provenance_summary(data: dict) -> dict:
     """Where a recorded result came from, and whether the kernel sources in this tree are the ones measured.
 
     Reads both provenance schemas: fp8lab.provenance's (packages / machine sub-dicts, dirty flag) and the older flat one."""
-    prov = data["provenance"]
+    prov = data.get("provenance") or {}
     flat = provenance.flat(prov)
     rec = data.get("sources_sha256_12") or prov.get("sources_sha256_12", {})
     now = harness.source_digest(tuple(rec))  # the files the record names (a gemm, attention or layer record)
@@ -674,6 +674,18 @@ def provenance_summary(data: dict) -> dict:
             "sources_match_this_tree": all(same.values()) if same else None,
             "sources_differing": [f for f, ok in same.items() if not ok]}
 
+
+
+def provenance_rows(data: dict, keys=("git_commit", "device", "date", "command", "torch", "cupy", "cuda",
+                                      "nvidia_smi")) -> list[str]:
+    """A record's provenance as aligned 'key  value' lines (either schema), then whether the kernel sources the
+    record names still match this tree."""
+    p = provenance.flat(data.get("provenance") or {})
+    s = provenance_summary(data)
+    state = ("not recorded with this run" if s["sources_match_this_tree"] is None else
+             "the kernel sources of this tree" if s["sources_match_this_tree"] else
+             "differ from this tree: " + ", ".join(s["sources_differing"]))
+    return [f"{k:11s} {p.get(k) or '-'}" for k in keys] + [f"{'sources':11s} {state}"]
 
 def prefill_repeats(runs: list[dict], kernel: str = "wgmma_tma", min_m: int = 0) -> list[dict]:
     """The same prefill grid recorded several times (runs: loaded gemm files, one GPU): per shape, the kernel's ratio to

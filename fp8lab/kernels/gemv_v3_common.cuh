@@ -148,12 +148,13 @@ __device__ __forceinline__ void v3_finish_span(const V3Out& o, const float (&acc
             for (int i = 0; i < 4; ++i) __stcg(mine + ((r * NT + nt) * 4 + i) * 32, acc[r][nt][i]);
     __syncwarp();  // every lane's partial sums, ordered before lane 0's release (ptx.cuh arrive_release)
     int prev = 0;
-    if (lane == 0) prev = arrive_release(cnt + grp);
+    if (lane == 0) {
+        prev = arrive_release(cnt + grp);
+        if (prev == n - 1) acquire_after_arrival();  // the last contributor: every other one's slots are visible
+    }
     prev = __shfl_sync(0xFFFFFFFFu, prev, 0);
     if (prev != n - 1) return;  // not the last contributor
-    // the last one reads the slots through L2 (__ldcg), where every contributor's release put them; no acquire
-    // fence: at gpu scope it invalidates the SM's L1 (CCTL.IVALL), and with it the activations of every warp there
-    // (tools/gpu/decode_notes.md: 1-5 % of a stream-K call at M = 16, nothing elsewhere)
+    __syncwarp();  // lane 0's acquire, ordered before every lane's reads of the slots (read through L2: __ldcg)
     float v[R][NT][4];
     zero_tiles(v);
     const float* base = ws + (size_t)grp * smax * NV * 32 + lane;

@@ -54,7 +54,9 @@ def source_digest(files) -> dict:
     in the tree (a record stores it as "sources_sha256_12"; gemm_report.provenance_summary compares)."""
     import hashlib
 
-    return {f: hashlib.sha256((KERNEL_DIR / f).read_bytes()).hexdigest()[:12] for f in files if (KERNEL_DIR / f).exists()}
+    ok = [f for f in files if isinstance(f, str) and Path(f).name == f and f not in (".", "..")
+          and (KERNEL_DIR / f).is_file()]  # a plain file of this folder, whatever name a record carries
+    return {f: hashlib.sha256((KERNEL_DIR / f).read_bytes()).hexdigest()[:12] for f in ok}
 
 
 def int_list(text: str, lo: int, hi: int, what: str) -> list[int]:

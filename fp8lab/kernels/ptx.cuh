@@ -37,15 +37,24 @@ __device__ __forceinline__ uint4 ld_cached16(const void* p) {
 }
 
 // ---- arrival counters ------------------------------------------------------------------------------------
-// Add 1 to a GPU-wide counter after this thread's (and, through a preceding __syncwarp / __syncthreads, its
-// group's) writes: release semantics order those writes before the add (SASS: MEMBAR.ALL.GPU + ATOMG). Unlike
-// __threadfence() + atomicAdd (MEMBAR.SC.GPU and CCTL.IVALL, which invalidates the SM's L1 and with it every warp's
-// cached activations), nothing is invalidated. The one who draws the last count reads the others' writes through
-// L2 (ld.global.cg: never L1), as the CUDA Programming Guide's "last block" reduction does after its counter.
+// The "last one to arrive finishes the job" pattern, in the PTX memory model's own terms:
+//   writer: its writes, then (through a preceding __syncwarp / __syncthreads, its group's writes) arrive_release():
+//           release semantics order them before the add (SASS: MEMBAR.ALL.GPU + ATOMG). Unlike __threadfence() +
+//           atomicAdd (MEMBAR.SC.GPU and CCTL.IVALL, which invalidates the SM's L1 and with it every warp's cached
+//           data), nothing is invalidated;
+//   reader: the one who drew the last count calls acquire_after_arrival() right after its add (the add is the
+//           strong read, the fence makes it an acquire pattern), then a __syncwarp / __syncthreads hands that on to
+//           its group. Only then are the other contributors' writes guaranteed visible: a cache operator such as
+//           ld.global.cg is a performance hint and orders nothing. The fence compiles to MEMBAR.ALL.GPU + CCTL.IVALL,
+//           paid once per counter by its last arrival, not by every contributor.
 __device__ __forceinline__ int arrive_release(int* counter) {
     int prev;
     asm volatile("atom.add.release.gpu.global.s32 %0, [%1], 1;" : "=r"(prev) : "l"(counter) : "memory");
     return prev;
+}
+
+__device__ __forceinline__ void acquire_after_arrival() {
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
 // ---- fp32 arithmetic that never flushes subnormals ---------------------------------------------------------

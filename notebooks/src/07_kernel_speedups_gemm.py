@@ -596,8 +596,8 @@ if layer:
 """),
 ("md", r"""
 The same layer recorded on an H100 (`outputs/kernels/h100/layer.json`, where one was recorded), read the same way:
-the goals are the H200's and are decided there; the H100 run times the newest kernels, each against the anchors and
-the copy bandwidth of its own run.
+the goals are the H200's and are decided there; the H100 run may time newer kernels (its banner names the commit and
+whether the sources still match this tree), each against the anchors and the copy bandwidth of its own run.
 """),
 ("code", r"""
 LH = nb.recorded("kernels/h100", "layer.json", prov=None, quiet=True)

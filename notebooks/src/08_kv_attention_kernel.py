@@ -350,14 +350,17 @@ if data is not None:
                   else ""))
 """),
 ("md", r"""
-**What the counter's fences cost in instructions.** The last block to arrive must see every other block's partial, so
-each block publishes its partial before it counts itself in. The textbook way (the CUDA sample `threadFenceReduction`)
-is `__threadfence()` before the atomic and again in the last block. Read the SASS before trusting that it is cheap:
+**What the counter's fences cost in instructions.** The last block to arrive must see every other block's partial.
+In the GPU's memory model that takes two halves: each block *releases* its partial when it counts itself in, and the
+block that draws the last count *acquires* before it reads. A cache hint such as `ld.global.cg` (read through L2) is
+only a hint: it orders nothing. The CUDA sample `threadFenceReduction` uses `__threadfence()` before every block's
+atomic; version 3 first had that and a second one in the last block. Read the SASS before trusting that it is cheap:
 each `__threadfence()` compiles to `MEMBAR.SC.GPU` (a sequentially consistent fence) plus `CCTL.IVALL`, which throws
-away the whole SM's L1 cache, also for the other blocks running there. Version 3 now orders the block's stores with
-its barrier and lets thread 0 count the arrival with a *release* atomic (`MEMBAR.ALL.GPU`, no invalidation); the last
-block reads the partials through L2 (`ld.global.cg`), so it needs no acquire fence. Both forms, compiled here for
-sm_90 (no GPU needed; the table says what the instructions are, not what they cost in time):
+away the whole SM's L1 cache, also for the other blocks running there. Version 3 now orders a block's stores with its
+barrier and lets thread 0 count the arrival with a *release* atomic (`MEMBAR.ALL.GPU`, no invalidation); only the last
+block's thread 0 runs the acquire (`fence.acq_rel.gpu`: `MEMBAR.ALL.GPU` + `CCTL.IVALL`) and hands it to its block
+through the barrier. Both forms, compiled here for sm_90 (no GPU needed; the table says what the instructions are,
+not what they cost in time):
 """),
 ("code", r"""
 from fp8lab.kernels.gemm_report import format_rows
