@@ -314,20 +314,19 @@ def test_gemv_v5_streams_one_ring_per_cta(built):
             assert max(reads) < release, what
 
 
-def _arrival_fences(k) -> tuple[list, list, list, list]:
-    """Addresses of a kernel's ATOMG, bare CCTL.IVALL (not the SYNCS.CCTL.IVALL an mbarrier wait compiles to on
-    sm_120), MEMBAR.ALL.GPU and MEMBAR.SC instructions (predicated ones included)."""
-    def at(rx):
-        return [a for a, t in k.instrs if t and re.search(rx, t)]
-    return at(r"(^|\s)ATOMG"), at(r"(^|\s)CCTL\.IVALL"), at(r"MEMBAR\.ALL\.GPU"), at(r"MEMBAR\.SC")
+def test_kernel_at_finds_an_opcode_in_full_or_by_its_base():
+    k = sass.Kernel("k", [(0, "SYNCS.CCTL.IVALL"), (16, "CCTL.IVALL"), (32, "ATOMG.E.ADD.S32.STRONG.GPU PT, R0, [R2], R9"),
+                          (48, "MEMBAR.ALL.GPU"), (64, "")])
+    assert k.at("CCTL.IVALL") == [16] and k.at("ATOMG") == [32] and k.at("MEMBAR.ALL.GPU") == [48]
+    assert k.at("SYNCS") == [0] and k.at("MEMBAR.SC.GPU") == []
 
 
 def _check_arrivals(k, what):
     """ptx.cuh's counter pattern, once per counter: a release add (MEMBAR.ALL.GPU + ATOMG) and, after it, the last
     arrival's acquire (fence.acq_rel.gpu: MEMBAR.ALL.GPU + CCTL.IVALL); no sequentially consistent fence, and no L1
     invalidation but the acquire's, each after its atomic."""
-    atom, ivall, membar, sc = _arrival_fences(k)
-    assert atom and not sc, what
+    atom, ivall, membar = k.at("ATOMG"), k.at("CCTL.IVALL"), k.at("MEMBAR.ALL.GPU")
+    assert atom and not k.has(r"MEMBAR\.SC"), what
     assert len(ivall) == len(atom) and len(membar) == 2 * len(atom), (what, len(atom), len(ivall), len(membar))
     assert all(i > a for a, i in zip(sorted(atom), sorted(ivall))), what
 

@@ -406,10 +406,8 @@ THREADFENCE_MERGE_PATCH = {V3_SOURCE: [
 def merge_fence_sass(cc: int = 90, fmt: str = "fp8cvt", D: int = 128, g: str = "g8") -> list[dict]:
     """The fences and atomics of version 3's in-kernel merge in the SASS (compiled here, no GPU needed) of the default
     kernel for (fmt, D, g): as shipped (a barrier, then thread 0's release add; the last block's thread 0 then
-    acquires) and with the __threadfence() pair it replaced (THREADFENCE_MERGE_PATCH). CCTL.IVALL counts the bare invalidation of the SM's L1 (a fence's; on
-    sm_120 the mbarrier wait compiles to SYNCS.CCTL.IVALL, not counted)."""
-    import re
-
+    acquires) and with the __threadfence() pair it replaced (THREADFENCE_MERGE_PATCH). CCTL.IVALL is the fences'
+    invalidation of the SM's L1 (not the SYNCS.CCTL.IVALL an mbarrier wait compiles to on sm_120)."""
     from . import sass
 
     if (fmt, D, g) not in V3_DEFAULTS:
@@ -423,10 +421,9 @@ def merge_fence_sass(cc: int = 90, fmt: str = "fp8cvt", D: int = 128, g: str = "
         else:
             with _cuda.patched_sources(patch):
                 k = sass.parse(sass.disassemble(_cuda.compile_for(V3_SOURCE, cc)[0]))[name]
-        n = lambda rx: sum(1 for _, t in k.instrs if t and re.search(rx, t))  # noqa: E731
-        rows.append({"merge counter": label, "MEMBAR.SC.GPU": n(r"MEMBAR\.SC\.GPU"),
-                     "MEMBAR.ALL.GPU": n(r"MEMBAR\.ALL\.GPU"), "CCTL.IVALL": n(r"(^|\s)CCTL\.IVALL"),
-                     "ATOMG": n(r"(^|\s)ATOMG"), "kernel": name, "sm": cc})
+        rows.append({"merge counter": label, **{op: len(k.at(op)) for op in
+                                                ("MEMBAR.SC.GPU", "MEMBAR.ALL.GPU", "CCTL.IVALL", "ATOMG")},
+                     "kernel": name, "sm": cc})
     return rows
 
 

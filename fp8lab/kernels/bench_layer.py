@@ -165,7 +165,8 @@ def main(argv=None) -> int:
     bench = harness.Bench("layer", Path(args.out), cmd, rounds=args.rounds)
     bench.ceilings = {"copy_gbps": harness.copy_bandwidth_gbps()}
     print("ceilings:", bench.ceilings, flush=True)
-    bench.extra.update(sources_sha256_12=harness.source_digest(SOURCES), shape=DL.LayerShape.from_config().__dict__, variants={v: DL.describe(v) for v in DL.VARIANTS},
+    bench.extra.update(sources_sha256_12=harness.source_digest(SOURCES), shape=DL.LayerShape.from_config().__dict__,
+                       variants={v: DL.describe(v) for v in DL.VARIANTS},
                        stage_rel_rms_tolerance=DL.STAGE_REL_RMS,
                        stage_tolerance_rule="STAGE_REL_RMS per stage; h and out (checked on the part their step adds "
                                             "to a bf16 sum) decode_layer.sum_tolerance: one bf16 ulp of the sum's "

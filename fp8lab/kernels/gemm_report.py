@@ -8,7 +8,7 @@ Prefill (the W8A8 block-scaled GEMM, gemm_prefill):
     prefill_table(data)      every (kernel, shape): TFLOP/s and ratios to _scaled_mm blockwise / tensorwise / bf16
     prefill_climb(data)      the climb at 4096x7168x7168: one change per rung, what it bought, SASS facts
     prefill_gap(data)        our rate against the best FP8 rate measured in the same run (and the spec, labelled)
-    prefill_goals(data)      the prefill goals, each with its measured ratio (also part of goals(data));
+    prefill_goals(data)      the prefill goals, each with its measured ratio (goals(data): decode_goals + these);
                              prefill_goal_lines(data) the same as printed lines
 
 Decode (the W8A16 / NVFP4 GEMVs, gemm_decode):
@@ -28,10 +28,11 @@ from . import harness
 from .sources import GEMV_PACKED_VERSIONS
 
 DEFAULT_OUT = harness.REPO / "outputs" / "kernels" / "gemm.json"
-SOURCES = harness.with_includes(("_cuda.py", "gemv_fp8.cu", "gemv_nvfp4.cu", "gemv_v3.cu", "gemv_v4.cu", "gemv_v5.cu", "gemv_v3_common.cuh", "gemv_v3.py", "launch_ex.py", "gemm_w8a8.cu", "gemm_w8a8_wgmma.cu", "gemv_common.cuh", "gemm_w8a8_common.cuh",
-           "ptx.cuh", "fp8_decode.cuh", "formats.cuh", "gemv_fp8.py", "gemv_nvfp4.py", "gemm_w8a8.py", "bench_gemm.py",
-           "gemm_decode.py", "gemm_prefill.py", "gemm_w8a8_tma.cu", "tma.cuh", "wgmma.cuh", "tma.py",
-           "gemv_timeline.py", "gemv_timeline.cuh"))
+#: the sources a gemm record depends on (named; their headers follow from the #includes)
+SOURCES = harness.with_includes((
+    "_cuda.py", "launch_ex.py", "gemv_fp8.cu", "gemv_nvfp4.cu", "gemv_v3.cu", "gemv_v4.cu", "gemv_v5.cu", "gemv_fp8.py",
+    "gemv_nvfp4.py", "gemv_v3.py", "gemv_timeline.py", "gemv_timeline.cuh", "gemm_w8a8.cu", "gemm_w8a8_wgmma.cu", "gemm_w8a8_tma.cu",
+    "gemm_w8a8.py", "tma.py", "bench_gemm.py", "gemm_decode.py", "gemm_prefill.py"))
 
 
 def source_digest() -> dict:
@@ -449,7 +450,8 @@ def goal_line(g: dict, where: str | None = None) -> str:
     brackets `where` (default: the goal's 'where')."""
     verdict = "not measured" if g["met"] is None else "met" if g["met"] else "NOT met"
     m = "-" if g["measured"] is None else format(g["measured"], ".3f")
-    return f"{verdict:12s} {m:>6s} (target {g['target']}) {g['goal']}  [{where if where is not None else g.get('where') or '-'}]"
+    return (f"{verdict:12s} {m:>6s} (target {round(g['target'], 3)}) {g['goal']}  "
+            f"[{where if where is not None else g.get('where') or '-'}]")
 
 
 def prefill_goal_lines(data: dict, kernel: str = "wgmma_tma") -> list[str]:
@@ -458,12 +460,10 @@ def prefill_goal_lines(data: dict, kernel: str = "wgmma_tma") -> list[str]:
 
 
 def decode_goal_lines(data: dict, per_shape: bool = True) -> list[str]:
-    """The decode goals (goals without the W8A8 ones) as printed lines, each with its kernel and worst shape, and (per_shape)
-    one line per shape under it."""
+    """The decode goals as printed lines, each with its kernel and worst shape, and (per_shape) one line per shape
+    under it."""
     out = []
-    for g in goals(data):
-        if "W8A8" in g["goal"]:
-            continue
+    for g in decode_goals(data):
         out.append(goal_line(g, f"{g.get('kernel') or '-'}, {g.get('shape') or g.get('where') or '-'}"))
         if per_shape:
             out += [f"{'':20s} per shape {sh:12s} {v['value']:.3f} {v['kernel']}" for sh, v in (g.get("per_shape") or {}).items()]
@@ -471,7 +471,12 @@ def decode_goal_lines(data: dict, per_shape: bool = True) -> list[str]:
 
 
 def goals(data: dict) -> list[dict]:
-    """The lab's decode goals (each with its measured value, None where the run has no such number) and the prefill one.
+    """The lab's decode goals (decode_goals) and the prefill ones (prefill_goals)."""
+    return decode_goals(data) + prefill_goals(data)
+
+
+def decode_goals(data: dict) -> list[dict]:
+    """The lab's decode goals, each with its measured value (None where the run has no such number).
 
     Every decode goal is evaluated on every shape whose FP8 weights are >= 32 MiB; `measured` is the worst shape's
     value of the best kernel there (the goal holds only if it holds everywhere), `per_shape` lists them all."""
@@ -495,7 +500,7 @@ def goals(data: dict) -> list[dict]:
                            _best_per_shape(dec, NVFP4_KERNELS, 8, "speedup"), "speedup"))
     for g in out:
         g["met"] = None if g["measured"] is None else bool(g["measured"] >= g["target"])
-    return out + prefill_goals(data)
+    return out
 
 
 def _version_label(r: dict) -> str | None:
@@ -589,8 +594,8 @@ def goal_reasons(data: dict) -> list[dict]:
     dec = [r for r in data["results"] if r.get("family") == "decode"]
     copy = (data.get("ceilings") or {}).get("copy_gbps")
     out = []
-    for g in goals(data):
-        if g.get("met") is not False or not g.get("shape") or "W8A8" in g["goal"]:
+    for g in decode_goals(data):
+        if g.get("met") is not False or not g.get("shape"):
             continue
         N, K = (int(x) for x in g["shape"].split("x"))
         M = int(re.search(r"M=(\d+)", g["goal"]).group(1))
@@ -675,7 +680,6 @@ def provenance_summary(data: dict) -> dict:
             "sources_differing": [f for f, ok in same.items() if not ok]}
 
 
-
 def provenance_rows(data: dict, keys=("git_commit", "device", "date", "command", "torch", "cupy", "cuda",
                                       "nvidia_smi")) -> list[str]:
     """A record's provenance as aligned 'key  value' lines (either schema), then whether the kernel sources the
@@ -686,6 +690,7 @@ def provenance_rows(data: dict, keys=("git_commit", "device", "date", "command",
              "the kernel sources of this tree" if s["sources_match_this_tree"] else
              "differ from this tree: " + ", ".join(s["sources_differing"]))
     return [f"{k:11s} {p.get(k) or '-'}" for k in keys] + [f"{'sources':11s} {state}"]
+
 
 def prefill_repeats(runs: list[dict], kernel: str = "wgmma_tma", min_m: int = 0) -> list[dict]:
     """The same prefill grid recorded several times (runs: loaded gemm files, one GPU): per shape, the kernel's ratio to

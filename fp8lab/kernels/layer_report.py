@@ -10,7 +10,7 @@ the ceiling comparison, roofline points and a figure. Nothing here touches a GPU
 from __future__ import annotations
 
 from . import harness
-from .gemm_report import format_rows, provenance_summary  # noqa: F401  (re-exported for the notebooks)
+from .gemm_report import format_rows, goal_line, provenance_summary  # noqa: F401  (re-exported for the notebooks)
 
 __all__ = ["load", "layer_table", "layer_goals", "goal_lines", "goal_table", "breakdown_table", "layer_roofline_points",
            "plot_layer", "format_rows", "provenance_summary"]
@@ -90,9 +90,7 @@ def goal_lines(data: dict) -> list[str]:
     """The layer goals as notebook lines: verdict, measured, target, goal, variant; a missed one's miss and why."""
     out = []
     for g in layer_goals(data):
-        verdict = "not measured" if g["met"] is None else "met" if g["met"] else "NOT met"
-        m = "-" if g["measured"] is None else format(g["measured"], ".3f")
-        out.append(f"{verdict:12s} {m:>6s} (target {g['target']:.3f}) {g['goal']}  [{g['variant']}]")
+        out.append(goal_line(g, g["variant"] or "-"))
         if g.get("miss"):
             out += [f"{'':14s}miss: {g['miss']}", f"{'':14s}why:  {g['why']}"]
     return out

@@ -84,6 +84,11 @@ class Kernel:
         c = Counter(t.split()[0] for _, t in self.instrs if t and t.split()[0].split(".")[0] == op)
         return dict(sorted(c.items()))
 
+    def at(self, op: str) -> list[int]:
+        """Addresses of the instructions whose opcode is `op`, in full ('CCTL.IVALL': not 'SYNCS.CCTL.IVALL') or by
+        its base ('ATOMG'), in order."""
+        return [a for a, t in self.instrs if t and op in (t.split()[0], t.split()[0].split(".")[0])]
+
     def has(self, pattern: str) -> bool:
         """True if some instruction's text matches the regular expression (e.g. r'F2FP\\..*E4M3.*UNPACK')."""
         rx = re.compile(pattern)
