@@ -1,6 +1,7 @@
 """How fast a kernel can READ a large buffer on this GPU, by the way its bytes arrive (a diagnosis, not a result).
 
     python3 tools/gpu/stream_probe.py                 # 64 MiB and 256 MiB buffers, every variant of stream_probe.cu
+    python3 tools/gpu/stream_probe.py 32 56 64        # other sizes (MiB per call), e.g. the decode goals' weights
 
 Read-only streams over buffers rotated past the L2 (harness.sets_for_l2), each timed as a CUDA graph in interleaved
 rounds (median, [min, max]); GB/s counts the bytes each variant actually reads. Beside them: the copy bandwidth of
@@ -61,12 +62,12 @@ def variant(name, bufs, nbytes):
     return [lambda a=a: call(a) for a in views], total, f"grid {grid} x {block}"
 
 
-def main():
+def main(sizes=(64, 256)):
     copy = harness.copy_bandwidth_gbps()
     print(f"copy bandwidth {copy:.0f} GB/s (read + write)")
     names = ["read_ldg4", "read_ldg8", "read_warp_2048_3", "read_warp_2048_6", "read_warp_4096_4", "read_cta_8192_4",
              "read_cta_16384_4", "read_cta_32768_3", "read_cta_65536_3"]
-    for mib in (64, 256):
+    for mib in sizes:
         nbytes = mib * 2**20
         nsets = harness.sets_for_l2(nbytes)
         bufs = [torch.randint(0, 255, (nbytes,), dtype=torch.uint8, device="cuda") for _ in range(nsets)]
@@ -87,4 +88,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(tuple(int(a) for a in sys.argv[1:]) or (64, 256)))
