@@ -9,9 +9,11 @@
 //     repack theirs). 16 rows x 64 k (FP8) or x 128 k (NVFP4) form a 1 KiB chunk in exactly the order the
 //     lanes consume it, so every warp load instruction reads 512 contiguous bytes and a whole matrix is one
 //     linear stream: unit u (C chunks of R row tiles) lives at byte u * C * R * 1024.
-//  2. The k order inside a chunk is chosen so that lane (g, t) multiplies the 16 (FP8) or 32 (NVFP4)
-//     CONSECUTIVE activations x[m][16t ..] of its 4-lane group: the activations enter the MMA as plain bf16
-//     pairs straight from a 16-byte load -- no prmt per word (versions 1 and 2 spend one or two per word).
+//  2. The k order inside a chunk is chosen so that lane (g, t) multiplies runs of 16 CONSECUTIVE activations
+//     (FP8: x[m][16t ..]; NVFP4: x[m][16t ..] and x[m][64 + 16t ..], its two 16-blocks) of its 4-lane group's
+//     token: the activations enter the MMA as plain bf16 pairs straight from a 16-byte load -- no prmt per word
+//     (versions 1 and 2 spend one or two per word) -- and the four lanes of a group read one 128-byte line per
+//     load instruction (an NVFP4 order with 32 consecutive per lane read two: twice the L1 lines at M > 1).
 //  3. FP8 bits are pre-scrambled inside each 32-bit word so that widening 4 codes costs 1 + 4 integer ops
 //     (version 1: ~8) plus the two exact bf16x2 multiplies by 2**120:
 //        codes e0..e3 (MMA k pairs (e0, e1) and (e2, e3))  ->  word W with
@@ -41,7 +43,8 @@
 // MMA operand map (m16n8k16, A = 16 weight rows, B = 8 tokens): lane (g = lane / 4, t = lane % 4) holds rows g,
 // g + 8 and tokens 2t, 2t + 1 of the C fragment. FP8 step s (0..3) of a 64-k chunk uses the physical k
 // 16t + 4s + {0, 1} for the MMA's k (2t, 2t + 1) and 16t + 4s + {2, 3} for (2t + 8, 2t + 9); NVFP4 step s (0..7)
-// of a 128-k chunk the same with 32t + 4s. Token rows past M read token 0 (their outputs are never stored).
+// of a 128-k chunk, s = 4q + s', the same with 64q + 16t + 4s' (half q of the chunk is lane t's 16-block t + 4q, under one
+// scale). Token rows past M read token 0 (their outputs are never stored).
 //
 // Launch: grid = ceil(Wt / WPC) CTAs of 32 * WPC threads (the Python side picks Wt <= U); shared memory only with
 // NORM = 1 (the RMS-normalized activations, M (Kp + 8) bf16).
@@ -95,10 +98,10 @@ __device__ __forceinline__ void gemv3_body(V3_PARAMS) {
         u16* xs = reinterpret_cast<u16*>(v3_smem);
         v3_stage_normed<NT * 8>(X, G, eps, M, Kp, Kn, xs);
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) xrow[nt] = xs + (size_t)(nt * 8 + g < M ? nt * 8 + g : 0) * (Kp + 8) + t * (CK / 4);
+        for (int nt = 0; nt < NT; ++nt) xrow[nt] = xs + (size_t)(nt * 8 + g < M ? nt * 8 + g : 0) * (Kp + 8) + 16 * t;
     } else {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) xrow[nt] = X + (size_t)(nt * 8 + g < M ? nt * 8 + g : 0) * Kp + t * (CK / 4);
+        for (int nt = 0; nt < NT; ++nt) xrow[nt] = X + (size_t)(nt * 8 + g < M ? nt * 8 + g : 0) * Kp + 16 * t;
     }
     const int KB = Kp >> 7;  // FP8 block scales: float2 [group][Kp / 128][R] (rows 0-7, rows 8-15 of the tile)
 

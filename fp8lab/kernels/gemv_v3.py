@@ -280,7 +280,10 @@ def pack_nvfp4(w_packed: torch.Tensor, scale_codes: torch.Tensor, global_scale, 
     Np, Kp = src.numel(), math.ceil(K / K_ALIGN["nvfp4"]) * K_ALIGN["nvfp4"]
     nib = _pad_k(_gather_rows(unpack_nibbles(w_packed), src), Kp).to(torch.int64)
     G, CH = Np // (16 * R), Kp // 128
-    n = nib.reshape(G, R, 2, 8, CH, 4, 8, 4)            # [group][r][h][g][chunk][t][step][k in step]
+    # lane t's half q of a chunk is the 16-block t + 4q (k = 64q + 16t + 4 step + e): a warp's activation load then
+    # reads, per token row, four 16-byte pieces of ONE 128-byte line (gemv_v3.cu's header, point 2)
+    n = nib.reshape(G, R, 2, 8, CH, 2, 4, 4, 4).permute(0, 1, 2, 3, 4, 6, 5, 7, 8).reshape(G, R, 2, 8, CH, 4, 8, 4)
+    # n: [group][r][h][g][chunk][t][step = 4q + s][k in step]
     # word nibbles 0..7 = (g,k0) (g8,k0) (g,k2) (g8,k2) (g,k1) (g8,k1) (g,k3) (g8,k3): e2m1x8_to_bf16 -> a0 a1 a2 a3
     order = [(0, 0), (1, 0), (0, 2), (1, 2), (0, 1), (1, 1), (0, 3), (1, 3)]
     words = sum(n[:, :, h, :, :, :, :, e] << (4 * i) for i, (h, e) in enumerate(order))  # [G, R, 8, CH, 4, 8]
@@ -289,8 +292,8 @@ def pack_nvfp4(w_packed: torch.Tensor, scale_codes: torch.Tensor, global_scale, 
     KS = Kp // 16
     sc = torch.zeros((N, KS), dtype=torch.uint8, device=scale_codes.device)
     sc[:, : K // 16] = scale_codes
-    sc = _gather_rows(sc, src).reshape(G, R, 2, 8, CH, 4, 2)  # [group][r][h][g][chunk][t][block b]
-    scales = sc.permute(0, 4, 1, 3, 5, 6, 2).contiguous().reshape(-1)  # [group][chunk][r][g][t][b][h]
+    sc = _gather_rows(sc, src).reshape(G, R, 2, 8, CH, 2, 4)  # [group][r][h][g][chunk][half q][t]: block t + 4q
+    scales = sc.permute(0, 4, 1, 3, 6, 5, 2).contiguous().reshape(-1)  # [group][chunk][r][g][t][q][h]
     return Packed("nvfp4", data, scales, gs.to(w_packed.device), N, K, Np, Kp, R, interleave)
 
 
@@ -316,8 +319,10 @@ def unpack_nvfp4(p: Packed) -> tuple[torch.Tensor, torch.Tensor]:
     nib = torch.zeros((G, R, 2, 8, CH, 4, 8, 4), dtype=torch.int64, device=w.device)
     for i, (h, e) in enumerate(order):
         nib[:, :, h, :, :, :, :, e] = (w >> (4 * i)) & 0xF
+    # [..][t][q][s][e] -> [..][q][t][s][e]: k = 64q + 16t + 4s + e (pack_nvfp4's k order)
+    nib = nib.reshape(G, R, 2, 8, CH, 4, 2, 4, 4).permute(0, 1, 2, 3, 4, 6, 5, 7, 8)
     nib = _unorder(nib.reshape(p.Np, p.Kp).to(torch.uint8), p)[:, : p.K]
-    sc = p.scales.reshape(G, CH, R, 8, 4, 2, 2).permute(0, 2, 6, 3, 1, 4, 5).reshape(p.Np, p.Kp // 16)
+    sc = p.scales.reshape(G, CH, R, 8, 4, 2, 2).permute(0, 2, 6, 3, 1, 5, 4).reshape(p.Np, p.Kp // 16)
     return nib, _unorder(sc, p)[:, : p.K // 16]
 
 
@@ -642,7 +647,7 @@ def emulate(x, p: Packed):
                             A[g, 2 * t:2 * t + 2], A[g + 8, 2 * t:2 * t + 2] = vals[0] * sg, vals[1] * s8
                             A[g, 2 * t + 8:2 * t + 10], A[g + 8, 2 * t + 8:2 * t + 10] = vals[2] * sg, vals[3] * s8
                             for nt in range(NT):
-                                k = ch * 128 + 32 * t + 4 * st
+                                k = ch * 128 + 64 * q + 16 * t + 4 * s4
                                 B[2 * t:2 * t + 2, nt * 8 + g] = xd[nt * 8 + g, k:k + 2]
                                 B[2 * t + 8:2 * t + 10, nt * 8 + g] = xd[nt * 8 + g, k + 2:k + 4]
                         acc += A @ B

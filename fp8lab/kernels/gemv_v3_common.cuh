@@ -177,6 +177,13 @@ __device__ __forceinline__ void v3_finish(const V3Out& o, const float (&acc)[R][
 }
 
 // ---- one unit of the packed stream -------------------------------------------------------------------------------
+// Lane (g, t)'s activations of a chunk start 16t past the chunk (the row pointers xrow carry it); its v-th 16-byte
+// load of them lies v3_xoff(v) past that. FP8 (64 k): k 16t .. 16t + 15, two loads. NVFP4 (128 k): half q is the
+// 16-block t + 4q, so loads 2q and 2q + 1 read k 64q + 16t .. + 15. Either way the four lanes of a group read
+// 16-byte pieces of one 128-byte line per token row and load instruction (an NVFP4 order of 32t + .. read two).
+template <bool NV>
+__device__ __forceinline__ int v3_xoff(int v) { return NV ? (v >> 1) * 64 + (v & 1) * 8 : v * 8; }
+
 // activations: 16 bytes through L1 (global), or from the CTA's normalized copy (shared, NORM = 1)
 template <int NORM>
 __device__ __forceinline__ uint4 v3_xload(const u16* p) {
@@ -233,7 +240,7 @@ __device__ __forceinline__ void v3_unit(float (&acc)[R][NT][4], const uint4 (&cu
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                for (int v = 0; v < XV; ++v) xa[nt][v] = v3_xload<NORM>(xrow[nt] + k0 + c * CK + v * 8);
+                for (int v = 0; v < XV; ++v) xa[nt][v] = v3_xload<NORM>(xrow[nt] + k0 + c * CK + v3_xoff<NV>(v));
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 if constexpr (NV) {

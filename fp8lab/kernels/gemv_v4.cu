@@ -73,7 +73,7 @@ __device__ __forceinline__ void gemv4_body(V3_PARAMS) {
     const V3Out o{CS, RES, Y, M, nout};
     const u16* xrow[NT];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) xrow[nt] = X + (size_t)(nt * 8 + g < M ? nt * 8 + g : 0) * Kp + t * (CK / 4);
+    for (int nt = 0; nt < NT; ++nt) xrow[nt] = X + (size_t)(nt * 8 + g < M ? nt * 8 + g : 0) * Kp + 16 * t;
     const int KB = Kp >> 7;  // FP8 block scales: float2 [group][Kp / 128][R] (rows 0-7, rows 8-15 of the tile)
 
     float acc[R][NT][4];
