@@ -43,7 +43,7 @@ __device__ __forceinline__ void v3_fp8_chunk(float (&d)[NT][4], const uint4& wg,
 
 // NVFP4: half q (steps 4q .. 4q + 3) of chunk c, row tile r: 16 bytes w (one word per step, rows g and g + 8),
 // the bf16x2 scale pair sc = (scale of row g, scale of row g + 8) * 2**118 of this 16-block, activations xa[nt][4]
-// (32 consecutive bf16; words 8q .. 8q + 7 belong to this half).
+// (four 16-byte loads; loads 2q and 2q + 1, the 16 consecutive bf16 of this half's block, belong to this half).
 template <int NT>
 __device__ __forceinline__ void v3_nvfp4_half(float (&d)[NT][4], const uint4& w, u32 sc, int q, const uint4 (&xa)[NT][4]) {
     const u32 sg = bcast_lo(sc), s8 = bcast_hi(sc);
