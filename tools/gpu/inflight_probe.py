@@ -1,0 +1,55 @@
+"""Do more weight bytes in flight per warp shorten version 3's fixed cost at M = 1? (a diagnosis, not a result)
+
+    python3 tools/gpu/inflight_probe.py OUT.json [M ...]
+
+Version 3's fit over the decode shapes (gemm_report.fixed_cost_fit) streams at or above `_scaled_mm`'s rate but pays
+~5.5-6.5 us of fixed cost against its ~3.5 us, and its timeline puts the first unit 4-5 us after entry. The default
+at M <= 8 holds C P = 8 KiB of weights per warp in flight (C = 4 chunks x P = 2 units); with whole row groups a
+14336-row matrix leaves ~7 warps per SM, ~55 KiB per SM, against the ~128 KiB per SM a plain read keeps in flight
+(tools/gpu/stream_probe.cu read_ldg4). This probe compiles version 3 with deeper pipelines as well ((C, P) = (4, 3)
+and (2, 6): 12 KiB per warp, no spills on sm_90 by ptxas -v; (4, 4) and (2, 8) spill) and times each, validated
+against the float64 reference on poisoned outputs, beside the default, `_scaled_mm` tensorwise and bf16 cuBLAS,
+interleaved rounds of CUDA graphs. Whole row groups and stream-K both.
+"""
+import sys
+
+from fp8lab.kernels import gemm_anchors, gemm_decode as GD, gemv_v3 as V3, harness
+
+DEEP = ((4, 3), (2, 6))
+V3.KERNELS = V3.KERNELS | {(f, 1, 1, C, P, "store", 0) for f in ("fp8c", "nvfp4") for C, P in DEEP}
+V3.TABLES[3] = V3.KERNELS
+
+SHAPES = [(14336, 4096), (4096, 14336), (18944, 3584), (3584, 18944), (28672, 8192)]
+# (C, P, WPC, CPS, whole): the default's grid (4 warps x 4 CTAs) and a deeper pipeline in the same grid
+CONFIGS = {"fp8c": [(4, 2), (4, 3), (2, 6), (2, 4)], "nvfp4": [(2, 2), (4, 2), (2, 3), (2, 6)]}
+
+
+def main(out, Ms=(1,)):
+    bench = harness.Bench("gemm", out, "python3 tools/gpu/inflight_probe.py " + " ".join(sys.argv[1:]), rounds=5)
+    bench.ceilings = gemm_anchors.measure_ceilings()
+    for shape, x, timers, meta, cases in GD.v3_rounds(bench, set(), SHAPES, Ms, ("fp8c", "nvfp4"), "inflight"):
+        for fmt, c in cases.items():
+            ref = c.reference()
+            for C, P in CONFIGS[fmt]:
+                for whole in (1, 0):
+                    cfg = (C, P, 4, 4, whole)
+                    name = f"{c.label} c{C}p{P} {'whole' if whole else 'streamk'} {shape}"
+                    try:
+                        launches = [V3.prepare(x, p, config=cfg) for p in c.packs]
+                    except ValueError as e:
+                        bench.notes.append({"kernel": name, "error": str(e)[:300]})
+                        continue
+                    if not c.validate(bench, name, launches[0], ref):
+                        continue
+                    extra = c.extra(launches[0])
+                    extra.update(config=list(cfg), info={k: launches[0].info[k] for k in ("kernel", "grid", "warps",
+                                                                                          "whole_groups")})
+                    timers[name] = lambda ls=launches: harness.graph_time_us(ls, rep=30)
+                    meta[name] = (f"{c.label} c{C}p{P}{' whole' if whole else ''}", c.dtype, c.bytes, extra)
+    bench.write()
+    harness.print_table(bench.results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], tuple(int(m) for m in sys.argv[2:]) or (1,)))
