@@ -10,30 +10,38 @@ at M <= 8 holds C P = 8 KiB of weights per warp in flight (C = 4 chunks x P = 2 
 and (2, 6): 12 KiB per warp, no spills on sm_90 by ptxas -v; (4, 4) and (2, 8) spill) and times each, validated
 against the float64 reference on poisoned outputs, beside the default, `_scaled_mm` tensorwise and bf16 cuBLAS,
 interleaved rounds of CUDA graphs. Whole row groups and stream-K both.
+
+Whole row groups also in CTAs of one warp: the default grid (4 warps per CTA) puts 896 groups in 224 CTAs on 132 SMs,
+8 warps on 92 SMs and 4 on 40 (the timeline found the SM explains most of the whole-group spread); one-warp CTAs
+let the block scheduler spread them 6-7 per SM.
 """
 import sys
 
-from fp8lab.kernels import gemm_anchors, gemm_decode as GD, gemv_v3 as V3, harness
+from fp8lab.kernels import gemm_anchors, gemm_decode as GD, gemm_smoke, gemv_v3 as V3, harness
 
 DEEP = ((4, 3), (2, 6))
 V3.KERNELS = V3.KERNELS | {(f, 1, 1, C, P, "store", 0) for f in ("fp8c", "nvfp4") for C, P in DEEP}
 V3.TABLES[3] = V3.KERNELS
 
+BUDGET_S = 300
 SHAPES = [(14336, 4096), (4096, 14336), (18944, 3584), (3584, 18944), (28672, 8192)]
-# (C, P, WPC, CPS, whole): the default's grid (4 warps x 4 CTAs) and a deeper pipeline in the same grid
+# (C, P) per format: the default first, then deeper pipelines; each in the GRIDS below
+GRIDS = ((4, 4, 1), (1, 16, 1), (4, 4, 0))   # (WPC, CPS, whole): CPS is capped by what is resident
 CONFIGS = {"fp8c": [(4, 2), (4, 3), (2, 6), (2, 4)], "nvfp4": [(2, 2), (4, 2), (2, 3), (2, 6)]}
 
 
 def main(out, Ms=(1,)):
     bench = harness.Bench("gemm", out, "python3 tools/gpu/inflight_probe.py " + " ".join(sys.argv[1:]), rounds=5)
     bench.ceilings = gemm_anchors.measure_ceilings()
+    gemm_smoke.start_budget(BUDGET_S)
     for shape, x, timers, meta, cases in GD.v3_rounds(bench, set(), SHAPES, Ms, ("fp8c", "nvfp4"), "inflight"):
         for fmt, c in cases.items():
             ref = c.reference()
             for C, P in CONFIGS[fmt]:
-                for whole in (1, 0):
-                    cfg = (C, P, 4, 4, whole)
-                    name = f"{c.label} c{C}p{P} {'whole' if whole else 'streamk'} {shape}"
+                for wpc, cps, whole in GRIDS:
+                    cfg = (C, P, wpc, cps, whole)
+                    how = f"whole w{wpc}" if whole else "streamk"
+                    name = f"{c.label} c{C}p{P} {how} {shape}"
                     try:
                         launches = [V3.prepare(x, p, config=cfg) for p in c.packs]
                     except ValueError as e:
@@ -45,7 +53,7 @@ def main(out, Ms=(1,)):
                     extra.update(config=list(cfg), info={k: launches[0].info[k] for k in ("kernel", "grid", "warps",
                                                                                           "whole_groups")})
                     timers[name] = lambda ls=launches: harness.graph_time_us(ls, rep=30)
-                    meta[name] = (f"{c.label} c{C}p{P}{' whole' if whole else ''}", c.dtype, c.bytes, extra)
+                    meta[name] = (f"{c.label} c{C}p{P} {how}", c.dtype, c.bytes, extra)
     bench.write()
     harness.print_table(bench.results)
     return 0
