@@ -1,6 +1,6 @@
 """Do more weight bytes in flight per warp shorten version 3's fixed cost at M = 1? (a diagnosis, not a result)
 
-    python3 tools/gpu/inflight_probe.py OUT.json [M ...]
+    python3 tools/gpu/inflight_probe.py OUT.json [M ...]          # M = 1 by default; a 220 s budget (FP8LAB_PROBE_BUDGET_S)
 
 Version 3's fit over the decode shapes (gemm_report.fixed_cost_fit) streams at or above `_scaled_mm`'s rate but pays
 ~5.5-6.5 us of fixed cost against its ~3.5 us, and its timeline puts the first unit 4-5 us after entry. The default
@@ -15,6 +15,7 @@ Whole row groups also in CTAs of one warp: the default grid (4 warps per CTA) pu
 8 warps on 92 SMs and 4 on 40 (the timeline found the SM explains most of the whole-group spread); one-warp CTAs
 let the block scheduler spread them 6-7 per SM.
 """
+import os
 import sys
 
 from fp8lab.kernels import gemm_anchors, gemm_decode as GD, gemm_smoke, gemv_v3 as V3, harness
@@ -23,7 +24,7 @@ DEEP = ((4, 3), (2, 6))
 V3.KERNELS = V3.KERNELS | {(f, 1, 1, C, P, "store", 0) for f in ("fp8c", "nvfp4") for C, P in DEEP}
 V3.TABLES[3] = V3.KERNELS
 
-BUDGET_S = 300
+BUDGET_S = float(os.environ.get("FP8LAB_PROBE_BUDGET_S", 220))
 SHAPES = [(14336, 4096), (4096, 14336), (18944, 3584), (3584, 18944), (28672, 8192)]
 # (C, P) per format: the default first, then deeper pipelines; each in the GRIDS below
 GRIDS = ((4, 4, 1), (1, 16, 1), (4, 4, 0))   # (WPC, CPS, whole): CPS is capped by what is resident
