@@ -343,6 +343,38 @@ def _pct_range(shares) -> str:
 _GEMV_FORMAT_NAMES = {"fp8c": "FP8 (per-channel)", "fp8b": "FP8 (128x128 blocks)", "nvfp4": "NVFP4"}
 
 
+def inflight_sentence(summary: list[dict], defaults: dict, device: str | None = None) -> str:
+    """What an in-flight run says (summary: fp8lab.kernels.gemm_report.inflight_summary; defaults: {format: the
+    default config's (C, P)}, gemm_report.inflight_defaults), rendered from its numbers, per format: the configs holding
+    more bytes in flight per warp than the default, as the range of their median ratios to the default (like for like:
+    the split the default ran best with) and the best single case; then the default config in one-warp CTAs."""
+    names = _GEMV_FORMAT_NAMES
+    if not summary:
+        return "This run holds no timing of version 3 at other pipeline depths."
+    parts = []
+    for fmt in sorted({s["format"] for s in summary}):
+        cp = defaults.get(fmt)
+        d = cp[0] * cp[1] if cp else None
+        deeper = [s for s in summary if s["format"] == fmt and d is not None and s["KiB_per_warp"] > d]
+        text = f"{names.get(fmt, fmt)}: "
+        if deeper:
+            kibs = sorted({s["KiB_per_warp"] for s in deeper})
+            text += (f"{' or '.join(str(k) for k in kibs)} KiB of weights in flight per warp (the default holds {d}) ran "
+                     f"{ratio_range([s['x_default_median'] for s in deeper], 2)}x the default's speed in the median "
+                     f"over the cases, {ratio_range([s['x_default_max'] for s in deeper], 2)}x at best")
+        else:
+            text += "no deeper pipeline was timed"
+        one = [s for s in summary if s["format"] == fmt and s["WPC"] == 1 and cp and (s["C"], s["P"]) == tuple(cp)]
+        if one:
+            text += (f"; the default's pipeline in CTAs of one warp (whole row groups spread evenly over the SMs) "
+                     f"{ratio_range([s['x_default_median'] for s in one], 2)}x in the median, "
+                     f"{ratio_range([s['x_default_min'] for s in one] + [s['x_default_max'] for s in one], 2)}x "
+                     f"over the cases")
+        parts.append(text)
+    return (f"On the {device or 'recorded GPU'}, against version 3's default config timed in the same rounds: "
+            + "; ".join(parts) + ".")
+
+
 def decode_gap_sentence(rows: list[dict], device: str | None = None) -> str:
     """What a decode gap run says (rows: fp8lab.kernels.gemm_report.decode_gap), rendered from its numbers: per format
     and M, the share of version 3's time that cutting ALL its arithmetic saved ('loads_only') and the ratios to

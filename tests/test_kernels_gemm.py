@@ -974,3 +974,41 @@ def test_record_round_ratios_and_rates(tmp_path):
     assert bf["anchor"] == "" and bf["speedup"] is None and "speedup_vs_scaled_mm_tensorwise" not in bf
     assert by["scaled_mm_tensorwise (torch._scaled_mm)"]["speedup"] == pytest.approx(2.0)
     assert all(r["M"] == 1 and r["N"] == 64 and r["K"] == 128 and r["shape"] == sh for r in bench.results)
+
+
+def test_inflight_table_summary_and_sentence():
+    """gemm_report.inflight_table / inflight_summary / findings.inflight_sentence on an in-flight run's records (family
+    'inflight', tools/gpu/inflight_probe.py): x_default is against the better split of the default config in the same
+    rounds, the summary compares like for like (only the split the default ran best with), and the sentence is
+    rendered from those ratios."""
+    from fp8lab import findings
+    from fp8lab.kernels import gemm_report as R
+
+    def rec(N, cfg, t, fmt="fp8c", default=(4, 2, 4, 4)):
+        return {"family": "inflight", "fmt": fmt, "M": 1, "N": N, "K": 4096, "shape": f"M=1 N={N} K=4096",
+                "config": list(cfg), "config_CPWC_R": [list(default), 1], "time_us": t, "anchor": "bf16_cublas",
+                "speedup": 40.0 / t, "speedup_vs_scaled_mm_tensorwise": 22.0 / t}
+
+    res = [rec(14336, (4, 2, 4, 4, 1), 20.0), rec(14336, (4, 2, 4, 4, 0), 25.0), rec(14336, (4, 2, 1, 16, 1), 19.0),
+           rec(14336, (4, 3, 4, 4, 1), 22.0), rec(14336, (4, 3, 4, 4, 0), 10.0),   # stream-K: not like for like here
+           rec(4096, (4, 2, 4, 4, 1), 50.0), rec(4096, (4, 2, 4, 4, 0), 25.0), rec(4096, (4, 3, 4, 4, 0), 26.0),
+           {"family": "decode", "kernel": "x", "time_us": 1.0}]
+    rows = R.inflight_table({"results": res})
+    assert len(rows) == 8 and R.inflight_defaults(rows) == {"fp8c": (4, 2)}
+    by = {(r["N"], r["C"], r["P"], r["WPC"], r["split"]): r for r in rows}
+    assert by[(14336, 4, 2, 1, "whole")]["x_default"] == pytest.approx(20 / 19)
+    assert by[(14336, 4, 2, 4, "stream-K")]["x_default"] == pytest.approx(0.8)
+    assert by[(4096, 4, 2, 4, "whole")]["default_split"] == "stream-K" and by[(4096, 4, 3, 4, "stream-K")]["x_default"] \
+        == pytest.approx(25 / 26)
+    assert by[(14336, 4, 3, 4, "whole")]["KiB_per_warp"] == 12 and by[(14336, 4, 3, 4, "whole")]["x_bf16"] == \
+        pytest.approx(40 / 22)
+    summ = {(s["C"], s["P"], s["WPC"], s["split"]): s for s in R.inflight_summary(rows)}
+    assert set(summ) == {(4, 2, 4, "whole"), (4, 2, 1, "whole"), (4, 3, 4, "whole"), (4, 2, 4, "stream-K"),
+                         (4, 3, 4, "stream-K")}   # the 2x-faster stream-K (4, 3) at 14336 is not like for like
+    assert summ[(4, 3, 4, "whole")]["cases"] == 1 and summ[(4, 3, 4, "whole")]["x_default_max"] == pytest.approx(20 / 22)
+    assert summ[(4, 3, 4, "stream-K")]["x_default_median"] == pytest.approx(25 / 26)
+    text = findings.inflight_sentence(R.inflight_summary(rows), R.inflight_defaults(rows), "H100")
+    assert text.startswith("On the H100, against version 3's default config timed in the same rounds: FP8 (per-channel): ")
+    assert "12 KiB of weights in flight per warp (the default holds 8) ran 0.91–0.96x" in text
+    assert "in CTAs of one warp (whole row groups spread evenly over the SMs) 1.05x in the median, 1.05x over" in text
+    assert findings.inflight_sentence([], {}) == "This run holds no timing of version 3 at other pipeline depths."

@@ -327,6 +327,58 @@ def decode_gap(data: dict) -> list[dict]:
     return sorted(rows, key=lambda x: (x["format"], x["M"], x["N"] * x["K"], x["N"], order.index(x["variant"])))
 
 
+def inflight_table(data: dict) -> list[dict]:
+    """Rows of an in-flight run (tools/gpu/inflight_probe.py: version 3 at several (C, P) and grids, family 'inflight'),
+    one per (format, M, N, K, config): C chunks per unit, P units in flight per warp (C P KiB of weights per warp), WPC
+    warps per CTA, 'split' whole (row groups per warp) or stream-K; the ratios to the same round's `_scaled_mm`
+    tensorwise ('x_scaled_mm') and bf16 cuBLAS ('x_bf16'); 'x_default' = t(default) / t, where t(default) is the
+    better of the two splits of the default config (C, P, WPC, CPS) in the same rounds (> 1: faster than it), and
+    'default_split' that split."""
+    recs = [r for r in data.get("results", []) if r.get("family") == "inflight" and r.get("fmt") and r.get("config")]
+
+    def is_default(r):
+        return list(r["config"][:4]) == list((r.get("config_CPWC_R") or [[]])[0])
+
+    base = {}
+    for r in recs:
+        k = (r["shape"], r["fmt"])
+        if is_default(r) and r["time_us"] < base.get(k, (float("inf"),))[0]:
+            base[k] = (r["time_us"], "whole" if r["config"][4] else "stream-K")
+    rows = []
+    for r in recs:
+        C, P, wpc, _, whole = r["config"]
+        t0, split0 = base.get((r["shape"], r["fmt"]), (None, None))
+        rows.append({"format": r["fmt"], "M": r["M"], "N": r["N"], "K": r["K"], "C": C, "P": P, "KiB_per_warp": C * P,
+                     "WPC": wpc, "split": "whole" if whole else "stream-K", "time_us": r["time_us"],
+                     "x_scaled_mm": r.get("speedup_vs_scaled_mm_tensorwise"),
+                     "x_bf16": r.get("speedup") if r.get("anchor") == "bf16_cublas" else None,
+                     "x_default": t0 / r["time_us"] if t0 else None, "default_split": split0,
+                     "default": is_default(r)})
+    return sorted(rows, key=lambda x: (x["format"], x["N"] * x["K"], x["N"], x["M"], x["C"] * x["P"], x["C"],
+                                       x["split"], -x["WPC"]))
+
+
+def inflight_defaults(rows: list[dict]) -> dict:
+    """{format: (C, P) of the default config} in inflight_table rows."""
+    return {r["format"]: (r["C"], r["P"]) for r in rows if r["default"]}
+
+
+def inflight_summary(rows: list[dict]) -> list[dict]:
+    """inflight_table rows summarized per (format, C, P, WPC, split) over the run's shapes and M, like for like: only
+    the cases run with the split the default ran best with there (whole row groups where there are enough of them,
+    stream-K where there are not); how many, and the least, median and largest x_default."""
+    import statistics
+
+    out = {}
+    for r in rows:
+        if r["x_default"] is not None and r["split"] == r["default_split"]:
+            out.setdefault((r["format"], r["C"], r["P"], r["WPC"], r["split"]), []).append(r["x_default"])
+    return [{"format": f, "C": C, "P": P, "KiB_per_warp": C * P, "WPC": w, "split": sp, "cases": len(v),
+             "x_default_min": min(v), "x_default_median": statistics.median(v), "x_default_max": max(v)}
+            for (f, C, P, w, sp), v in sorted(out.items(), key=lambda kv: (kv[0][0], kv[0][4], kv[0][1] * kv[0][2],
+                                                                           kv[0][1], -kv[0][3]))]
+
+
 def decode_timeline(data: dict) -> list[dict]:
     """Rows of a decode timeline run (gemv_timeline.bench_decode_timeline), one per (format, M, N, K): the shipped
     kernel's time and ratio to `_scaled_mm` tensorwise of the same rounds, the instrumented copy's time ('stamps_cost':

@@ -323,6 +323,52 @@ fix-up's fence dropping the SM's L1 — every warp's cached activations — at e
 with a release add and reads the slots through L2.
 """),
 ("md", r"""
+## More bytes in flight?
+
+The fit above puts version 3's miss in its fixed cost, and the timeline shows each warp's first unit arriving
+microseconds after the launch. A natural guess: too few bytes in flight at the start. At M ≤ 8 the default holds
+C·P KiB of weights per warp in registers (C chunks of 1 KiB per unit, P units ahead); with whole row groups per warp
+a 14336-row matrix leaves about seven warps per SM, less than half of what a plain read of the same buffer keeps in
+flight. `tools/gpu/inflight_probe.py` tests the guess: it compiles version 3 with deeper pipelines beside the default
+(more units or larger units in flight per warp; `ptxas -v` first, so that none of the timed ones spills), and the
+default's pipeline in CTAs of one warp (the default's CTAs of four warps put 8 warps on some SMs and 4 on others when
+whole row groups do not fill the grid; one-warp CTAs let the block scheduler spread them evenly). Every config is
+validated against the float64 reference on poisoned outputs, then timed beside the default and the anchors in
+interleaved rounds of CUDA graphs; `x_default` > 1 means faster than the default config's better split in the same
+rounds. The summary compares like for like: only the split (whole groups or stream-K) the default ran best with at
+each shape. What it cannot show: the H200, where the defaults were tuned (the recorded run is an H100's); how these
+configs behave inside the decode layer.
+"""),
+("code", r"""
+inf_runs = gemm_report.recorded_runs("inflight_probe.json")
+for inf in inf_runs:
+    print("\n".join(gemm_report.provenance_lines(inf)))
+    irows = gemm_report.inflight_table(inf)
+    isum = gemm_report.inflight_summary(irows)
+    print(bg.format_rows(isum))
+    N0, K0 = max({(r["N"], r["K"]) for r in irows if r["split"] == r["default_split"] == "whole"}, default=(None, None))
+    if N0 and not nb.small():
+        print(f"--- N={N0} K={K0}, every config")
+        print(bg.format_rows([r for r in irows if (r["N"], r["K"]) == (N0, K0)],
+                             ["format", "M", "C", "P", "KiB_per_warp", "WPC", "split", "time_us", "x_scaled_mm",
+                              "x_bf16", "x_default"]))
+    nb.md(findings.inflight_sentence(isum, gemm_report.inflight_defaults(irows),
+                                     (inf.get("provenance") or {}).get("device")))
+if not inf_runs:
+    print("(no in-flight run recorded yet: python3 tools/gpu/inflight_probe.py outputs/kernels/inflight_probe.json 1 8 "
+          "on a GPU)")
+"""),
+("md", r"""
+Reading it: if deeper pipelines run at or below the default's speed, the fixed cost is not a shortage of bytes in
+flight — the pipeline fill is the memory system delivering the first bytes to every warp at once, and more requests
+queue behind the same bandwidth. Where one-warp CTAs gain, part of the tail was SMs holding more warps than others.
+A config faster at one shape and slower at another is what a per-shape tuning table (as serving engines keep per
+GPU) would pick up; the lab's defaults stay one rule per format and M.
+
+Things to try: run the probe on another GPU and compare its summary; add a (C, P) to its `DEEP` list after reading
+`ptxas -v` for it (`fp8lab.kernels._cuda.compile_for("gemv_v3.cu", 90, ptxas_verbose=True)` with the list extended).
+"""),
+("md", r"""
 ## Prefill: the W8A8 block-scaled GEMM, step by step
 
 Prefill is compute-bound, and on the H200 only `wgmma` multiplies FP8 on the tensor cores. The lab's block-scaled
