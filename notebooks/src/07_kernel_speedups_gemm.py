@@ -328,8 +328,8 @@ with a release add and reads the slots through L2.
 The fit above puts version 3's miss in its fixed cost, and the timeline shows each warp's first unit arriving
 microseconds after the launch. A natural guess: too few bytes in flight at the start. At M ≤ 8 the default holds
 C·P KiB of weights per warp in registers (C chunks of 1 KiB per unit, P units ahead); with whole row groups per warp
-a 14336-row matrix leaves about seven warps per SM, less than half of what a plain read of the same buffer keeps in
-flight. `tools/gpu/inflight_probe.py` tests the guess: it compiles version 3 with deeper pipelines beside the default
+(one warp per 16 rows of output) the lab's decode shapes leave only a handful of warps per SM, far fewer bytes in
+flight than a plain read of the same buffer keeps (`tools/gpu/stream_probe.cu`). `tools/gpu/inflight_probe.py` tests the guess: it compiles version 3 with deeper pipelines beside the default
 (more units or larger units in flight per warp; `ptxas -v` first, so that none of the timed ones spills), and the
 default's pipeline in CTAs of one warp (the default's CTAs of four warps put 8 warps on some SMs and 4 on others when
 whole row groups do not fill the grid; one-warp CTAs let the block scheduler spread them evenly). Every config is
