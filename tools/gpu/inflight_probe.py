@@ -18,7 +18,7 @@ let the block scheduler spread them 6-7 per SM.
 import os
 import sys
 
-from fp8lab.kernels import gemm_anchors, gemm_decode as GD, gemm_smoke, gemv_v3 as V3, harness
+from fp8lab.kernels import gemm_anchors, gemm_report, gemm_decode as GD, gemm_smoke, gemv_v3 as V3, harness
 
 DEEP = ((4, 3), (2, 6))
 V3.KERNELS = V3.KERNELS | {(f, 1, 1, C, P, "store", 0) for f in ("fp8c", "nvfp4") for C, P in DEEP}
@@ -34,6 +34,7 @@ CONFIGS = {"fp8c": [(4, 2), (4, 3), (2, 6), (2, 4)], "nvfp4": [(2, 2), (4, 2), (
 def main(out, Ms=(1,)):
     bench = harness.Bench("gemm", out, "python3 tools/gpu/inflight_probe.py " + " ".join(sys.argv[1:]), rounds=5)
     bench.ceilings = gemm_anchors.measure_ceilings()
+    bench.extra.update(sources_sha256_12=gemm_report.source_digest())   # what notebook 07 checks against the tree
     gemm_smoke.start_budget(BUDGET_S)
     for shape, x, timers, meta, cases in GD.v3_rounds(bench, set(), SHAPES, Ms, ("fp8c", "nvfp4"), "inflight"):
         for fmt, c in cases.items():

@@ -11,7 +11,7 @@ variants are, gemm_decode.DECODE_GAP); 'no_x_loads' (no activation loads at all)
 """
 import sys
 
-from fp8lab.kernels import gemm_anchors, gemm_decode as GD, harness
+from fp8lab.kernels import gemm_anchors, gemm_report, gemm_decode as GD, harness
 
 GD.DECODE_GAP["x_twoline"] = (
     "NVFP4 activations read as the previous k order did: 32 consecutive per lane, two 128-byte lines per token row "
@@ -23,6 +23,7 @@ GD.DECODE_GAP["x_twoline"] = (
 def main(out):
     bench = harness.Bench("gemm", out, "python3 tools/gpu/xcontig_probe.py " + out, rounds=7)
     bench.ceilings = gemm_anchors.measure_ceilings()
+    bench.extra.update(sources_sha256_12=gemm_report.source_digest())   # what notebook 07 checks against the tree
     GD.bench_decode_gap(bench, set(), shapes=[(14336, 4096), (4096, 14336), (18944, 3584)], Ms=(1, 8, 16),
                         fmts=("nvfp4",), variants=("x_twoline", "no_x_loads"))
     bench.write()
