@@ -1,0 +1,76 @@
+"""Does starting every warp at the same k slow version 3's ramp? (a diagnosis, not a result)
+
+    python3 tools/gpu/stagger_probe.py OUT.json [M ...]
+
+With whole row groups per warp, every warp walks its group from k = 0 in step with the others: the first units of
+all warps lie at one regular stride (a group's bytes) in memory, which can load some memory channels more than
+others while the pipeline fills (the timeline puts the first unit 4-5 us after entry, at about half the streaming
+rate). The 'stagger' copy of version 3 (patched sources, the arithmetic unchanged) starts warp w at unit w mod KU of
+its group and wraps around, so concurrent warps start at different offsets; it sums the units in another order, so
+it is validated against the float64 reference (not bit-compared with the default), then timed beside the default in
+the same grid, both in the default's CTAs of four warps and in one-warp CTAs, and the anchors, interleaved.
+Stream-K ranges are not rotated (the copy is the default there).
+"""
+import sys
+
+from fp8lab.kernels import _cuda, gemm_anchors, gemm_decode as GD, gemm_report, gemv_v3 as V3, harness
+
+SHAPES = [(14336, 4096), (18944, 3584), (28672, 8192)]
+GRIDS = ((4, 4), (1, 16))   # (WPC, CPS), whole row groups
+
+
+def patches(fmt, stagger):
+    (C, P, _, _), R = GD.v3_candidates(fmt, 1, False)[0]
+    only = f"GEMV3({V3._FMT_ID[fmt]},{R},1,{C},{P},{V3.EPILOGUES['store']},0)"
+    p = {"gemv_v3.cu": [("#endif\nFP8LAB_GEMV_V3", "#endif\n" + only)]}
+    if stagger:
+        p["gemv_v3.cu"] += [
+            ("    const u8* wbase = W + lane * 16;",
+             "    const int rot = gran == KU ? wg % KU : 0;  // stagger: warp wg starts its group at unit wg mod KU\n"
+             "#define V3ROT(v) (gran == KU ? ((v) / KU) * KU + (((v) % KU) + rot) % KU : (v))\n"
+             "    const u8* wbase = W + lane * 16;"),
+            ("if (u0 + j < u1) load_unit(ring[j], sring[j], u0 + j);",
+             "if (u0 + j < u1) load_unit(ring[j], sring[j], V3ROT(u0 + j));"),
+            ("if (u + P < u1) load_unit(ring[j], sring[j], u + P);",
+             "if (u + P < u1) load_unit(ring[j], sring[j], V3ROT(u + P));"),
+            ("v3_unit<FMT, R, NT, C, NORM>(acc, cur, scur, xrow, kk * C * CK, S, grp, kk, KB);",
+             "{ const int kp = gran == KU ? (kk + rot) % KU : kk;\n"
+             "  v3_unit<FMT, R, NT, C, NORM>(acc, cur, scur, xrow, kp * C * CK, S, grp, kp, KB); }"),
+        ]
+    return p
+
+
+def main(out, Ms=(1,)):
+    bench = harness.Bench("gemm", out, "python3 tools/gpu/stagger_probe.py " + " ".join(sys.argv[1:]), rounds=5)
+    bench.ceilings = gemm_anchors.measure_ceilings()
+    bench.extra.update(sources_sha256_12=gemm_report.source_digest())
+    for shape, x, timers, meta, cases in GD.v3_rounds(bench, set(), SHAPES, Ms, ("fp8c", "nvfp4"), "stagger"):
+        for fmt, c in cases.items():
+            ref = c.reference()
+            C, P = c.cfg[:2]
+            for stagger in (0, 1):
+                for wpc, cps in GRIDS:
+                    cfg = (C, P, wpc, cps, 1)
+                    name = f"{c.label} {'stagger' if stagger else 'default'} w{wpc} {shape}"
+                    try:
+                        with _cuda.patched_sources(patches(fmt, stagger)):
+                            launches = [V3.prepare(x, p, config=cfg) for p in c.packs]
+                            harness.poison_(launches[0].out)
+                            launches[0]()   # compiled from the patched copy while it exists
+                    except ValueError as e:
+                        bench.notes.append({"kernel": name, "error": str(e)[:300]})
+                        continue
+                    if not c.validate(bench, name, launches[0], ref):
+                        continue
+                    extra = c.extra(launches[0])
+                    extra.update(config=list(cfg), stagger=stagger, info={k: launches[0].info[k] for k in
+                                                                          ("kernel", "grid", "warps", "whole_groups")})
+                    timers[name] = lambda ls=launches: harness.graph_time_us(ls, rep=30)
+                    meta[name] = (f"{c.label} {'stagger' if stagger else 'default'} w{wpc}", c.dtype, c.bytes, extra)
+    bench.write()
+    harness.print_table(bench.results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], tuple(int(m) for m in sys.argv[2:]) or (1,)))
