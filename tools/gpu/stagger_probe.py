@@ -1,6 +1,6 @@
 """Does starting every warp at the same k slow version 3's ramp? (a diagnosis, not a result)
 
-    python3 tools/gpu/stagger_probe.py OUT.json [M ...]
+    python3 tools/gpu/stagger_probe.py OUT.json [M ...]      # M = 1 by default; FP8LAB_PROBE_SHAPES=14336x4096,... for fewer
 
 With whole row groups per warp, every warp walks its group from k = 0 in step with the others: the first units of
 all warps lie at one regular stride (a group's bytes) in memory, which can load some memory channels more than
@@ -11,11 +11,13 @@ it is validated against the float64 reference (not bit-compared with the default
 the same grid, both in the default's CTAs of four warps and in one-warp CTAs, and the anchors, interleaved.
 Stream-K ranges are not rotated (the copy is the default there).
 """
+import os
 import sys
 
 from fp8lab.kernels import _cuda, gemm_anchors, gemm_decode as GD, gemm_report, gemv_v3 as V3, harness
 
-SHAPES = [(14336, 4096), (18944, 3584), (28672, 8192)]
+SHAPES = [tuple(int(v) for v in s.split("x")) for s in
+          os.environ.get("FP8LAB_PROBE_SHAPES", "14336x4096,18944x3584,28672x8192").split(",")]
 GRIDS = ((4, 4), (1, 16))   # (WPC, CPS), whole row groups
 
 
