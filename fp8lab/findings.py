@@ -375,6 +375,31 @@ def inflight_sentence(summary: list[dict], defaults: dict, device: str | None = 
             + "; ".join(parts) + ".")
 
 
+def stagger_sentence(rows: list[dict], device: str | None = None) -> str:
+    """What a stagger run says (rows: fp8lab.kernels.gemm_report.stagger_table), rendered from its numbers: per format,
+    the range of t(default) / t(staggered start) over its shapes, M and grids, and the reading (lockstep helps,
+    staggering helps, or it depends)."""
+    names = _GEMV_FORMAT_NAMES
+    if not rows:
+        return "This run holds no timing of version 3 with staggered starts."
+    parts, allv = [], []
+    for fmt in sorted({r["format"] for r in rows}):
+        v = [r["stagger_vs_default"] for r in rows if r["format"] == fmt]
+        allv += v
+        parts.append(f"{names.get(fmt, fmt)} {ratio_range(v, 2)}x the default's speed")
+    n = len({(r["N"], r["K"]) for r in rows})
+    text = (f"On the {device or 'recorded GPU'}, at {n} shape{'s' if n != 1 else ''} with whole row groups per warp, "
+            f"starting each warp at a different unit of its group ran " + "; ".join(parts) + ". ")
+    if max(allv) < 1:
+        text += ("Slower at every point: warps walking k in step with each other is not what slows the ramp; it helps, "
+                 "so the shipped order stays.")
+    elif min(allv) > 1:
+        text += "Faster at every point: warps in step contend at the start, and a staggered order is worth shipping."
+    else:
+        text += "Faster at some points and slower at others: the start order is not the lever by itself."
+    return text
+
+
 def decode_gap_sentence(rows: list[dict], device: str | None = None) -> str:
     """What a decode gap run says (rows: fp8lab.kernels.gemm_report.decode_gap), rendered from its numbers: per format
     and M, the share of version 3's time that cutting ALL its arithmetic saved ('loads_only') and the ratios to

@@ -1012,3 +1012,28 @@ def test_inflight_table_summary_and_sentence():
     assert "12 KiB of weights in flight per warp (the default holds 8) ran 0.91–0.96x" in text
     assert "in CTAs of one warp (whole row groups spread evenly over the SMs) 1.05x in the median, 1.05x over" in text
     assert findings.inflight_sentence([], {}) == "This run holds no timing of version 3 at other pipeline depths."
+
+
+def test_stagger_table_and_sentence():
+    """gemm_report.stagger_table pairs the default and the staggered copy of one (format, M, shape, grid) from a stagger
+    run (family 'stagger'); findings.stagger_sentence reads the ratio's sign over all of them."""
+    from fp8lab import findings
+    from fp8lab.kernels import gemm_report as R
+
+    def rec(fmt, wpc, st, t, N=14336):
+        return {"family": "stagger", "fmt": fmt, "M": 1, "N": N, "K": 4096, "config": [4, 2, wpc, 4, 1], "stagger": st,
+                "time_us": t}
+
+    res = [rec("fp8c", 4, 0, 24.0), rec("fp8c", 4, 1, 25.0), rec("fp8c", 1, 0, 23.0), rec("fp8c", 1, 1, 24.0),
+           rec("nvfp4", 4, 0, 18.0), rec("nvfp4", 4, 1, 20.0), rec("nvfp4", 1, 1, 20.0),   # no default w1: dropped
+           {"family": "decode", "kernel": "x", "time_us": 1.0}]
+    rows = R.stagger_table({"results": res})
+    assert [(r["format"], r["WPC"]) for r in rows] == [("fp8c", 4), ("fp8c", 1), ("nvfp4", 4)]
+    assert rows[0]["stagger_vs_default"] == pytest.approx(0.96) and rows[2]["stagger_vs_default"] == pytest.approx(0.9)
+    text = findings.stagger_sentence(rows, "H100")
+    assert "at 1 shape with whole row groups" in text and "FP8 (per-channel) 0.96x" in text and "NVFP4 0.90x" in text
+    assert "Slower at every point" in text
+    faster = [dict(r, stagger_vs_default=1.1) for r in rows]
+    assert "Faster at every point" in findings.stagger_sentence(faster)
+    assert "Faster at some points" in findings.stagger_sentence(faster[:1] + rows[1:])
+    assert findings.stagger_sentence([]) == "This run holds no timing of version 3 with staggered starts."

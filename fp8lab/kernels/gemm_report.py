@@ -379,6 +379,23 @@ def inflight_summary(rows: list[dict]) -> list[dict]:
                                                                            kv[0][1], -kv[0][3]))]
 
 
+def stagger_table(data: dict) -> list[dict]:
+    """Rows of a stagger run (tools/gpu/stagger_probe.py, family 'stagger'), one per (format, M, N, K, WPC): version 3
+    with whole row groups per warp as shipped (every warp walks its group from k = 0, in step with the others) and its
+    copy whose warp w starts at unit w mod KU, same grid, same rounds: both times and 'stagger_vs_default' =
+    t(default) / t(stagger) (> 1: staggering is faster)."""
+    pairs = {}
+    for r in data.get("results", []):
+        if r.get("family") == "stagger" and r.get("fmt") and r.get("config") and r.get("stagger") in (0, 1):
+            k = (r["fmt"], r["M"], r["N"], r["K"], r["config"][2])
+            pairs.setdefault(k, {})[r["stagger"]] = r["time_us"]
+    return [{"format": f, "M": M, "N": N, "K": K, "WPC": w, "default_us": t[0], "stagger_us": t[1],
+             "stagger_vs_default": t[0] / t[1]}
+            for (f, M, N, K, w), t in sorted(pairs.items(), key=lambda kv: (kv[0][0], kv[0][2] * kv[0][3], kv[0][2],
+                                                                             kv[0][1], -kv[0][4]))
+            if 0 in t and 1 in t]
+
+
 def decode_timeline(data: dict) -> list[dict]:
     """Rows of a decode timeline run (gemv_timeline.bench_decode_timeline), one per (format, M, N, K): the shipped
     kernel's time and ratio to `_scaled_mm` tensorwise of the same rounds, the instrumented copy's time ('stamps_cost':

@@ -369,6 +369,33 @@ Things to try: run the probe on another GPU and compare its summary; add a (C, P
 `ptxas -v` for it (`fp8lab.kernels._cuda.compile_for("gemv_v3.cu", 90, ptxas_verbose=True)` with the list extended).
 """),
 ("md", r"""
+### Warps in step, or staggered?
+
+A second guess about the slow start: with whole row groups per warp, every warp walks its group from the first unit,
+in step with all the others, so the first requests of every warp lie at one regular stride in memory and could
+crowd some memory channels while the pipeline fills. `tools/gpu/stagger_probe.py` tests it with a patched copy of
+version 3 whose warp *w* starts at unit *w* mod (units per group) and wraps around — the same bytes, the same
+arithmetic, summed in another order (so validated against the float64 reference, not bit-compared) — timed beside
+the default in the same grid and rounds. `stagger_vs_default` > 1 would mean the lockstep start costs time.
+"""),
+("code", r"""
+stg_runs = gemm_report.recorded_runs("stagger_probe.json")
+for stg in stg_runs:
+    print("\n".join(gemm_report.provenance_lines(stg)))
+    srows = gemm_report.stagger_table(stg)
+    print(bg.format_rows(srows))
+    nb.md(findings.stagger_sentence(srows, (stg.get("provenance") or {}).get("device")))
+if not stg_runs:
+    print("(no stagger run recorded yet: python3 tools/gpu/stagger_probe.py outputs/kernels/stagger_probe.json 1 8 on a GPU)")
+"""),
+("md", r"""
+Reading it: when the staggered copy is slower, warps in step are an *advantage* — the warps of one SM read the same
+slice of the activations at the same time (one brings it into L1, the others hit), and neighbouring warps' requests
+arrive together. If the copy loses more for NVFP4, which loads more activation bytes per weight byte, that fits the
+first half of that reading; the run does not separate the two. Either way the slow start is not the lockstep: what
+is left is the memory system delivering every warp's first bytes at once, and the launch itself.
+"""),
+("md", r"""
 ## Prefill: the W8A8 block-scaled GEMM, step by step
 
 Prefill is compute-bound, and on the H200 only `wgmma` multiplies FP8 on the tensor cores. The lab's block-scaled
