@@ -18,6 +18,8 @@ let the block scheduler spread them 6-7 per SM.
 import os
 import sys
 
+import v3probe   # tools/gpu/v3probe.py (this folder is on the path when the probe runs as a script)
+
 from fp8lab.kernels import gemm_anchors, gemm_report, gemm_decode as GD, gemm_smoke, gemv_v3 as V3, harness
 
 DEEP = ((4, 3), (2, 6))
@@ -43,19 +45,8 @@ def main(out, Ms=(1,)):
                 for wpc, cps, whole in GRIDS:
                     cfg = (C, P, wpc, cps, whole)
                     how = f"whole w{wpc}" if whole else "streamk"
-                    name = f"{c.label} c{C}p{P} {how} {shape}"
-                    try:
-                        launches = [V3.prepare(x, p, config=cfg) for p in c.packs]
-                    except ValueError as e:
-                        bench.notes.append({"kernel": name, "error": str(e)[:300]})
-                        continue
-                    if not c.validate(bench, name, launches[0], ref):
-                        continue
-                    extra = c.extra(launches[0])
-                    extra.update(config=list(cfg), info={k: launches[0].info[k] for k in ("kernel", "grid", "warps",
-                                                                                          "whole_groups")})
-                    timers[name] = lambda ls=launches: harness.graph_time_us(ls, rep=30)
-                    meta[name] = (f"{c.label} c{C}p{P} {how}", c.dtype, c.bytes, extra)
+                    v3probe.add_config(bench, c, x, cfg, f"{c.label} c{C}p{P} {how} {shape}", f"{c.label} c{C}p{P} {how}",
+                                       timers, meta, ref)
     bench.write()
     harness.print_table(bench.results)
     return 0

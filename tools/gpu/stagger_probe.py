@@ -4,8 +4,7 @@
 
 With whole row groups per warp, every warp walks its group from k = 0 in step with the others: the first units of
 all warps lie at one regular stride (a group's bytes) in memory, which can load some memory channels more than
-others while the pipeline fills (the timeline puts the first unit 4-5 us after entry, at about half the streaming
-rate). The 'stagger' copy of version 3 (patched sources, the arithmetic unchanged) starts warp w at unit w mod KU of
+others while the pipeline fills (the timeline puts the first unit 4-5 us after entry). The 'stagger' copy of version 3 (patched sources, the arithmetic unchanged) starts warp w at unit w mod KU of
 its group and wraps around, so concurrent warps start at different offsets; it sums the units in another order, so
 it is validated against the float64 reference (not bit-compared with the default), then timed beside the default in
 the same grid, both in the default's CTAs of four warps and in one-warp CTAs, and the anchors, interleaved.
@@ -18,7 +17,9 @@ no warp can share an activation line with another?
 import os
 import sys
 
-from fp8lab.kernels import _cuda, gemm_anchors, gemm_decode as GD, gemm_report, gemv_v3 as V3, harness
+import v3probe   # tools/gpu/v3probe.py (this folder is on the path when the probe runs as a script)
+
+from fp8lab.kernels import gemm_anchors, gemm_decode as GD, gemm_report, gemv_v3 as V3, harness
 
 SHAPES = [tuple(int(v) for v in s.split("x")) for s in
           os.environ.get("FP8LAB_PROBE_SHAPES", "14336x4096,18944x3584,28672x8192").split(",")]
@@ -59,26 +60,11 @@ def main(out, Ms=(1,)):
             C, P = c.cfg[:2]
             for stagger in (0, 1):
                 for wpc, cps in GRIDS:
-                    cfg = (C, P, wpc, cps, 1)
-                    name = f"{c.label} {'stagger' if stagger else 'default'} w{wpc}{' no_x' if NO_X else ''} {shape}"
-                    try:
-                        with _cuda.patched_sources(patches(fmt, stagger)):
-                            launches = [V3.prepare(x, p, config=cfg) for p in c.packs]
-                            harness.poison_(launches[0].out)
-                            launches[0]()   # compiled from the patched copy while it exists
-                    except ValueError as e:
-                        bench.notes.append({"kernel": name, "error": str(e)[:300]})
-                        continue
-                    if NO_X:
-                        bench.trust(name, "activation loads cut (no_x_loads): wrong numbers by design; timed, not validated")
-                    elif not c.validate(bench, name, launches[0], ref):
-                        continue
-                    extra = c.extra(launches[0])
-                    extra.update(config=list(cfg), stagger=stagger, no_x=NO_X, info={k: launches[0].info[k] for k in
-                                                                          ("kernel", "grid", "warps", "whole_groups")})
-                    timers[name] = lambda ls=launches: harness.graph_time_us(ls, rep=30)
-                    meta[name] = (f"{c.label} {'stagger' if stagger else 'default'} w{wpc}{' no_x' if NO_X else ''}", c.dtype,
-                                  c.bytes, extra)
+                    label = f"{c.label} {'stagger' if stagger else 'default'} w{wpc}{' no_x' if NO_X else ''}"
+                    v3probe.add_config(bench, c, x, (C, P, wpc, cps, 1), f"{label} {shape}", label, timers, meta, ref,
+                                       patches=patches(fmt, stagger), stagger=stagger, no_x=NO_X,
+                                       trust=NO_X and "activation loads cut (no_x_loads): wrong numbers by design; "
+                                                      "timed, not validated")
     bench.write()
     harness.print_table(bench.results)
     return 0
