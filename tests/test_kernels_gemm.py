@@ -715,6 +715,14 @@ def test_v3_whole_groups_by_default_at_large_n(version, fmt):
             assert launch.info["warps"] < p.groups  # one warp per SM: several groups each
         else:
             assert launch.info["warps"] >= p.groups  # one group per warp (a few idle warps, spread evenly)
+            # the rule's whole groups: version 3 in one-warp CTAs (gemv_v3.ONE_WARP_CTAS), others as configured
+            one = version == 3 and V3.ONE_WARP_CTAS
+            assert launch.info["config"][2] == (1 if one else V3.default_config(fmt, M, 1, version)[2])
+        assert_close(launch(), ref, terms, "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", K)
+    if version == 3:  # a 5-element config is launched as given: whole groups in the CTAs it names
+        wpc = V3.default_config(fmt, M)[2]
+        launch = V3.prepare(x, p, config=(*V3.default_config(fmt, M), 1), out=_poison((M, N)))
+        assert launch.info["whole_groups"] and launch.info["config"][2] == wpc > 1
         assert_close(launch(), ref, terms, "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", K)
 
 

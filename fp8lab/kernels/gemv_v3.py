@@ -25,7 +25,9 @@ Python. At M <= 8 where the row groups fit the resident warps (`whole_groups_pay
 instead (gran = units per group), and nothing is split.
 
 Config (C, P, WPC, CPS[, whole]): C chunks per unit, P units of loads in flight per warp (version 4: D ring slots),
-WPC warps per CTA, CPS CTAs per SM, whole = 1 / 0 to force whole row groups / stream-K (default: by N).
+WPC warps per CTA, CPS CTAs per SM, whole = 1 / 0 to force whole row groups / stream-K (default: by N). Where the
+rule picks whole groups (no 5th element; version 3, no fused norm) they run in one-warp CTAs, WPC x CPS per SM
+(`ONE_WARP_CTAS`); a 5-element config is launched as given.
 The compiled kernels (format, R, NT, C, P, epilogue) are KERNELS; R (16-row tiles per unit) is fixed at packing.
 """
 from __future__ import annotations
@@ -280,7 +282,7 @@ def pack_nvfp4(w_packed: torch.Tensor, scale_codes: torch.Tensor, global_scale, 
     Np, Kp = src.numel(), math.ceil(K / K_ALIGN["nvfp4"]) * K_ALIGN["nvfp4"]
     nib = _pad_k(_gather_rows(unpack_nibbles(w_packed), src), Kp).to(torch.int64)
     G, CH = Np // (16 * R), Kp // 128
-    # lane t's half q of a chunk is the 16-block t + 4q (k = 64q + 16t + 4 step + e): a warp's activation load then
+    # lane t's half q of a chunk is the 16-block t + 4q (k = 64q + 16t + 4s + e, s the step in the half): a warp's activation load then
     # reads, per token row, four 16-byte pieces of ONE 128-byte line (gemv_v3.cu's header, point 2)
     n = nib.reshape(G, R, 2, 8, CH, 2, 4, 4, 4).permute(0, 1, 2, 3, 4, 6, 5, 7, 8).reshape(G, R, 2, 8, CH, 4, 8, 4)
     # n: [group][r][h][g][chunk][t][step = 4q + s][k in step]
@@ -368,6 +370,12 @@ def streamk_plan(G: int, KU: int, Wt: int) -> dict:
 #: every warp. At M = 16 (two MMAs per step) the split's extra warps won at every shape; the recorded decode run
 #: (outputs/kernels/gemm.json) times the defaults this rule picks.
 WHOLE_MIN_GROUPS_PER_SM = 6
+
+
+#: The default's whole-group calls (version 3, no fused norm) launch one-warp CTAs: on an H100 (outputs/kernels/h100/
+#: inflight_probe.json, notebook 07 "More bytes in flight?") the default's (C, P) in one-warp CTAs ran 1.01x (FP8) and
+#: 1.02x (NVFP4, 1.01-1.04x) the four-warp CTAs' speed at every whole-group case (medians of interleaved rounds).
+ONE_WARP_CTAS = True
 
 
 def whole_groups_pays(G: int, sms: int, resident_warps: int, NT: int = 1) -> bool:
@@ -536,8 +544,12 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
         gran, grid = (KU, max(1, min(sms * cps, NB))) if whole else (1, max(1, min(sms * cps, NB * KU)))
         Wt = grid
     else:
-        if whole is None:
+        if whole is None:  # a 4-element config: the rule picks the split, and for whole groups the CTA shape
             whole = whole_groups_pays(G, sms, sms * cps * wpc, NT)
+            if whole and ONE_WARP_CTAS and version == 3 and norm is None and wpc > 1:
+                # one-warp CTAs, as many per SM as the config's warps: the block scheduler then deals the groups out
+                # one warp at a time (14336 x 4096 on 132 SMs: 6 or 7 per SM, not 8 on some SMs and 4 on others)
+                wpc, cps = 1, min(cps * wpc, resident_ctas(fn, 32, smem))
         if whole:  # units per grain: whole row groups, one per warp where they fit (a few warps idle, spread evenly)
             gran, grid = KU, max(1, min(sms * cps, -(-G // wpc)))
         else:      # any unit (stream-K): every warp gets >= 1 unit

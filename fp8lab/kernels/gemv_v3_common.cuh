@@ -244,7 +244,7 @@ __device__ __forceinline__ void v3_unit(float (&acc)[R][NT][4], const uint4 (&cu
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 if constexpr (NV) {
-                    const u32 sw = scur[c * R + r];  // (g, blk 2t) (g+8, 2t) (g, 2t+1) (g+8, 2t+1)
+                    const u32 sw = scur[c * R + r];  // (g, blk t) (g+8, t) (g, t+4) (g+8, t+4)
                     v3_nvfp4_half<NT>(acc[r], cur[(c * R + r) * 2], scale2_bf16x2(sw & 0xFFFFu), 0, xa);
                     v3_nvfp4_half<NT>(acc[r], cur[(c * R + r) * 2 + 1], scale2_bf16x2(sw >> 16), 1, xa);
                 } else {

@@ -362,6 +362,9 @@ if not inf_runs:
 Reading it: if deeper pipelines run at or below the default's speed, the fixed cost is not a shortage of bytes in
 flight — the pipeline fill is the memory system delivering the first bytes to every warp at once, and more requests
 queue behind the same bandwidth. Where one-warp CTAs gain, part of the tail was SMs holding more warps than others.
+Since this probe, version 3 launches the rule's whole row groups in one-warp CTAs by default (`gemv_v3.ONE_WARP_CTAS`;
+a config with a 5th element is launched as given, so the probe's `default` rows keep the four-warp CTAs); each call's
+`grid` and `warps` are kept in the decode record's JSON).
 A config faster at one shape and slower at another is what a per-shape tuning table (as serving engines keep per
 GPU) would pick up; the lab's defaults stay one rule per format and M.
 
