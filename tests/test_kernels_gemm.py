@@ -471,6 +471,27 @@ def test_v3_streamk_split(G, KU, Wt):
         V3.streamk_plan(G, KU, G * KU + 1)
 
 
+@pytest.mark.parametrize("G,KU", [(3, 4), (17, 8), (256, 56), (5, 12), (1, 6)])
+def test_v3_segment_split_owners(G, KU):
+    """Split-K in S segments (grains of KU / S units): the kernel's v3_owner formula over grains names, for every
+    row group, exactly the warps whose ranges hold its units (so the fix-up waits for the right count: one too many
+    would hang, one too few would store a partial sum), every warp holds whole segments, and no group has more
+    contributors than its S segments (the workspace's slots, prepare's smax = S)."""
+    U = G * KU
+    for S in [s for s in range(2, KU + 1) if KU % s == 0]:
+        gran, NG = KU // S, G * S
+        for Wt in sorted({1, 2, NG // 3 or 1, NG // 2 or 1, NG - 1 or 1, NG}):
+            plan = V3.streamk_plan(G, KU, Wt, gran)
+            ranges = V3.warp_ranges(U, Wt, gran)
+            assert all(u1 > u0 and u0 % gran == 0 and u1 % gran == 0 for u0, u1 in ranges)
+            for g in range(G):
+                holders = [w for w, (u0, u1) in enumerate(ranges) if u0 < (g + 1) * KU and u1 > g * KU]
+                assert plan["contributors"][g] == len(holders) and holders == list(range(holders[0], holders[-1] + 1))
+            assert plan["smax"] <= S
+        with pytest.raises(ValueError, match="empty warp"):
+            V3.streamk_plan(G, KU, NG + 1, gran)   # Wt > G S: an empty warp between a group's owners
+
+
 def test_v3_rejects_bad_arguments():
     c = torch.zeros(32, 256, dtype=torch.uint8)
     with pytest.raises(ValueError, match="R"):
@@ -503,8 +524,13 @@ def test_v3_rejects_bad_arguments():
         V3.gemv_v3(torch.zeros(17, 256, dtype=torch.bfloat16), p, norm=(torch.ones(256, dtype=torch.bfloat16), 1e-5))
     with pytest.raises(ValueError, match="1..8 warps per CTA"):
         V3.gemv_v3(x, p, config=(2, 3, 16, 2))
-    with pytest.raises(ValueError, match="0 or 1"):
-        V3.gemv_v3(x, p, config=(2, 3, 4, 4, 2))
+    for split in (-1, 2.0):
+        with pytest.raises(ValueError, match="5th element is 0 .stream-K."):
+            V3.gemv_v3(x, p, config=(2, 3, 4, 4, split))
+    with pytest.raises(ValueError, match="5th element"):
+        V3.gemv_v3(x, p, version=5, config=(2, 4, 8, 3, 2))   # version 5 splits over CTA bands: 0 or 1 only
+    with pytest.raises(ValueError, match="3 segments per row group must divide its 2 units"):
+        V3.gemv_v3(x, p, config=(2, 2, 4, 4, 3))   # K = 256: two units of 128 k
     with pytest.raises(ValueError, match=r"\(C, P, WPC, CPS\)"):
         V3.gemv_v3(x, p, config=(2, 3, 4))
     assert V3.whole_groups_pays(1184, 132, 2112) and V3.whole_groups_pays(896, 132, 2112)
@@ -612,8 +638,8 @@ def _activations(M, K, dist, seed=0):
 def test_v3_every_config_matches_reference(version, fmt, M):
     """Every compiled store-epilogue config of this M (and its R) of version 3 (P units in flight in registers) and
     version 4 (D slots of a shared-memory ring), outputs poisoned, odd N and K (a partial row tile at R = 1 and 2),
-    grids from one warp to many (a warp whose range is shorter than its ring included), stream-K and whole-group
-    ranges."""
+    grids from one warp to many (a warp whose range is shorter than its ring included), stream-K, whole-group and
+    (versions 3 and 4) split-K segment ranges."""
     NT = V3.n_tiles(M)
     table = V3.TABLES[version]
     grids = {3: ((4, 4), (1, 1), (8, 2)), 4: ((8, 4), (1, 1), (4, 8)), 5: ((8, 2), (1, 1), (4, 4))}[version]
@@ -627,9 +653,13 @@ def test_v3_every_config_matches_reference(version, fmt, M):
         x = _activations(M, K, "normal", seed=M)
         ref, terms = V3.reference(x, p)
         for C, P in cfgs:
-            for (wpc, cps), whole in [(g, 0) for g in grids] + [(grids[0], 1), (grids[1], 1)]:
-                launch = V3.prepare(x, p, config=(C, P, wpc, cps, whole), out=_poison((M, N)), version=version)
-                assert launch.info["kernel"].startswith(f"gemv{version}_") and launch.info["whole_groups"] == bool(whole)
+            KU = p.Kp // (V3.CHUNK_K[fmt] * C)
+            segs = sorted({2, KU} & {S for S in range(2, KU + 1) if KU % S == 0}) if version < 5 else []
+            for (wpc, cps), split in ([(g, 0) for g in grids] + [(grids[0], 1), (grids[1], 1)]
+                                      + [(grids[0], S) for S in segs] + [((1, 16), S) for S in segs[:1]]):
+                launch = V3.prepare(x, p, config=(C, P, wpc, cps, split), out=_poison((M, N)), version=version)
+                assert launch.info["kernel"].startswith(f"gemv{version}_") and launch.info["whole_groups"] == (split == 1)
+                assert launch.info.get("segments") == (split if split >= 2 else None)
                 assert_close(launch(), ref, terms, "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", K)
 
 

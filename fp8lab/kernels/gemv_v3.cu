@@ -123,7 +123,7 @@ __device__ __forceinline__ void gemv3_body(V3_PARAMS) {
                 for (int i = 0; i < NS; ++i) scur[i] = sring[j][i];
                 if (u + P < u1) load_unit(ring[j], sring[j], u + P);  // keep P units in flight
                 v3_unit<FMT, R, NT, C, NORM>(acc, cur, scur, xrow, kk * C * CK, S, grp, kk, KB);
-                v3_after_unit<FMT, R, NT, EPI>(o, acc, grp, kk, u, u0, u1, KU, U, Wt, wg, lane, WS, CNT, smax);
+                v3_after_unit<FMT, R, NT, EPI>(o, acc, grp, kk, u, u0, u1, KU, U, Wt, wg, lane, WS, CNT, smax, gran);
             }
         }
     }

@@ -24,10 +24,11 @@ result does not depend on timing (bit-reproducible). `warp_ranges` and `streamk_
 Python. At M <= 8 where the row groups fit the resident warps (`whole_groups_pays`) the ranges are whole row groups
 instead (gran = units per group), and nothing is split.
 
-Config (C, P, WPC, CPS[, whole]): C chunks per unit, P units of loads in flight per warp (version 4: D ring slots),
-WPC warps per CTA, CPS CTAs per SM, whole = 1 / 0 to force whole row groups / stream-K (default: by N). Where the
-rule picks whole groups (no 5th element; version 3, no fused norm) they run in one-warp CTAs, WPC x CPS per SM
-(`ONE_WARP_CTAS`); a 5-element config is launched as given.
+Config (C, P, WPC, CPS[, split]): C chunks per unit, P units of loads in flight per warp (version 4: D ring slots),
+WPC warps per CTA, CPS CTAs per SM; split = 1 / 0 forces whole row groups / stream-K (default: by N), S >= 2 split-K
+in S segments per row group (S divides the units per group; each warp takes whole segments, and each group is
+finished by the fix-up from its segments' warps). Where the rule picks whole groups (no 5th element; version 3, no
+fused norm) they run in one-warp CTAs, WPC x CPS per SM (`ONE_WARP_CTAS`); a 5-element config is launched as given.
 The compiled kernels (format, R, NT, C, P, epilogue) are KERNELS; R (16-row tiles per unit) is fixed at packing.
 """
 from __future__ import annotations
@@ -346,18 +347,24 @@ def warp_ranges(U: int, Wt: int, gran: int = 1) -> list[tuple[int, int]]:
     return [(w * NG // Wt * gran, (w + 1) * NG // Wt * gran) for w in range(Wt)]
 
 
-def streamk_plan(G: int, KU: int, Wt: int) -> dict:
-    """Warp ranges of the stream-K split: warp w gets units [w U // Wt, (w + 1) U // Wt), U = G * KU.
+def streamk_plan(G: int, KU: int, Wt: int, gran: int = 1) -> dict:
+    """Warp ranges of a split into grains of `gran` units (1: stream-K; KU / S: S segments per row group): warp w
+    gets grains [w NG // Wt, (w + 1) NG // Wt), NG = G * KU / gran, U = G * KU units.
 
-    streamk_plan(3, 4, 5) -> {'U': 12, 'units_per_warp': (2, 3), 'smax': 3, 'split_groups': 3, ...}
-    `smax`: the most warps any row group is split between (the workspace's slots per group)."""
+    streamk_plan(3, 4, 5) -> {'U': 12, 'units_per_warp': (2, 3), 'smax': 2, 'split_groups': 3, ...}
+    streamk_plan(3, 4, 6, gran=2) -> {'U': 12, 'units_per_warp': (2, 2), 'smax': 2, 'split_groups': 3, ...}
+    `smax`: the most warps any row group is split between (the workspace's slots per group); `contributors`: that
+    count per group, by the kernel's v3_owner formula."""
     U = G * KU
-    if not 1 <= Wt <= U:
-        raise ValueError(f"need 1 <= warps ({Wt}) <= units ({U}): an empty warp would stall a split group")
-    starts = [u0 for u0, _ in warp_ranges(U, Wt)] + [U]
+    if gran < 1 or U % gran:
+        raise ValueError(f"grains of {gran} units must tile the {U} units")
+    NG = U // gran
+    if not 1 <= Wt <= NG:
+        raise ValueError(f"need 1 <= warps ({Wt}) <= grains ({NG}): an empty warp would stall a split group")
+    starts = [u0 for u0, _ in warp_ranges(U, Wt, gran)] + [U]
 
     def owner(u):  # the kernel's v3_owner
-        return ((u + 1) * Wt - 1) // U
+        return ((u // gran + 1) * Wt - 1) // NG
     contrib = [owner(g * KU + KU - 1) - owner(g * KU) + 1 for g in range(G)]
     sizes = {starts[w + 1] - starts[w] for w in range(Wt)}
     return {"U": U, "units_per_warp": (min(sizes), max(sizes)), "smax": max(contrib),
@@ -491,11 +498,13 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
         raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
     cfg = tuple(config) if config is not None else default_config(p.fmt, M, p.R, version)
     if len(cfg) not in (4, 5):
-        raise ValueError(f"config is (C, P, WPC, CPS) or (C, P, WPC, CPS, whole), got {cfg}")
+        raise ValueError(f"config is (C, P, WPC, CPS) or (C, P, WPC, CPS, split), got {cfg}")
     C, P, wpc, cps = cfg[:4]
-    whole = cfg[4] if len(cfg) == 5 else None
-    if whole not in (None, 0, 1):
-        raise ValueError(f"config's 5th element (whole row groups per warp) must be 0 or 1, got {whole!r}")
+    seg = cfg[4] if len(cfg) == 5 else None   # 0 stream-K, 1 whole row groups, S >= 2 split-K in S segments
+    if not (seg is None or (isinstance(seg, int) and seg >= 0)) or (version == 5 and seg not in (None, 0, 1)):
+        raise ValueError(f"config's 5th element is 0 (stream-K), 1 (whole row groups per warp) or S >= 2 (S segments "
+                         f"per row group; versions 3 and 4), got {seg!r}")
+    whole = None if seg is None else seg == 1
     if not (1 <= wpc <= 8 and cps >= 1):
         raise ValueError(f"config: 1..8 warps per CTA (the kernels' launch bound is 256 threads) and >= 1 CTA per SM, "
                          f"got WPC = {wpc}, CPS = {cps}")
@@ -515,6 +524,9 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
         raise ValueError(f"not compiled: (format, R, NT, C, {what}, epilogue, norm) = {key}; see gemv_v3.{table}")
     if p.Kp % (CHUNK_K[p.fmt] * C):
         raise ValueError(f"K padded to {p.Kp} is not a whole number of {C}-chunk units")
+    if seg is not None and seg >= 2 and (p.Kp // (CHUNK_K[p.fmt] * C)) % seg:
+        raise ValueError(f"{seg} segments per row group must divide its {p.Kp // (CHUNK_K[p.fmt] * C)} units "
+                         f"(K padded to {p.Kp}, {CHUNK_K[p.fmt] * C} k per unit)")
     for name, t in (("x", x), ("weights", p.data)):
         if not t.is_cuda:
             raise TypeError(f"{name} must be on a CUDA device, got {t.device}")
@@ -531,6 +543,8 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     U = G * KU
     sms = sms or sm_count(x.device)
     wpc = max(1, min(wpc, U))
+    if seg is not None and seg >= 2:
+        wpc = min(wpc, G * seg)   # every warp must hold a segment (v3_owner)
     if version >= 4:  # the ring (versions 4 and 5 have no fused norm: not compiled); allow_dynamic_smem checks it fits
         smem = ring_bytes(p.fmt, p.R, C, P, wpc, version)
     cp = _cuda._cupy()
@@ -550,12 +564,17 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
                 # one-warp CTAs, as many per SM as the config's warps: the block scheduler then deals the groups out
                 # one warp at a time (14336 x 4096 on 132 SMs: 6 or 7 per SM, not 8 on some SMs and 4 on others)
                 wpc, cps = 1, min(cps * wpc, resident_ctas(fn, 32, smem))
-        if whole:  # units per grain: whole row groups, one per warp where they fit (a few warps idle, spread evenly)
+        if seg is not None and seg >= 2:  # grains of one segment, every warp >= 1 (Wt <= G S: v3_owner needs it)
+            gran, grid = KU // seg, max(1, min(sms * cps, G * seg // wpc))
+        elif whole:  # units per grain: whole row groups, one per warp where they fit (a few warps idle, spread evenly)
             gran, grid = KU, max(1, min(sms * cps, -(-G // wpc)))
         else:      # any unit (stream-K): every warp gets >= 1 unit
             gran, grid = 1, max(1, min(sms * cps, U // wpc))
         Wt = grid * wpc
-    smax = 1 if whole else smax_bound(-(-G // wpc) if version == 5 else G, KU, Wt)
+    if seg is not None and seg >= 2:
+        smax = seg   # a group's S segments lie in at most S warps' ranges
+    else:
+        smax = 1 if whole else smax_bound(-(-G // wpc) if version == 5 else G, KU, Wt)
     # the stream-K workspace: smax slots of R*NT*4*32 fp32 partial sums per row group (a few MB at most)
     ws = torch.empty(G * smax * p.R * NT * 4 * 32, dtype=torch.float32, device=x.device)
     cnt = torch.zeros(G, dtype=torch.int32, device=x.device)
@@ -568,7 +587,8 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     args = (*a[:8], cp.int32(M), cp.int32(nout), cp.int32(p.Kp), cp.int32(KU), cp.int32(U), cp.int32(smax), a[8],
             cp.float32(norm[1] if norm is not None else 0.0), cp.int32(p.K), cp.int32(gran))
     info = {"kernel": kernel_name(*key, version=version), "version": version, "config": (C, P, wpc, cps), "grid": grid,
-            "warps": Wt, "units": U, "whole_groups": bool(whole), "bytes_per_unit": C * p.R * 1024, "smax": smax,
+            "warps": Wt, "units": U, "whole_groups": bool(whole), "segments": seg if seg and seg >= 2 else None,
+            "bytes_per_unit": C * p.R * 1024, "smax": smax,
             "weight_bytes": p.weight_bytes(), "smem": smem}
     threads = 32 * (wpc + 1 if version == 5 else wpc)   # version 5: WPC MMA warps + one producer warp
     return Launch(fn, (grid,), (threads,), args, out, info, pdl=pdl, keep=keep, smem=smem)

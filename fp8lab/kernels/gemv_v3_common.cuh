@@ -114,16 +114,20 @@ __device__ __forceinline__ void v3_store(const V3Out& o, const float (&v)[R][NT]
 
 // Warp wg's range of units [u0, u1): the U units cut into grains of `gran` units, grain ranges split evenly over the
 // Wt warps. gran = 1: stream-K (any unit boundary; row groups split between warps are finished by v3_finish's fix-up);
-// gran = KU: whole row groups per warp (no group is ever split: no workspace, no fence, no atomic).
+// gran = KU: whole row groups per warp (no group is ever split: no workspace, no fence, no atomic); gran = KU / S:
+// split-K in S segments per row group (the fix-up finishes each group from its segments' warps).
 __device__ __forceinline__ void v3_range(int wg, int Wt, int U, int gran, long long& u0, long long& u1) {
     const long long NG = U / gran;
     u0 = (long long)wg * NG / Wt * gran;
     u1 = (long long)(wg + 1) * NG / Wt * gran;
 }
 
-// The warp whose range holds unit u: the largest w with floor(w U / Wt) <= u (stream-K, gran = 1: the only split
-// whose groups reach the fix-up).
-__device__ __forceinline__ int v3_owner(long long u, int U, int Wt) { return (int)(((u + 1) * Wt - 1) / U); }
+// The warp whose range holds unit u: the largest w with floor(w NG / Wt) <= u / gran, NG = U / gran grains (gran = 1:
+// stream-K). Every warp must hold >= 1 grain (Wt <= NG, the Python side's grid): an empty warp between a group's
+// owners would be counted as a contributor and never arrive.
+__device__ __forceinline__ int v3_owner(long long u, int U, int Wt, int gran) {
+    return (int)(((u / gran + 1) * Wt - 1) / (U / gran));
+}
 
 // Group `grp` ends in this warp's range: store it, or (split between warps) the stream-K fixup. `span`: the index of
 // the span of KU units whose owners share the group (the group itself in versions 3 and 4; version 5's band of row
@@ -131,14 +135,14 @@ __device__ __forceinline__ int v3_owner(long long u, int U, int Wt) { return (in
 template <int FMT, int R, int NT, int EPI>
 __device__ __forceinline__ void v3_finish_span(const V3Out& o, const float (&acc)[R][NT][4], int grp, int span,
                                                long long u0, long long u1, int KU, int U, int Wt, int wg, int lane,
-                                               float* __restrict__ ws, int* __restrict__ cnt, int smax) {
+                                               float* __restrict__ ws, int* __restrict__ cnt, int smax, int gran) {
     constexpr int NV = R * NT * 4;
     const long long gs = (long long)span * KU, ge = gs + KU;
     if (u0 <= gs && u1 >= ge) {  // the whole group is ours
         v3_store<FMT, R, NT, EPI>(o, acc, grp, lane);
         return;
     }
-    const int first = v3_owner(gs, U, Wt), n = v3_owner(ge - 1, U, Wt) - first + 1;
+    const int first = v3_owner(gs, U, Wt, gran), n = v3_owner(ge - 1, U, Wt, gran) - first + 1;
     float* mine = ws + ((size_t)grp * smax + (wg - first)) * NV * 32 + lane;
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -172,8 +176,8 @@ __device__ __forceinline__ void v3_finish_span(const V3Out& o, const float (&acc
 template <int FMT, int R, int NT, int EPI>
 __device__ __forceinline__ void v3_finish(const V3Out& o, const float (&acc)[R][NT][4], int grp, long long u0, long long u1,
                                           int KU, int U, int Wt, int wg, int lane, float* __restrict__ ws, int* __restrict__ cnt,
-                                          int smax) {
-    v3_finish_span<FMT, R, NT, EPI>(o, acc, grp, grp, u0, u1, KU, U, Wt, wg, lane, ws, cnt, smax);
+                                          int smax, int gran) {
+    v3_finish_span<FMT, R, NT, EPI>(o, acc, grp, grp, u0, u1, KU, U, Wt, wg, lane, ws, cnt, smax, gran);
 }
 
 // ---- one unit of the packed stream -------------------------------------------------------------------------------
@@ -260,9 +264,9 @@ __device__ __forceinline__ void v3_unit(float (&acc)[R][NT][4], const uint4 (&cu
 template <int FMT, int R, int NT, int EPI>
 __device__ __forceinline__ void v3_after_unit(const V3Out& o, float (&acc)[R][NT][4], int& grp, int& kk, long long u,
                                               long long u0, long long u1, int KU, int U, int Wt, int wg, int lane,
-                                              float* __restrict__ ws, int* __restrict__ cnt, int smax) {
+                                              float* __restrict__ ws, int* __restrict__ cnt, int smax, int gran) {
     if (++kk == KU || u + 1 == u1) {
-        v3_finish<FMT, R, NT, EPI>(o, acc, grp, u0, u1, KU, U, Wt, wg, lane, ws, cnt, smax);
+        v3_finish<FMT, R, NT, EPI>(o, acc, grp, u0, u1, KU, U, Wt, wg, lane, ws, cnt, smax, gran);
         zero_tiles(acc);
         kk = 0;
         ++grp;

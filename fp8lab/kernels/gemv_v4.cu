@@ -104,7 +104,7 @@ __device__ __forceinline__ void gemv4_body(V3_PARAMS) {
             slot = 0;
             phase ^= 1u;
         }
-        v3_after_unit<FMT, R, NT, EPI>(o, acc, grp, kk, u, u0, u1, KU, U, Wt, wg, lane, WS, CNT, smax);
+        v3_after_unit<FMT, R, NT, EPI>(o, acc, grp, kk, u, u0, u1, KU, U, Wt, wg, lane, WS, CNT, smax, gran);
     }
 }
 

@@ -131,7 +131,7 @@ __device__ __forceinline__ void gemv5_body(V3_PARAMS) {
         __syncwarp();
         if (lane == 0) mbar_arrive(empty0 + 8 * slot);
         if (kk == KU - 1 || s + 1 == c1) {  // the band ends in this range: this warp's group, stored or fixed up
-            if (grp < NG) v3_finish_span<FMT, R, NT, EPI>(o, acc, grp, band, c0, c1, KU, NU, gridDim.x, blockIdx.x, lane, WS, CNT, smax);
+            if (grp < NG) v3_finish_span<FMT, R, NT, EPI>(o, acc, grp, band, c0, c1, KU, NU, gridDim.x, blockIdx.x, lane, WS, CNT, smax, gran);
             zero_tiles(acc);
         }
     }

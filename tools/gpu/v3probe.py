@@ -25,7 +25,7 @@ def add_config(bench, case, x, cfg, name, label, timers, meta, ref=None, patches
     elif not case.validate(bench, name, launches[0], ref):
         return False
     rec = case.extra(launches[0])
-    rec.update(config=list(cfg), info={k: launches[0].info[k] for k in ("kernel", "grid", "warps", "whole_groups")},
+    rec.update(config=list(cfg), info={k: launches[0].info[k] for k in ("kernel", "grid", "warps", "whole_groups", "segments")},
                **extra)
     timers[name] = lambda ls=launches: harness.graph_time_us(ls, rep=30)
     meta[name] = (label, case.dtype, case.bytes, rec)
