@@ -400,6 +400,52 @@ def stagger_sentence(rows: list[dict], device: str | None = None) -> str:
     return text
 
 
+def stagger_nox_sentence(rows: list[dict], device: str | None = None) -> str:
+    """What a stagger run with the activation loads cut says (rows: gemm_report.stagger_table(data, no_x=True)):
+    whether the staggered start still costs time when no warp reads activations, rendered from its ratios."""
+    names = _GEMV_FORMAT_NAMES
+    if not rows:
+        return "This run holds no timing of the staggered start without activation loads."
+    parts = [f"{names.get(f, f)} {ratio_range([r['stagger_vs_default'] for r in rows if r['format'] == f], 2)}x"
+             for f in sorted({r["format"] for r in rows})]
+    allv = [r["stagger_vs_default"] for r in rows]
+    text = (f"On the {device or 'recorded GPU'}, with both copies' activation loads cut (weights only), the staggered "
+            f"start ran " + "; ".join(parts) + " the in-step default's speed. ")
+    if max(allv) < 1:
+        text += ("It still loses without any activation to share: the advantage of walking k in step lies in how the "
+                 "weight requests reach memory, not (only) in warps sharing activations in L1.")
+    elif min(allv) >= 1:
+        text += "Without activations the stagger costs nothing: the in-step advantage was the shared activations."
+    else:
+        text += "Mixed: part of the in-step advantage is the shared activations, part is not."
+    return text
+
+
+def segments_sentence(best: list[dict], device: str | None = None) -> str:
+    """What a segments run says (best: gemm_report.segments_best), rendered from its numbers: per format and M, how
+    many shapes some segment split beat the default's stream-K by 2 % or more, and the range of the best ratios."""
+    names = _GEMV_FORMAT_NAMES
+    if not best:
+        return "This run holds no timing of a split in whole segments."
+    parts = []
+    for f, M in sorted({(b["format"], b["M"]) for b in best}):
+        bs = [b for b in best if (b["format"], b["M"]) == (f, M)]
+        wins = [b for b in bs if b["best_x_default"] >= 1.02]
+        parts.append(f"{names.get(f, f)} M = {M}: the best split ran {ratio_range([b['best_x_default'] for b in bs], 2)}x "
+                     f"the default, at least 2 % faster at {len(wins)} of {len(bs)} shape{'s' if len(bs) != 1 else ''}")
+    allw = [b for b in best if b["best_x_default"] >= 1.02]
+    text = (f"On the {device or 'recorded GPU'}, against version 3's stream-K default timed in the same rounds: "
+            + "; ".join(parts) + ". ")
+    if not allw:
+        text += "No segment split pays here: stream-K stays the default."
+    elif len(allw) == len(best):
+        text += "Some segment split pays at every shape timed; which S does is listed above."
+    else:
+        text += ("A segment split pays at some shapes and not at others, and the S that wins changes with the shape: "
+                 "a per-shape table could pick it, one rule cannot; the default stays stream-K.")
+    return text
+
+
 def decode_gap_sentence(rows: list[dict], device: str | None = None) -> str:
     """What a decode gap run says (rows: fp8lab.kernels.gemm_report.decode_gap), rendered from its numbers: per format
     and M, the share of version 3's time that cutting ALL its arithmetic saved ('loads_only') and the ratios to

@@ -1075,3 +1075,41 @@ def test_stagger_table_and_sentence():
     assert "Faster at every point" in findings.stagger_sentence(faster)
     assert "Faster at some points" in findings.stagger_sentence(faster[:1] + rows[1:])
     assert findings.stagger_sentence([]) == "This run holds no timing of version 3 with staggered starts."
+    # a run with the activation loads cut is read on its own
+    nox = [dict(r, no_x=True) for r in res[:4]]
+    assert R.stagger_table({"results": nox}) == [] and len(R.stagger_table({"results": res + nox}, no_x=True)) == 2
+    nrows = R.stagger_table({"results": nox}, no_x=True)
+    t = findings.stagger_nox_sentence(nrows, "H200")
+    assert "FP8 (per-channel) 0.96x the in-step default's speed" in t and "It still loses" in t
+    assert "the shared activations." in findings.stagger_nox_sentence([dict(r, stagger_vs_default=1.0) for r in nrows])
+    assert findings.stagger_nox_sentence([]).startswith("This run holds no timing")
+
+
+def test_segments_table_best_and_sentence():
+    """gemm_report.segments_table / segments_best / findings.segments_sentence on a segments run's records (family
+    'segments', tools/gpu/segments_probe.py): x_default against the stream-K default of the same round, the best split
+    per shape, and the sentence's verdict rendered from those ratios."""
+    from fp8lab import findings
+    from fp8lab.kernels import gemm_report as R
+
+    def rec(N, S, wpc, t, fmt="fp8c", M=1):
+        return {"family": "segments", "fmt": fmt, "M": M, "N": N, "K": 14336, "shape": f"M={M} N={N} K=14336",
+                "segments": S, "config": [4, 2, wpc, 4, S], "info": {"warps": 1024}, "time_us": t,
+                "speedup_vs_scaled_mm_tensorwise": 20.0 / t}
+
+    res = [rec(4096, 0, 4, 21.0), rec(4096, 4, 4, 20.0), rec(4096, 4, 1, 22.0), rec(4096, 8, 4, 24.0),
+           rec(8192, 0, 4, 62.0), rec(8192, 2, 4, 63.0), rec(3584, 0, 4, 23.0),   # 3584: no split timed
+           {"family": "decode", "kernel": "x", "time_us": 1.0}]
+    rows = R.segments_table({"results": res})
+    assert len(rows) == 7 and rows[0]["N"] == 3584 and rows[0]["S"] == 0
+    by = {(r["N"], r["S"], r["WPC"]): r for r in rows}
+    assert by[(4096, 4, 4)]["x_default"] == pytest.approx(21 / 20) and by[(4096, 8, 4)]["x_scaled_mm"] == pytest.approx(20 / 24)
+    best = R.segments_best(rows)
+    assert [(b["N"], b["best_S"], b["best_WPC"]) for b in best] == [(4096, 4, 4), (8192, 2, 4)]
+    assert best[0]["best_x_default"] == pytest.approx(1.05) and best[1]["default_us"] == 62.0
+    text = findings.segments_sentence(best, "H200")
+    assert "FP8 (per-channel) M = 1: the best split ran 0.98–1.05x the default, at least 2 % faster at 1 of 2 shapes" in text
+    assert "one rule cannot" in text
+    assert "No segment split pays" in findings.segments_sentence(best[1:])
+    assert "at every shape timed" in findings.segments_sentence(best[:1])
+    assert findings.segments_sentence([]) == "This run holds no timing of a split in whole segments."

@@ -379,15 +379,16 @@ def inflight_summary(rows: list[dict]) -> list[dict]:
                                                                            kv[0][1], -kv[0][3]))]
 
 
-def stagger_table(data: dict) -> list[dict]:
+def stagger_table(data: dict, no_x: bool = False) -> list[dict]:
     """Rows of a stagger run (tools/gpu/stagger_probe.py, family 'stagger'), one per (format, M, N, K, WPC): version 3
     with whole row groups per warp as shipped (every warp walks its group from k = 0, in step with the others) and its
     copy whose warp w starts at unit w mod KU, same grid, same rounds: both times and 'stagger_vs_default' =
-    t(default) / t(stagger) (> 1: staggering is faster)."""
+    t(default) / t(stagger) (> 1: staggering is faster). no_x: the records of a run with both copies' activation loads
+    cut (FP8LAB_PROBE_NO_X=1) instead, read on their own."""
     pairs = {}
     for r in data.get("results", []):
         if (r.get("family") == "stagger" and r.get("fmt") and r.get("config") and r.get("stagger") in (0, 1)
-                and not r.get("no_x")):   # a run with the activation loads cut is read on its own
+                and bool(r.get("no_x")) == no_x):
             k = (r["fmt"], r["M"], r["N"], r["K"], r["config"][2])
             pairs.setdefault(k, {})[r["stagger"]] = r["time_us"]
     return [{"format": f, "M": M, "N": N, "K": K, "WPC": w, "default_us": t[0], "stagger_us": t[1],
@@ -395,6 +396,41 @@ def stagger_table(data: dict) -> list[dict]:
             for (f, M, N, K, w), t in sorted(pairs.items(), key=lambda kv: (kv[0][0], kv[0][2] * kv[0][3], kv[0][2],
                                                                              kv[0][1], -kv[0][4]))
             if 0 in t and 1 in t]
+
+
+def segments_table(data: dict) -> list[dict]:
+    """Rows of a segments run (tools/gpu/segments_probe.py, family 'segments'), one per (format, M, N, K, S, WPC):
+    version 3 with its split in S whole segments per row group ('segments' S >= 2; 0 for the default's stream-K),
+    'x_default' = t(default stream-K) / t in the same rounds (> 1: faster than the default) and the ratio to the same
+    round's `_scaled_mm` tensorwise."""
+    recs = [r for r in data.get("results", []) if r.get("family") == "segments" and r.get("fmt")
+            and r.get("segments") is not None and r.get("config")]
+    base = {(r["shape"], r["fmt"]): r["time_us"] for r in recs if r["segments"] == 0}
+    rows = []
+    for r in recs:
+        t0 = base.get((r["shape"], r["fmt"]))
+        rows.append({"format": r["fmt"], "M": r["M"], "N": r["N"], "K": r["K"], "S": r["segments"],
+                     "WPC": r["config"][2], "warps": (r.get("info") or {}).get("warps"), "time_us": r["time_us"],
+                     "x_default": t0 / r["time_us"] if t0 else None,
+                     "x_scaled_mm": r.get("speedup_vs_scaled_mm_tensorwise")})
+    return sorted(rows, key=lambda x: (x["format"], x["M"], x["N"] * x["K"], x["N"], x["S"], -x["WPC"]))
+
+
+def segments_best(rows: list[dict]) -> list[dict]:
+    """segments_table rows reduced to one per (format, M, N, K) where a segment split was timed: the default's time and
+    ratio to `_scaled_mm`, and the fastest segment config (S, WPC) with its x_default."""
+    out = []
+    for key in sorted({(r["format"], r["M"], r["N"], r["K"]) for r in rows}):
+        these = [r for r in rows if (r["format"], r["M"], r["N"], r["K"]) == key]
+        d = [r for r in these if r["S"] == 0]
+        segs = [r for r in these if r["S"] >= 2 and r["x_default"] is not None]
+        if not d or not segs:
+            continue
+        b = max(segs, key=lambda r: r["x_default"])
+        out.append({"format": key[0], "M": key[1], "N": key[2], "K": key[3], "default_us": d[0]["time_us"],
+                    "default_x_scaled_mm": d[0]["x_scaled_mm"], "best_S": b["S"], "best_WPC": b["WPC"],
+                    "best_us": b["time_us"], "best_x_default": b["x_default"], "best_x_scaled_mm": b["x_scaled_mm"]})
+    return out
 
 
 def decode_timeline(data: dict) -> list[dict]:
@@ -829,8 +865,8 @@ def recorded_runs(filename: str, folders=RECORD_FOLDERS) -> list[dict]:
 
 
 def repeat_runs(filename: str = "gemm_prefill.json", folder=RECORD_FOLDERS[1]) -> list[dict]:
-    """The committed run `folder/filename` and its earlier recordings kept beside it as `folder/repeats/<stem>_<commit>
-    .json` (each with its own provenance), the committed file first, then the earlier ones newest first (by the
+    """The committed run `folder/filename` and its other recordings kept beside it as `folder/repeats/<stem>_<commit>
+    [_runN].json` (each with its own provenance), the committed file first, then the others newest first (by the
     date in their provenance); [] where it is not recorded."""
     stem = filename.rsplit(".", 1)[0]
     main = recorded_runs(filename, (folder,))

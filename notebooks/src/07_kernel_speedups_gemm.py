@@ -395,8 +395,51 @@ if not stg_runs:
 Reading it: when the staggered copy is slower, warps in step are an *advantage* — the warps of one SM read the same
 slice of the activations at the same time (one brings it into L1, the others hit), and neighbouring warps' requests
 arrive together. If the copy loses more for NVFP4, which loads more activation bytes per weight byte, that fits the
-first half of that reading; the run does not separate the two. Either way the slow start is not the lockstep: what
-is left is the memory system delivering every warp's first bytes at once, and the launch itself.
+first half of that reading. Either way the slow start is not the lockstep: what is left is the memory system
+delivering every warp's first bytes at once, and the launch itself.
+
+To separate the two halves, the probe has a mode (`FP8LAB_PROBE_NO_X=1`) that cuts both copies' activation loads
+(values made from addresses instead: wrong numbers by design, so timed and not validated). With no activations to
+share, any stagger penalty left belongs to the weight requests themselves.
+"""),
+("code", r"""
+nox_runs = gemm_report.recorded_runs("stagger_probe_nox.json")
+for nox in nox_runs:
+    print("\n".join(gemm_report.provenance_lines(nox)))
+    nrows = gemm_report.stagger_table(nox, no_x=True)
+    print(bg.format_rows(nrows))
+    nb.md(findings.stagger_nox_sentence(nrows, (nox.get("provenance") or {}).get("device")))
+if not nox_runs:
+    print("(no run without activation loads recorded yet: FP8LAB_PROBE_NO_X=1 python3 tools/gpu/stagger_probe.py "
+          "outputs/kernels/stagger_probe_nox.json 1 on a GPU)")
+"""),
+("md", r"""
+### Split-K in whole segments
+
+Where N is small the default cuts all the units evenly over the resident warps at any unit boundary (stream-K): the
+warps start at scattered k, and a group is split wherever the cut falls. The other classic split gives each row
+group S equal K segments and each warp whole segments (split-K; the lab's version 1 splits K this way). Version 3
+takes it as a config (`(C, P, WPC, CPS, S)`, S ≥ 2 dividing the units per group; `gemv_v3.streamk_plan` checks on the
+CPU that the fix-up counts exactly the warps holding each group). `tools/gpu/segments_probe.py` times every S that
+gives 4 to 16 segments per SM, in CTAs of four warps and of one, beside the default, validated first, interleaved.
+`x_default` > 1: faster than the stream-K default in the same rounds. What it cannot show: other GPUs, and the shapes
+where the default already takes whole row groups (nothing is split there).
+"""),
+("code", r"""
+seg_runs = gemm_report.recorded_runs("segments_probe.json")
+for seg in seg_runs:
+    print("\n".join(gemm_report.provenance_lines(seg)))
+    sbest = gemm_report.segments_best(gemm_report.segments_table(seg))
+    print(bg.format_rows(sbest))
+    nb.md(findings.segments_sentence(sbest, (seg.get("provenance") or {}).get("device")))
+if not seg_runs:
+    print("(no segments run recorded yet: python3 tools/gpu/segments_probe.py outputs/kernels/segments_probe.json 1 16 "
+          "on a GPU)")
+"""),
+("md", r"""
+Reading it: a split that wins at one shape and loses at the next is a tuning-table entry, not a rule; serving engines
+keep such tables per GPU and shape. Things to try: add an S to a shape by hand (`gemv_v3.prepare(x, p, config=(4, 2,
+4, 4, 8))`) and time it with `fp8lab.kernels.harness.graph_time_us`.
 """),
 ("md", r"""
 ## Prefill: the W8A8 block-scaled GEMM, step by step
@@ -477,21 +520,22 @@ else:
     print("(no H100 prefill grid recorded)")
 """),
 ("md", r"""
-One run's verdict at a shape is one sample. The same grid was recorded more than once on the H100 (the earlier runs
-are kept in `outputs/kernels/h100/repeats/`, each with its provenance): per shape, the ratio in each run (the
-committed run first), the median over runs and how far the runs lie apart (`spread` = max / min − 1). A goal read on
+One run's verdict at a shape is one sample. The same grid was recorded more than once on each GPU (the other runs
+are kept in `outputs/kernels/repeats/` and `outputs/kernels/h100/repeats/`, each with its provenance): per shape, the
+ratio in each run (the committed run first), the median over runs and how far the runs lie apart (`spread` = max / min − 1). A goal read on
 the medians is less at the mercy of one run's clocks than any single run; a shape where one run met the goal and
 another did not has no verdict a single run could give.
 """),
 ("code", r"""
-reps = gemm_report.repeat_runs("gemm_prefill.json")
-rep_rows = gemm_report.prefill_repeats(reps, min_m=gemm_report.PREFILL_GOAL_MIN_M)
-if len(reps) > 1 and rep_rows:
-    print("\n".join(gemm_report.run_line(d) for d in reps))
-    print(bg.format_rows(gemm_report.repeats_table(rep_rows)))
-    nb.md(findings.prefill_repeats_sentence(rep_rows, (reps[0].get("provenance") or {}).get("device")))
-else:
-    print("(one H100 prefill grid recorded: no repeats to compare)")
+for folder in gemm_report.RECORD_FOLDERS:   # the H200's records, then the H100's
+    reps = gemm_report.repeat_runs("gemm_prefill.json", folder)
+    rep_rows = gemm_report.prefill_repeats(reps, min_m=gemm_report.PREFILL_GOAL_MIN_M)
+    if len(reps) > 1 and rep_rows:
+        print("\n".join(gemm_report.run_line(d) for d in reps))
+        print(bg.format_rows(gemm_report.repeats_table(rep_rows)))
+        nb.md(findings.prefill_repeats_sentence(rep_rows, (reps[0].get("provenance") or {}).get("device")))
+    else:
+        print(f"({folder.name}: at most one prefill grid recorded, no repeats to compare)")
 """),
 ("md", r"""
 Where the rest of the gap goes (the mechanisms; the climb table shows which rungs moved the rate): the FP32
