@@ -171,6 +171,17 @@ def md(text: str) -> None:
         print(text)
 
 
+def show_recorded(reports, format_rows, missing: str) -> None:
+    """Print each (provenance lines, rows, sentence) report (e.g. gemm_report.probe_reports): the provenance, the rows
+    through `format_rows`, the sentence as Markdown; `missing` where no run is recorded."""
+    for prov_lines, rows, text in reports:
+        print("\n".join(prov_lines))
+        print(format_rows(rows))
+        md(text)
+    if not reports:
+        print(missing)
+
+
 def results_frame(path):
     """A sweep results.csv (either column layout) as a pandas DataFrame with numbers as numbers.
 

@@ -983,6 +983,23 @@ def test_recorded_runs_and_provenance_lines(tmp_path):
     (a / "repeats" / "other_ddd.json").write_text("{}")
     assert [r["provenance"]["device"] for r in R.repeat_runs("run.json", a)] == ["GPU A", "ccc", "bbb", "aaa"]
     assert R.repeat_runs("run.json", b) == [] and [r["provenance"]["device"] for r in R.repeat_runs("run.json", c)] == ["GPU C"]
+    # probe_reports: every run read the same way, the sentence given the run's device; show_recorded prints them
+    from fp8lab import notebook as nb
+
+    reps = R.probe_reports("run.json", lambda d: [{"n": len(d["results"])}], lambda rows, dev: f"{dev}: {rows[0]['n']}",
+                           folders=(a, b, c))
+    assert [(r[1], r[2]) for r in reps] == [([{"n": 0}], "GPU A: 0"), ([{"n": 0}], "GPU C: 0")]
+    assert reps[0][0] == R.provenance_lines(runs[0])
+    assert R.probe_reports("nope.json", len, str, folders=(a,)) == []
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        nb.show_recorded(reps[:1], lambda rows: f"TABLE {rows}", "none")
+        nb.show_recorded([], str, "none recorded")
+    out = buf.getvalue()
+    assert "GPU A" in out and "TABLE [{'n': 0}]" in out and "GPU A: 0" in out and out.rstrip().endswith("none recorded")
 
 
 def test_record_round_ratios_and_rates(tmp_path):

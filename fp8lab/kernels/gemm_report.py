@@ -864,6 +864,16 @@ def recorded_runs(filename: str, folders=RECORD_FOLDERS) -> list[dict]:
     return [load(f / filename) for f in folders if (f / filename).is_file()]
 
 
+def probe_reports(filename: str, rows_of, sentence_of, folders=RECORD_FOLDERS) -> list[tuple[list[str], list[dict], str]]:
+    """Each committed run named `filename` (recorded_runs, one per GPU) read the same way: (its provenance lines, its
+    rows = rows_of(run), the sentence sentence_of(rows, device) renders from them). notebook.show_recorded prints them."""
+    out = []
+    for d in recorded_runs(filename, folders):
+        rows = rows_of(d)
+        out.append((provenance_lines(d), rows, sentence_of(rows, (d.get("provenance") or {}).get("device"))))
+    return out
+
+
 def repeat_runs(filename: str = "gemm_prefill.json", folder=RECORD_FOLDERS[1]) -> list[dict]:
     """The committed run `folder/filename` and its other recordings kept beside it as `folder/repeats/<stem>_<commit>
     [_runN].json` (each with its own provenance), the committed file first, then the others newest first (by the

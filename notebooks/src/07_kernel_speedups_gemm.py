@@ -382,14 +382,9 @@ arithmetic, summed in another order (so validated against the float64 reference,
 the default in the same grid and rounds. `stagger_vs_default` > 1 would mean the lockstep start costs time.
 """),
 ("code", r"""
-stg_runs = gemm_report.recorded_runs("stagger_probe.json")
-for stg in stg_runs:
-    print("\n".join(gemm_report.provenance_lines(stg)))
-    srows = gemm_report.stagger_table(stg)
-    print(bg.format_rows(srows))
-    nb.md(findings.stagger_sentence(srows, (stg.get("provenance") or {}).get("device")))
-if not stg_runs:
-    print("(no stagger run recorded yet: python3 tools/gpu/stagger_probe.py outputs/kernels/stagger_probe.json 1 8 on a GPU)")
+nb.show_recorded(gemm_report.probe_reports("stagger_probe.json", gemm_report.stagger_table, findings.stagger_sentence),
+                 bg.format_rows, "(no stagger run recorded yet: python3 tools/gpu/stagger_probe.py "
+                                 "outputs/kernels/stagger_probe.json 1 8 on a GPU)")
 """),
 ("md", r"""
 Reading it: when the staggered copy is slower, warps in step are an *advantage* — the warps of one SM read the same
@@ -403,15 +398,10 @@ To separate the two halves, the probe has a mode (`FP8LAB_PROBE_NO_X=1`) that cu
 share, any stagger penalty left belongs to the weight requests themselves.
 """),
 ("code", r"""
-nox_runs = gemm_report.recorded_runs("stagger_probe_nox.json")
-for nox in nox_runs:
-    print("\n".join(gemm_report.provenance_lines(nox)))
-    nrows = gemm_report.stagger_table(nox, no_x=True)
-    print(bg.format_rows(nrows))
-    nb.md(findings.stagger_nox_sentence(nrows, (nox.get("provenance") or {}).get("device")))
-if not nox_runs:
-    print("(no run without activation loads recorded yet: FP8LAB_PROBE_NO_X=1 python3 tools/gpu/stagger_probe.py "
-          "outputs/kernels/stagger_probe_nox.json 1 on a GPU)")
+nb.show_recorded(gemm_report.probe_reports("stagger_probe_nox.json", lambda d: gemm_report.stagger_table(d, no_x=True),
+                                          findings.stagger_nox_sentence),
+                 bg.format_rows, "(no run without activation loads recorded yet: FP8LAB_PROBE_NO_X=1 python3 "
+                                 "tools/gpu/stagger_probe.py outputs/kernels/stagger_probe_nox.json 1 on a GPU)")
 """),
 ("md", r"""
 ### Split-K in whole segments
@@ -426,15 +416,11 @@ gives 4 to 16 segments per SM, in CTAs of four warps and of one, beside the defa
 where the default already takes whole row groups (nothing is split there).
 """),
 ("code", r"""
-seg_runs = gemm_report.recorded_runs("segments_probe.json")
-for seg in seg_runs:
-    print("\n".join(gemm_report.provenance_lines(seg)))
-    sbest = gemm_report.segments_best(gemm_report.segments_table(seg))
-    print(bg.format_rows(sbest))
-    nb.md(findings.segments_sentence(sbest, (seg.get("provenance") or {}).get("device")))
-if not seg_runs:
-    print("(no segments run recorded yet: python3 tools/gpu/segments_probe.py outputs/kernels/segments_probe.json 1 16 "
-          "on a GPU)")
+nb.show_recorded(gemm_report.probe_reports("segments_probe.json",
+                                          lambda d: gemm_report.segments_best(gemm_report.segments_table(d)),
+                                          findings.segments_sentence),
+                 bg.format_rows, "(no segments run recorded yet: python3 tools/gpu/segments_probe.py "
+                                 "outputs/kernels/segments_probe.json 1 16 on a GPU)")
 """),
 ("md", r"""
 Reading it: a split that wins at one shape and loses at the next is a tuning-table entry, not a rule; serving engines
