@@ -375,18 +375,20 @@ def inflight_sentence(summary: list[dict], defaults: dict, device: str | None = 
             + "; ".join(parts) + ".")
 
 
+def _format_ranges(rows: list[dict], key: str) -> list[tuple[str, str]]:
+    """(format's name, ratio_range of rows[key] to 2 decimals) per GEMV format in rows, in format order."""
+    return [(_GEMV_FORMAT_NAMES.get(f, f), ratio_range([r[key] for r in rows if r["format"] == f], 2))
+            for f in sorted({r["format"] for r in rows})]
+
+
 def stagger_sentence(rows: list[dict], device: str | None = None) -> str:
     """What a stagger run says (rows: fp8lab.kernels.gemm_report.stagger_table), rendered from its numbers: per format,
     the range of t(default) / t(staggered start) over its shapes, M and grids, and the reading (lockstep helps,
     staggering helps, or it depends)."""
-    names = _GEMV_FORMAT_NAMES
     if not rows:
         return "This run holds no timing of version 3 with staggered starts."
-    parts, allv = [], []
-    for fmt in sorted({r["format"] for r in rows}):
-        v = [r["stagger_vs_default"] for r in rows if r["format"] == fmt]
-        allv += v
-        parts.append(f"{names.get(fmt, fmt)} {ratio_range(v, 2)}x the default's speed")
+    parts = [f"{name} {rng}x the default's speed" for name, rng in _format_ranges(rows, "stagger_vs_default")]
+    allv = [r["stagger_vs_default"] for r in rows]
     n = len({(r["N"], r["K"]) for r in rows})
     text = (f"On the {device or 'recorded GPU'}, at {n} shape{'s' if n != 1 else ''} with whole row groups per warp, "
             f"starting each warp at a different unit of its group ran " + "; ".join(parts) + ". ")
@@ -400,14 +402,28 @@ def stagger_sentence(rows: list[dict], device: str | None = None) -> str:
     return text
 
 
+def fixed_cost_sentence(fit: list[dict], device: str | None = None) -> str:
+    """What gemm_report.fixed_cost_fit says at M = 1 (its rows), rendered from its numbers: FP8 version 3's fixed cost
+    against `_scaled_mm` tensorwise's, its streaming rate as a share of that one's, and where the gap is (the fixed
+    cost, the rate, or both). '' where either kernel is missing from the fit."""
+    by = {r["kernel"]: r for r in fit}
+    ours, anchor = by.get("fp8 channel v3"), by.get("scaled_mm_tensorwise")
+    if not (ours and anchor and ours["rate_TBps"] and anchor["rate_TBps"]):
+        return ""
+    slower_start, slower_rate = ours["fixed_us"] > anchor["fixed_us"], ours["rate_TBps"] < anchor["rate_TBps"]
+    verdict = ("both gaps count." if slower_start and slower_rate
+               else "the gap is in " + ("the fixed cost." if slower_start else "the rate."))
+    return (f"On the {device or 'recorded GPU'}, at M = 1, FP8 version 3 pays {ours['fixed_us'] - anchor['fixed_us']:+.1f} "
+            f"µs of fixed cost against `_scaled_mm` tensorwise and streams at {ours['rate_TBps'] / anchor['rate_TBps']:.2f} "
+            f"of its rate: {verdict}")
+
+
 def stagger_nox_sentence(rows: list[dict], device: str | None = None) -> str:
     """What a stagger run with the activation loads cut says (rows: gemm_report.stagger_table(data, no_x=True)):
     whether the staggered start still costs time when no warp reads activations, rendered from its ratios."""
-    names = _GEMV_FORMAT_NAMES
     if not rows:
         return "This run holds no timing of the staggered start without activation loads."
-    parts = [f"{names.get(f, f)} {ratio_range([r['stagger_vs_default'] for r in rows if r['format'] == f], 2)}x"
-             for f in sorted({r["format"] for r in rows})]
+    parts = [f"{name} {rng}x" for name, rng in _format_ranges(rows, "stagger_vs_default")]
     allv = [r["stagger_vs_default"] for r in rows]
     text = (f"On the {device or 'recorded GPU'}, with both copies' activation loads cut (weights only), the staggered "
             f"start ran " + "; ".join(parts) + " the in-step default's speed. ")

@@ -1102,6 +1102,23 @@ def test_stagger_table_and_sentence():
     assert findings.stagger_nox_sentence([]).startswith("This run holds no timing")
 
 
+def test_fixed_cost_sentence():
+    """findings.fixed_cost_sentence reads gemm_report.fixed_cost_fit rows: version 3 against `_scaled_mm` tensorwise,
+    and where the gap is."""
+    from fp8lab import findings
+
+    def fit(fixed, rate):
+        return [{"kernel": "fp8 channel v3", "fixed_us": fixed, "rate_TBps": rate},
+                {"kernel": "scaled_mm_tensorwise", "fixed_us": 4.5, "rate_TBps": 4.0}]
+
+    t = findings.fixed_cost_sentence(fit(6.3, 3.8), "H200")
+    assert t == ("On the H200, at M = 1, FP8 version 3 pays +1.8 µs of fixed cost against `_scaled_mm` tensorwise and "
+                 "streams at 0.95 of its rate: both gaps count.")
+    assert findings.fixed_cost_sentence(fit(6.3, 4.2)).endswith("the gap is in the fixed cost.")
+    assert findings.fixed_cost_sentence(fit(4.0, 3.8)).endswith("the gap is in the rate.")
+    assert findings.fixed_cost_sentence(fit(6.3, 3.8)[:1]) == ""
+
+
 def test_segments_table_best_and_sentence():
     """gemm_report.segments_table / segments_best / findings.segments_sentence on a segments run's records (family
     'segments', tools/gpu/segments_probe.py): x_default against the stream-K default of the same round, the best split

@@ -196,13 +196,8 @@ for rec in (d for d in (data, h100_dec) if d):   # the H200's run, then the H100
         fit = gemm_report.fixed_cost_fit(rec, M)
         print(f"{dev}, M = {M}")
         print(bg.format_rows(fit, ["kernel", "shapes", "fixed_us", "rate_TBps", "r2"]) if fit else "  (fewer than 3 shapes)")
-        by = {r["kernel"]: r for r in fit}
-        ours, anchor = by.get("fp8 channel v3"), by.get("scaled_mm_tensorwise")
-        if M == 1 and ours and anchor and ours["rate_TBps"] and anchor["rate_TBps"]:
-            nb.md(f"On the {dev}, at M = 1, FP8 version 3 pays {ours['fixed_us'] - anchor['fixed_us']:+.1f} µs of fixed cost against "
-                  f"`_scaled_mm` tensorwise and streams at {ours['rate_TBps'] / anchor['rate_TBps']:.2f} of its rate: "
-                  + ("both gaps count." if ours["fixed_us"] > anchor["fixed_us"] and ours["rate_TBps"] < anchor["rate_TBps"]
-                     else "the gap is in " + ("the fixed cost." if ours["fixed_us"] > anchor["fixed_us"] else "the rate.")))
+        if M == 1 and findings.fixed_cost_sentence(fit, dev):
+            nb.md(findings.fixed_cost_sentence(fit, dev))
 """),
 ("md", r"""
 ## Decode against the memory roof

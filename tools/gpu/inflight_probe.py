@@ -20,7 +20,7 @@ import sys
 
 import v3probe   # tools/gpu/v3probe.py (this folder is on the path when the probe runs as a script)
 
-from fp8lab.kernels import gemm_anchors, gemm_report, gemm_decode as GD, gemm_smoke, gemv_v3 as V3, harness
+from fp8lab.kernels import gemv_v3 as V3
 
 DEEP = ((4, 3), (2, 6))
 V3.KERNELS = V3.KERNELS | {(f, 1, 1, C, P, "store", 0) for f in ("fp8c", "nvfp4") for C, P in DEEP}
@@ -33,23 +33,16 @@ GRIDS = ((4, 4, 1), (1, 16, 1), (4, 4, 0))   # (WPC, CPS, whole): CPS is capped 
 CONFIGS = {"fp8c": [(4, 2), (4, 3), (2, 6), (2, 4)], "nvfp4": [(2, 2), (4, 2), (2, 3), (2, 6)]}
 
 
+def add_case(bench, c, x, shape, timers, meta, ref):
+    for C, P in CONFIGS[c.fmt]:
+        for wpc, cps, whole in GRIDS:
+            how = f"whole w{wpc}" if whole else "streamk"
+            v3probe.add_config(bench, c, x, (C, P, wpc, cps, whole), f"{c.label} c{C}p{P} {how} {shape}",
+                               f"{c.label} c{C}p{P} {how}", timers, meta, ref)
+
+
 def main(out, Ms=(1,)):
-    bench = harness.Bench("gemm", out, "python3 tools/gpu/inflight_probe.py " + " ".join(sys.argv[1:]), rounds=5)
-    bench.ceilings = gemm_anchors.measure_ceilings()
-    bench.extra.update(sources_sha256_12=gemm_report.source_digest())   # what notebook 07 checks against the tree
-    gemm_smoke.start_budget(BUDGET_S)
-    for shape, x, timers, meta, cases in GD.v3_rounds(bench, set(), SHAPES, Ms, ("fp8c", "nvfp4"), "inflight"):
-        for fmt, c in cases.items():
-            ref = c.reference()
-            for C, P in CONFIGS[fmt]:
-                for wpc, cps, whole in GRIDS:
-                    cfg = (C, P, wpc, cps, whole)
-                    how = f"whole w{wpc}" if whole else "streamk"
-                    v3probe.add_config(bench, c, x, cfg, f"{c.label} c{C}p{P} {how} {shape}", f"{c.label} c{C}p{P} {how}",
-                                       timers, meta, ref)
-    bench.write()
-    harness.print_table(bench.results)
-    return 0
+    return v3probe.run("inflight_probe.py", out, "inflight", SHAPES, Ms, add_case, BUDGET_S)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import sys
 
 import v3probe   # tools/gpu/v3probe.py (this folder is on the path when the probe runs as a script)
 
-from fp8lab.kernels import gemm_anchors, gemm_report, gemm_decode as GD, gemm_smoke, gemv_v3 as V3, harness
+from fp8lab.kernels import gemv_v3 as V3
 
 BUDGET_S = float(os.environ.get("FP8LAB_PROBE_BUDGET_S", 220))
 SHAPES = [tuple(int(v) for v in s.split("x")) for s in
@@ -29,32 +29,22 @@ def segment_counts(G: int, KU: int, sms: int) -> list[int]:
     return [S for S in range(2, KU + 1) if KU % S == 0 and 4 * sms <= G * S <= 16 * sms]
 
 
+def add_case(bench, c, x, shape, timers, meta, ref):
+    p = c.packs[0]
+    C, P, wpc0, cps0 = c.cfg
+    if V3.prepare(x, p).info["whole_groups"]:
+        return   # the default takes whole row groups here: nothing is split
+    KU = p.Kp // (V3.CHUNK_K[p.fmt] * C)
+    v3probe.add_config(bench, c, x, (C, P, wpc0, cps0, 0), f"{c.label} default streamk {shape}",
+                       f"{c.label} default streamk", timers, meta, ref, segments=0)
+    for S in segment_counts(p.groups, KU, V3.sm_count()):
+        for wpc, cps in GRIDS:
+            v3probe.add_config(bench, c, x, (C, P, wpc, cps, S), f"{c.label} seg{S} w{wpc} {shape}",
+                               f"{c.label} seg{S} w{wpc}", timers, meta, ref, segments=S)
+
+
 def main(out, Ms=(1,)):
-    bench = harness.Bench("gemm", out, "python3 tools/gpu/segments_probe.py " + " ".join(sys.argv[1:]), rounds=5)
-    bench.ceilings = gemm_anchors.measure_ceilings()
-    bench.extra.update(sources_sha256_12=gemm_report.source_digest())   # what notebook 07 checks against the tree
-    gemm_smoke.start_budget(BUDGET_S)
-    sms = V3.sm_count()
-    for shape, x, timers, meta, cases in GD.v3_rounds(bench, set(), SHAPES, Ms, ("fp8c", "nvfp4"), "segments"):
-        for fmt, c in cases.items():
-            ref = c.reference()
-            p = c.packs[0]
-            (C, P, wpc0, cps0), R = GD.v3_candidates(fmt, x.shape[0], False)[0]
-            if R != p.R:
-                continue
-            KU = p.Kp // (V3.CHUNK_K[p.fmt] * C)
-            default = V3.prepare(x, p)   # the default's split (its rule) at this shape
-            if default.info["whole_groups"]:
-                continue   # whole groups here: nothing is split
-            v3probe.add_config(bench, c, x, (C, P, wpc0, cps0, 0), f"{c.label} default streamk {shape}",
-                               f"{c.label} default streamk", timers, meta, ref, segments=0)
-            for S in segment_counts(p.groups, KU, sms):
-                for wpc, cps in GRIDS:
-                    v3probe.add_config(bench, c, x, (C, P, wpc, cps, S), f"{c.label} seg{S} w{wpc} {shape}",
-                                       f"{c.label} seg{S} w{wpc}", timers, meta, ref, segments=S)
-    bench.write()
-    harness.print_table(bench.results)
-    return 0
+    return v3probe.run("segments_probe.py", out, "segments", SHAPES, Ms, add_case, BUDGET_S)
 
 
 if __name__ == "__main__":

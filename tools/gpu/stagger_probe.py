@@ -19,7 +19,7 @@ import sys
 
 import v3probe   # tools/gpu/v3probe.py (this folder is on the path when the probe runs as a script)
 
-from fp8lab.kernels import gemm_anchors, gemm_decode as GD, gemm_report, gemv_v3 as V3, harness
+from fp8lab.kernels import gemm_decode as GD, gemv_v3 as V3
 
 SHAPES = [tuple(int(v) for v in s.split("x")) for s in
           os.environ.get("FP8LAB_PROBE_SHAPES", "14336x4096,18944x3584,28672x8192").split(",")]
@@ -50,24 +50,19 @@ def patches(fmt, stagger):
     return p
 
 
+def add_case(bench, c, x, shape, timers, meta, ref):
+    C, P = c.cfg[:2]
+    for stagger in (0, 1):
+        for wpc, cps in GRIDS:
+            label = f"{c.label} {'stagger' if stagger else 'default'} w{wpc}{' no_x' if NO_X else ''}"
+            v3probe.add_config(bench, c, x, (C, P, wpc, cps, 1), f"{label} {shape}", label, timers, meta, ref,
+                               patches=patches(c.fmt, stagger), stagger=stagger, no_x=NO_X,
+                               trust=NO_X and "activation loads cut (no_x_loads): wrong numbers by design; "
+                                              "timed, not validated")
+
+
 def main(out, Ms=(1,)):
-    bench = harness.Bench("gemm", out, "python3 tools/gpu/stagger_probe.py " + " ".join(sys.argv[1:]), rounds=5)
-    bench.ceilings = gemm_anchors.measure_ceilings()
-    bench.extra.update(sources_sha256_12=gemm_report.source_digest())
-    for shape, x, timers, meta, cases in GD.v3_rounds(bench, set(), SHAPES, Ms, ("fp8c", "nvfp4"), "stagger"):
-        for fmt, c in cases.items():
-            ref = c.reference()
-            C, P = c.cfg[:2]
-            for stagger in (0, 1):
-                for wpc, cps in GRIDS:
-                    label = f"{c.label} {'stagger' if stagger else 'default'} w{wpc}{' no_x' if NO_X else ''}"
-                    v3probe.add_config(bench, c, x, (C, P, wpc, cps, 1), f"{label} {shape}", label, timers, meta, ref,
-                                       patches=patches(fmt, stagger), stagger=stagger, no_x=NO_X,
-                                       trust=NO_X and "activation loads cut (no_x_loads): wrong numbers by design; "
-                                                      "timed, not validated")
-    bench.write()
-    harness.print_table(bench.results)
-    return 0
+    return v3probe.run("stagger_probe.py", out, "stagger", SHAPES, Ms, add_case)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,28 @@
-"""What the version-3 probes (inflight_probe.py, stagger_probe.py) share: one config of version 3 prepared, checked and
-added to a round of gemm_decode.v3_rounds (a diagnosis helper, not part of the package)."""
+"""What the version-3 probes (inflight_probe.py, stagger_probe.py, segments_probe.py) share: the run itself (`run`: the
+bench, its ceilings and sources digest, the rounds of gemm_decode.v3_rounds, the written file) and one config of
+version 3 prepared, checked and added to a round (`add_config`). A diagnosis helper, not part of the package."""
 import contextlib
+import sys
 
-from fp8lab.kernels import _cuda, gemv_v3 as V3, harness
+from fp8lab.kernels import _cuda, gemm_anchors, gemm_decode as GD, gemm_report, gemm_smoke, gemv_v3 as V3, harness
+
+
+def run(script: str, out: str, family: str, shapes, Ms, add_case, budget_s: float | None = None) -> int:
+    """Time a probe: for each (shape, M) round of gemm_decode.v3_rounds (anchors `_scaled_mm` tensorwise and bf16
+    cuBLAS) and each format's V3Case, add_case(bench, c, x, shape, timers, meta, ref) adds the probe's configs
+    (add_config); the round is then timed interleaved and recorded as `family`. Writes `out` (with the sources digest
+    notebook 07 checks against the tree) and prints the table. `budget_s`: a time budget (gemm_smoke) for the run."""
+    bench = harness.Bench("gemm", out, f"python3 tools/gpu/{script} " + " ".join(sys.argv[1:]), rounds=5)
+    bench.ceilings = gemm_anchors.measure_ceilings()
+    bench.extra.update(sources_sha256_12=gemm_report.source_digest())
+    if budget_s is not None:
+        gemm_smoke.start_budget(budget_s)
+    for shape, x, timers, meta, cases in GD.v3_rounds(bench, set(), shapes, Ms, ("fp8c", "nvfp4"), family):
+        for c in cases.values():
+            add_case(bench, c, x, shape, timers, meta, c.reference())
+    bench.write()
+    harness.print_table(bench.results)
+    return 0
 
 
 def add_config(bench, case, x, cfg, name, label, timers, meta, ref=None, patches=None, trust=None, **extra) -> bool:
