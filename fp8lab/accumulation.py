@@ -442,7 +442,7 @@ def main(argv=None) -> int:
         print("error: every K must be a positive multiple of 128, --mn >= 1, --rounds >= 1", file=sys.stderr)
         return 2
     from .provenance import provenance
-    from .store import atomic_write_json
+    from .store import OutputError, atomic_write_json
 
     cmd = "python -m fp8lab.accumulation " + " ".join(argv if argv is not None else sys.argv[1:])
     t0 = time.time()
@@ -457,15 +457,23 @@ def main(argv=None) -> int:
         rec = bench_scaled_mm_fast_accum(rounds=a.rounds, **kw)
         rec = {"provenance": provenance(cmd, cuda=True, wall_s=round(time.time() - t0, 1)), **rec}
         out = Path(a.out or "outputs/accumulation/scaled_mm_fast_accum.json")
-        atomic_write_json(out, rec)
+        try:
+            atomic_write_json(out, rec)
+        except OutputError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         print(f"wrote {out} in {time.time() - t0:.0f} s")
         print(summarize_gpu(rec))
         return 0
     m = a.mn or 64
     rows = error_vs_k(ks or (128, 512, 2048, 8192, 16384), m=m, n=m)
     if a.out:
-        atomic_write_json(a.out, {"provenance": provenance(cmd, wall_s=round(time.time() - t0, 1)),
-                                  "settings": {"M": m, "N": m, "chunk": 32}, "rows": rows})
+        try:
+            atomic_write_json(a.out, {"provenance": provenance(cmd, wall_s=round(time.time() - t0, 1)),
+                                      "settings": {"M": m, "N": m, "chunk": 32}, "rows": rows})
+        except OutputError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         print(f"wrote {a.out}")
     print(format_error_table(rows))
     return 0

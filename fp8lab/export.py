@@ -604,7 +604,10 @@ def export_model(model, recipe, out, fmt: str = "compressed-tensors", *, tokeniz
 
     payload = st_save(tensors, metadata={"format": "pt"})
     q_tensors = sum(1 for k in tensors if k.endswith(".weight_scale"))
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.resolve().parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.resolve().parent))
+    except OSError as e:
+        raise ExportError(f"cannot write in {out.resolve().parent}: {e.strerror or e}") from None
     try:
         store.atomic_write_bytes(tmp / "model.safetensors", payload)
         cfg = json.loads(model.config.to_json_string(use_diff=False))
@@ -765,7 +768,7 @@ def main(argv=None) -> int:
         _check_out(Path(args.out), args.force)
         command = " ".join(["python -m fp8lab.export", *(argv if argv is not None else sys.argv[1:])])
         path = export(args.model, args.recipe, args.out, args.format, args.force, command=command)
-    except (ExportError, _r.RecipeError) as e:
+    except (ExportError, _r.RecipeError, store.OutputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {path} ({args.format}, recipe {args.recipe}); check it: python -m fp8lab.audit {path}")

@@ -40,20 +40,33 @@ class FolderBusy(RuntimeError):
     """Another process holds the folder's lock."""
 
 
+class FolderUnusable(FolderBusy):
+    """The output folder cannot be created or written (permissions, a read-only or virtual file system). A kind of
+    FolderBusy so that every command that reports a busy folder in one line reports this one the same way."""
+
+
+class OutputError(OSError):
+    """A file could not be written (a folder that cannot be created, no permission, a full or read-only disk); the
+    message is one line naming the path, for a command to print as its error."""
+
+
 # ---- atomic writes ------------------------------------------------------------------------------------
 def atomic_write_bytes(path, data: bytes) -> Path:
-    """Write `data` to `path` atomically (creating parent folders). Returns the path."""
+    """Write `data` to `path` atomically (creating parent folders). Returns the path; `OutputError` (one line, nothing
+    left behind) when it cannot be written."""
     path = Path(path)
     if path.exists() and not path.is_file():
         raise IsADirectoryError(f"{path} exists and is not a file")
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {e.strerror or e}") from None
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -212,8 +225,11 @@ class FolderLock:
         import fcntl
         import time
 
-        self.folder.mkdir(parents=True, exist_ok=True)
-        fh = open(self.folder / LOCK_NAME, "a+")
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fh = open(self.folder / LOCK_NAME, "a+")
+        except OSError as e:
+            raise FolderUnusable(f"cannot write to {self.folder}: {e.strerror or e}; choose another --out") from None
         deadline = time.monotonic() + self.wait
         while True:
             try:

@@ -68,6 +68,34 @@ def test_atomic_write_refuses_a_directory(tmp_path):
         atomic_write_text(tmp_path / "d", "x")
 
 
+def test_unwritable_paths_give_one_line_errors(tmp_path):
+    """A folder under a regular file cannot be made (even by root): the writer and the lock say so in one line,
+    as the error classes the commands already report (OutputError is an OSError, FolderUnusable a FolderBusy)."""
+    from fp8lab.store import FolderUnusable, OutputError
+
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(OutputError, match=r"^cannot write .*f/sub/a\.json: ") as e:
+        atomic_write_text(tmp_path / "f" / "sub" / "a.json", "{}")
+    assert "\n" not in str(e.value) and isinstance(e.value, OSError)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]           # nothing left behind
+    with pytest.raises(FolderUnusable, match=r"^cannot write to .*choose another --out$"):
+        with FolderLock(tmp_path / "f" / "run"):
+            pass
+    assert issubclass(FolderUnusable, FolderBusy)
+
+
+def test_commands_report_an_unwritable_out_in_one_line(tmp_path, capsys):
+    from fp8lab import accumulation, sweep
+
+    (tmp_path / "f").write_text("x")
+    assert accumulation.main(["--out", str(tmp_path / "f" / "a.json"), "--ks", "128", "--mn", "8"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write ") and err.count("\n") == 1
+    assert sweep.main(["--out", str(tmp_path / "f" / "run"), "--yes"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and "f/run" in err[-1]
+
+
 def _hold(folder, ready, release):
     with FolderLock(folder, command="holder-cmd"):
         ready.set()
