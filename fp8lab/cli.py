@@ -3,6 +3,7 @@
     ap = OneLineParser(prog="python -m fp8lab.audit", description="...")
     args = ap.parse_args(argv)        # bad flags -> UsageError("argument --batch: invalid int value: 'x'")
     emit(text)                        # never UnicodeEncodeError (names with lone surrogates, odd locales)
+    split_list("a,b", "--configs")    # -> ['a', 'b']; an empty value or item -> UsageError
 
 Why a helper: argparse prints a usage block and `error:` on two lines and calls `sys.exit`, which an
 in-process caller (a test, a notebook) must catch; and `print` raises `UnicodeEncodeError` when a tensor name
@@ -23,6 +24,20 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message):  # noqa: D401 - argparse API
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def split_list(text, option: str) -> list[str]:
+    """A comma-separated option value as its stripped items; UsageError for an empty value or an empty item (a
+    doubled or trailing comma is a typo, not "skip this one").
+
+    split_list("e4m3, e5m2", "--formats") -> ['e4m3', 'e5m2']
+    split_list("a,,b", "--configs")       -> UsageError: --configs 'a,,b' has an empty item"""
+    items = [x.strip() for x in str(text).split(",")]
+    if not any(items):
+        raise UsageError(f"{option} is empty: give one or more comma-separated values")
+    if not all(items):
+        raise UsageError(f"{option} {text!r} has an empty item (a doubled or trailing comma)")
+    return items
 
 
 def safe_text(text: str, encoding: str | None = None) -> str:

@@ -408,3 +408,18 @@ def test_zz_case_count():
         assert total >= 7000 * SCALE
         for module in ("fp8lab.audit", "fp8lab.bandwidth"):  # both the success and the error path, often
             assert OUTCOMES.get((module, 0), 0) > 300 and OUTCOMES.get((module, 2), 0) > 300, OUTCOMES
+
+
+@pytest.mark.parametrize("text,want", [("e4m3, e5m2", ["e4m3", "e5m2"]), ("one", ["one"]), (" a ,b", ["a", "b"])])
+def test_split_list_items(text, want):
+    from fp8lab.cli import split_list
+
+    assert split_list(text, "--x") == want
+
+
+@pytest.mark.parametrize("text,why", [("", "is empty"), (" , ", "is empty"), ("a,,b", "empty item"), ("a,", "empty item")])
+def test_split_list_refuses_empty_values_and_items(text, why):
+    from fp8lab.cli import UsageError, split_list
+
+    with pytest.raises(UsageError, match=why):
+        split_list(text, "--configs")
