@@ -36,7 +36,6 @@ spread) and error against float64 at growing K, plus this model replayed on a ti
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -422,27 +421,72 @@ def load_gpu_record(path) -> dict | None:
 
 
 # ---- CLI ----------------------------------------------------------------------------------------------------
+#: the K values of the CPU model when --ks is not given
+CPU_KS = (128, 512, 2048, 8192, 16384)
+#: the largest M x N x K the CPU model takes: it holds M x N x K / 32 float64 partial sums (2**32 -> 1 GiB)
+CPU_MAX_MNK = 2 ** 32
+#: the largest M x K (and M x N) the GPU measurement takes: fp32 operands of 8 GiB each (defaults: 2**28)
+GPU_MAX_MK = 2 ** 31
+
+
+def _size_problem(gpu: bool, m: int, ks) -> str | None:
+    """Why M = N = m with these K is too large to run (one line), or None."""
+    kmax = max(ks)
+    if gpu:
+        if m * kmax > GPU_MAX_MK or m * m > GPU_MAX_MK:
+            return (f"--mn {m} with K up to {kmax} is too large for the GPU measurement: keep M x K and M x N "
+                    f"<= 2**31 (the default is --mn 4096 with K up to 65536)")
+        return None
+    if m * m * kmax > CPU_MAX_MNK:
+        fit = math.isqrt(CPU_MAX_MNK // kmax)
+        return (f"--mn {m} with K up to {kmax} is too large for the CPU model (it holds M x N x K / 32 float64 "
+                f"partial sums, {m * m * kmax / 4 / 2 ** 30:.3g} GiB): keep M x N x K <= 2**32"
+                + (f", e.g. --mn {fit} for these K" if fit >= 1 else ", with a smaller K"))
+    return None
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fp8lab.accumulation",
-                                description="FP8 GEMM accumulation precision: CPU model, or torch._scaled_mm "
-                                            "fast accumulation on a CUDA GPU (--gpu)")
+    from .cli import OneLineParser, UsageError, fail, parse, split_list
+
+    p = OneLineParser(prog="python -m fp8lab.accumulation",
+                      description="FP8 GEMM accumulation precision: CPU model, or torch._scaled_mm "
+                                  "fast accumulation on a CUDA GPU (--gpu)")
     p.add_argument("--gpu", action="store_true", help="measure torch._scaled_mm use_fast_accum off/on")
     p.add_argument("--out", default=None, help="JSON file to write (GPU default: "
                    "outputs/accumulation/scaled_mm_fast_accum.json)")
     p.add_argument("--ks", default=None, help="comma-separated K values")
     p.add_argument("--mn", type=int, default=None, help="M = N (GPU default 4096, CPU default 64)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (GPU)")
-    a = p.parse_args(argv)
+    a, status = parse(p, argv)
+    if a is None:
+        return status
     try:
-        ks = tuple(int(x) for x in a.ks.split(",")) if a.ks else None
+        ks = tuple(int(x) for x in split_list(a.ks, "--ks")) if a.ks is not None else None
+    except UsageError as e:
+        return fail(str(e))
     except ValueError:
-        print(f"error: --ks must be comma-separated integers, got {a.ks!r}", file=sys.stderr)
-        return 2
-    if (ks and any(k < 128 or k % 128 for k in ks)) or (a.mn is not None and a.mn < 1) or a.rounds < 1:
-        print("error: every K must be a positive multiple of 128, --mn >= 1, --rounds >= 1", file=sys.stderr)
-        return 2
+        return fail(f"--ks must be comma-separated integers, got {a.ks!r}")
+    if (ks and any(k < 128 or k % 128 for k in ks)) or (a.mn is not None and a.mn < 1) or not 1 <= a.rounds <= 1000:
+        return fail("every K must be a positive multiple of 128, --mn >= 1, --rounds in 1 .. 1000")
+    if a.gpu:
+        import inspect
+        dflt = inspect.signature(bench_scaled_mm_fast_accum).parameters
+        problem = _size_problem(True, a.mn or dflt["m"].default, ks or dflt["ks"].default)
+    else:
+        problem = _size_problem(False, a.mn or 64, ks or CPU_KS)
+    if problem:
+        return fail(problem)
+    if a.out is not None and not a.out.strip():
+        return fail("--out is empty: name a JSON file (or leave it out)")
     from .provenance import provenance
-    from .store import OutputError, atomic_write_json
+    from .store import OutputError, atomic_write_json, check_file_target
+
+    out = a.out or ("outputs/accumulation/scaled_mm_fast_accum.json" if a.gpu else None)
+    try:
+        if out is not None:
+            check_file_target(out)          # a bad --out is refused before the work, not after
+    except OutputError as e:
+        return fail(str(e))
 
     cmd = "python -m fp8lab.accumulation " + " ".join(argv if argv is not None else sys.argv[1:])
     t0 = time.time()
@@ -456,24 +500,22 @@ def main(argv=None) -> int:
             kw.update(m=a.mn, n=a.mn)
         rec = bench_scaled_mm_fast_accum(rounds=a.rounds, **kw)
         rec = {"provenance": provenance(cmd, cuda=True, wall_s=round(time.time() - t0, 1)), **rec}
-        out = Path(a.out or "outputs/accumulation/scaled_mm_fast_accum.json")
+        out = Path(out)
         try:
             atomic_write_json(out, rec)
         except OutputError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            return fail(str(e))
         print(f"wrote {out} in {time.time() - t0:.0f} s")
         print(summarize_gpu(rec))
         return 0
     m = a.mn or 64
-    rows = error_vs_k(ks or (128, 512, 2048, 8192, 16384), m=m, n=m)
+    rows = error_vs_k(ks or CPU_KS, m=m, n=m)
     if a.out:
         try:
             atomic_write_json(a.out, {"provenance": provenance(cmd, wall_s=round(time.time() - t0, 1)),
                                       "settings": {"M": m, "N": m, "chunk": 32}, "rows": rows})
         except OutputError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            return fail(str(e))
         print(f"wrote {a.out}")
     print(format_error_table(rows))
     return 0

@@ -1125,7 +1125,7 @@ def format_decode_ceilings(rows) -> str:
 
 def main(argv=None) -> int:
     """``python -m fp8lab.bandwidth CONFIG [...]``: exit 0 with the table (or JSON), 2 with one error line."""
-    from fp8lab.cli import OneLineParser, emit, fail, parse
+    from fp8lab.cli import OneLineParser, UsageError, emit, fail, parse, split_list
 
     ap = OneLineParser(prog="python -m fp8lab.bandwidth",
                        description="Weight, KV-cache and decode-bandwidth math for an HF config.")
@@ -1153,9 +1153,7 @@ def main(argv=None) -> int:
                          kv_dtype=args.kv_dtype, policy=args.policy, embedding_read=args.embedding_read)
         ceilings = None
         if args.compare_gpus is not None:
-            names = [n.strip() for n in args.compare_gpus.split(",") if n.strip()]
-            if not names:
-                raise ValueError("--compare-gpus needs at least one GPU name")
+            names = split_list(args.compare_gpus, "--compare-gpus")
             ceilings = decode_ceilings(args.config, names, batch=args.batch, context=args.context,
                                        kv_dtype=args.kv_dtype, policy=args.policy,
                                        embedding_read=args.embedding_read)
@@ -1174,7 +1172,7 @@ def main(argv=None) -> int:
             import matplotlib.pyplot as plt
             plt.close(fig)
             written = [png, js]
-    except (ValueError, OSError) as e:  # ConfigError included
+    except (ValueError, OSError, UsageError) as e:  # ConfigError included
         return fail(str(e))
     if args.json:
         if ceilings is not None:

@@ -29,7 +29,6 @@ windows together.
 """
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import sys
@@ -37,6 +36,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from fp8lab.cli import OneLineParser, UsageError, fail, parse, split_list
 
 __all__ = ["CONTROL_RECIPES", "minilm_dir", "load_minilm", "boolq_pairs", "encode", "retrieval", "weight_sqnr",
            "run_control", "lm_weight_sqnr", "compare_with_lm", "compare_sweeps", "spearman", "plot_control", "main", "ControlError"]
@@ -413,6 +414,19 @@ def compare_with_lm(control_dir, lm_sources, n_boot: int = 2000, seed: int = 0) 
     return res
 
 
+def _check_lm_sources(srcs: list[str]) -> None:
+    """ControlError unless every --lm source is a readable sweep results.csv."""
+    from fp8lab.store import DamagedFile
+    for s in srcs:
+        if not Path(s).is_file():
+            raise ControlError(f"--lm {s}: {'not a file' if Path(s).exists() else 'no such file'} (give sweep "
+                               "results.csv files, or '' for none)")
+        try:
+            _lm_rows([Path(s)])
+        except (OSError, UnicodeDecodeError, DamagedFile, KeyError, ValueError) as e:
+            raise ControlError(f"--lm {s}: cannot be read as a sweep results.csv: {e}") from None
+
+
 # ---- the figure -----------------------------------------------------------------------------------------------
 def plot_control(control_dir, out_png, comparison: dict | None = None):
     """(a) weight SQNR per encoder layer for each recipe; (b) MRR change with 95 % CI; (c) the two rankings."""
@@ -485,7 +499,7 @@ def plot_control(control_dir, out_png, comparison: dict | None = None):
 
 # ---- command line --------------------------------------------------------------------------------------------
 def _parser():
-    p = argparse.ArgumentParser(prog="python -m fp8lab.control", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m fp8lab.control", description=__doc__.split("\n\n")[0])
     p.add_argument("--recipes", default=None, help="comma-separated (default: all): " + ", ".join(CONTROL_RECIPES))
     p.add_argument("--pairs", type=int, default=None, help="questions drawn at random (default: all 3,270; the "
                    "pool is then every passage)")
@@ -493,7 +507,8 @@ def _parser():
     p.add_argument("--boot", type=int, default=2000)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lm", default=None, help="sweep results.csv files of the 4-bit LM to compare with, "
-                   "comma-separated (default: outputs/results.csv and outputs/sweep_more/results.csv; '' = none)")
+                   "comma-separated; each must be a readable file (default: outputs/results.csv and "
+                   "outputs/sweep_more/results.csv where present; '' = none)")
     p.add_argument("--lm-sqnr", default="smollm2-135m", help="also measure the weight SQNR on this 4-bit LM's "
                    "first, middle and last layers -> sqnr_lm.csv ('' = skip)")
     p.add_argument("--out", default=None, help="default runs/control, or outputs/control with --record")
@@ -505,19 +520,28 @@ def _parser():
 def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    p = _parser()
-    args = p.parse_args(argv)
+    args, status = parse(_parser(), argv)
+    if args is None:
+        return status
     try:
         from fp8lab.provenance import git_state, provenance
-        from fp8lab.store import FolderLock, atomic_write_json, read_rows, write_rows
-        names = [x.strip() for x in args.recipes.split(",") if x.strip()] if args.recipes else list(recipes())
+        from fp8lab.store import REFERENCE, FolderLock, atomic_write_json, read_rows, write_rows
+        table = recipes()
+        names = split_list(args.recipes, "--recipes") if args.recipes is not None else list(table)
+        bad = [n for n in names if n not in table]
+        if bad:
+            raise ControlError(f"unknown control recipe(s) {', '.join(bad)}; valid: {', '.join(CONTROL_RECIPES)}")
         if args.boot < 100 or args.batch_size < 1:
             raise ControlError("need --boot >= 100 and --batch-size >= 1")
-        from fp8lab.sensitivity import UsageError, resolve_out
-        try:
-            out = resolve_out(args.out, args.record, "control")
-        except UsageError as e:
-            raise ControlError(str(e)) from None
+        if args.pairs is not None and args.pairs < 2:
+            raise ControlError(f"--pairs must be 2 or more, got {args.pairs}")
+        if args.lm is None:          # the committed sweeps, where present
+            srcs = [str(p) for p in (REFERENCE / "results.csv", REFERENCE / "sweep_more" / "results.csv")]
+        else:
+            srcs = split_list(args.lm, "--lm") if args.lm.strip() else []
+            _check_lm_sources(srcs)
+        from fp8lab.sensitivity import resolve_out
+        out = resolve_out(args.out, args.record, "control")
         command = " ".join(["python -m fp8lab.control", *(argv if argv is not None else sys.argv[1:])])
         t0, git0 = time.time(), git_state()       # the tree as the run starts (its outputs dirty it later)
         with FolderLock(out, command):
@@ -533,10 +557,6 @@ def main(argv=None) -> int:
                 print(f"median weight SQNR (dB), MiniLM FP32 vs {lname} Q4 ({time.time() - t1:.0f}s): " +
                       ", ".join(f"{n} {mini[n]:.1f}/{med[n]:.1f}" for n in names))
             cmp = None
-            from fp8lab.store import REFERENCE
-            lm_arg = args.lm if args.lm is not None else \
-                f"{REFERENCE / 'results.csv'},{REFERENCE / 'sweep_more' / 'results.csv'}"
-            srcs = [s for s in lm_arg.split(",") if s.strip()]
             if srcs:
                 try:
                     cmp = compare_with_lm(out, srcs, n_boot=args.boot, seed=args.seed)
@@ -560,17 +580,16 @@ def main(argv=None) -> int:
                 print(plot_control(out, out / "control.png", cmp))
         print(f"wrote {out / 'control.csv'} ({len(rows)} rows) in {time.time() - t0:.0f}s")
         return 0
-    except ControlError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except (ControlError, UsageError) as e:
+        return fail(str(e))
     except Exception as e:
         from fp8lab.data import DataError
         from fp8lab.store import DamagedFile, FolderBusy
         if isinstance(e, (DataError, FolderBusy, DamagedFile)):
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            return fail(str(e))
         raise
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from fp8lab.cli import run
+    run(main)

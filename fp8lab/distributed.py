@@ -45,7 +45,7 @@ from pathlib import Path
 from fp8lab.store import DamagedFile, FolderLock, atomic_write_json, read_json
 
 __all__ = ["Cell", "CellStore", "run_cells", "ppl_cell", "paired_ppl_delta", "tiny_causal_lm", "DistributedError",
-           "pick_device"]
+           "pick_device", "check_scheduler", "max_per_host"]
 
 
 class DistributedError(RuntimeError):
@@ -129,7 +129,11 @@ def pick_device(device: str = "auto") -> str:
     """"auto": this worker's GPU (the host's i-th worker -> cuda:(i mod n)) when CUDA is available, else "cpu"."""
     import torch
     if device != "auto":
-        return device
+        from fp8lab.evaluate import check_device
+        try:
+            return check_device(device)
+        except ValueError as e:       # on a worker too: one line back to the driver, not a torch stack
+            raise DistributedError(str(e)) from None
     if not torch.cuda.is_available():
         return "cpu"
     return f"cuda:{(_LOCAL_RANK['rank'] or 0) % torch.cuda.device_count()}"
@@ -220,6 +224,20 @@ def _assign_ranks(client, threads: int) -> None:
 
 
 # ---- the driver ---------------------------------------------------------------------------------------------
+def max_per_host() -> int:
+    """The most local worker processes, and torch threads per worker, accepted: 4 per core of this machine."""
+    return 4 * (os.cpu_count() or 1)
+
+
+def check_scheduler(address: str) -> str:
+    """`address` if it has the form [protocol://]host:port (port 1-65535); ValueError with a one-line reason."""
+    m = re.fullmatch(r"(?:[a-z]+://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})", str(address))
+    if not m or not 1 <= int(m.group(2)) <= 65535:
+        raise ValueError(f"--scheduler {str(address)[:80]!r}: give a Dask scheduler address host:port, "
+                         "e.g. tcp://10.0.0.5:8786")
+    return address
+
+
 def _client(scheduler: str | None, workers: int, threads: int, timeout: str = "20s"):
     try:
         from distributed import Client, LocalCluster
@@ -229,7 +247,7 @@ def _client(scheduler: str | None, workers: int, threads: int, timeout: str = "2
     if scheduler:
         try:
             return Client(scheduler, timeout=timeout), None
-        except (OSError, TimeoutError) as e:
+        except (OSError, TimeoutError, ValueError) as e:
             raise DistributedError(f"cannot reach the Dask scheduler {scheduler}: {e}") from None
     # loopback only; no dashboard (nothing to serve, and it would need bokeh)
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
@@ -248,6 +266,10 @@ def run_cells(cells: list[Cell], out, fn=ppl_cell, scheduler: str | None = None,
     keys = [c.key for c in cells]
     if len(set(keys)) != len(keys):
         raise ValueError("cell keys must be unique")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise ValueError(f"workers must be an integer >= 0, got {workers!r}")
     store = CellStore(out)
     results: dict[str, dict] = {}
     with FolderLock(out, command or " ".join(sys.argv)):

@@ -31,15 +31,15 @@ are bytes (MB = 1e6).
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fp8lab.sensitivity import (FORMATS as SENS_FORMATS, Part, UsageError, add_cluster_args, data_spec, model_parts,
-                                resolve_out)
+from fp8lab.cli import OneLineParser, UsageError, fail, parse, split_list
+from fp8lab.sensitivity import (FORMATS as SENS_FORMATS, Part, add_cluster_args, check_cluster_args, data_spec,
+                                model_parts, resolve_out)
 
 __all__ = ["Inventory", "inventory", "decode_bytes", "assignment_desc", "greedy_path", "plan", "parse_budget",
            "UNIFORM", "CSV_FIELDS", "plot_frontier", "main"]
@@ -178,7 +178,7 @@ def greedy_path(parts: list[Part], options: dict, cost: dict, bytes_fn) -> list[
 
 def parse_budget(text: str, bf16_bytes: float) -> list[float]:
     out = []
-    for tok in [t.strip() for t in str(text).split(",") if t.strip()]:
+    for tok in split_list(text, "--budget"):
         t = tok.upper()
         try:
             if t.endswith("GB"):
@@ -193,8 +193,6 @@ def parse_budget(text: str, bf16_bytes: float) -> list[float]:
         if not (v > 0 and math.isfinite(v)):
             raise UsageError(f"bad budget {tok!r}: must be positive")
         out.append(v)
-    if not out:
-        raise UsageError("--budget: give at least one value")
     return out
 
 
@@ -230,15 +228,19 @@ def plan(model, sens: dict, budgets: list[float], batch: int = 1, context: int =
 
 
 def ceilings(specs: list[str]) -> dict:
-    """{"H200": TB/s, ...} from names in fp8lab.gpus or NAME=TBps."""
+    """{"H200": TB/s, ...} from names in fp8lab.gpus or NAME=TBps (a finite bandwidth > 0)."""
     from fp8lab.gpus import get_gpu
     out = {}
     for s in specs:
-        name, _, val = s.partition("=")
+        name, eq, val = s.partition("=")
+        if not name.strip():
+            raise UsageError(f"--gpu {s!r}: give a name in fp8lab.gpus or NAME=TBps")
         try:
-            out[name] = float(val) if val else get_gpu(name).bandwidth_TBps
+            out[name] = float(val) if eq else get_gpu(name).bandwidth_TBps
         except ValueError as e:
             raise UsageError(f"--gpu {s!r}: {e}") from None
+        if not (math.isfinite(out[name]) and out[name] > 0):
+            raise UsageError(f"--gpu {s!r}: the bandwidth must be a finite number of TB/s > 0")
     return out
 
 
@@ -293,7 +295,7 @@ def plot_frontier(csv_path, out_png):
 
 # ---- command line ---------------------------------------------------------------------------------------------
 def _parser():
-    p = argparse.ArgumentParser(prog="python -m fp8lab.frontier", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m fp8lab.frontier", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--sensitivity", default=None, help="a sensitivity run folder (or its sensitivity.csv) of "
                    "the same model, with parts layers, lm_head and kv (default runs/sensitivity/<model>, or "
@@ -301,11 +303,12 @@ def _parser():
     p.add_argument("--budget", default="0.3,0.35,0.4,0.5,0.6", help="comma-separated byte budgets per decode "
                    "step: fractions of all-bf16 (<= 1), bytes, or 120MB / 0.2GB")
     p.add_argument("--formats", default="e4m3,nvfp4", help="formats the greedy may use (as in the sensitivity run)")
-    p.add_argument("--windows", type=int, default=64)
+    p.add_argument("--windows", type=int, default=64, help="BoolQ windows (default 64; at least 2)")
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch", type=int, default=1, help="sequences per decode step (bytes)")
-    p.add_argument("--context", type=int, default=512, help="tokens in each sequence's KV cache (bytes)")
+    p.add_argument("--context", type=int, default=512, help="tokens in each sequence's KV cache (bytes; at most "
+                   "2**31 - 1, as fp8lab.bandwidth)")
     p.add_argument("--gpu", action="append", default=None, help="ceiling to show: a name in fp8lab.gpus or "
                    "NAME=TBps; repeatable (default H200 and GB10)")
     p.add_argument("--no-uniform", action="store_true", help="evaluate only the mixed assignments")
@@ -324,17 +327,25 @@ def main(argv=None) -> int:
     import os
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    p = _parser()
-    args = p.parse_args(argv)
+    args, status = parse(_parser(), argv)
+    if args is None:
+        return status
     try:
+        from fp8lab.bandwidth import check_batch_context
         from fp8lab.sensitivity import load_for_parts, read_sensitivity
-        if args.batch < 1 or args.context < 0 or args.windows < 1 or args.boot < 100:
-            raise UsageError("need --batch >= 1, --context >= 0, --windows >= 1, --boot >= 100")
+        try:
+            check_batch_context(args.batch, args.context)
+        except ValueError as e:
+            raise UsageError(f"--batch / --context: {e}") from None
+        if args.windows < 2 or args.boot < 100:
+            raise UsageError("need --windows >= 2 (an interval resamples them), --boot >= 100")
+        check_cluster_args(args)
+        parse_budget(args.budget, 1.0)            # its syntax, before the model loads
         out = None if args.bytes_only else resolve_out(args.out, args.record, f"frontier/{args.model}")
-        fmts = [f.strip() for f in args.formats.split(",") if f.strip()]
+        fmts = split_list(args.formats, "--formats")
         bad = [f for f in fmts if f not in SENS_FORMATS]
-        if bad or not fmts:
-            raise UsageError(f"unknown format(s) {bad or '(none)'}; valid: {', '.join(SENS_FORMATS)}")
+        if bad:
+            raise UsageError(f"unknown format(s) {bad}; valid: {', '.join(SENS_FORMATS)}")
         gpus = ceilings(args.gpu or ["H200", "GB10"])
         from fp8lab.store import REFERENCE
         sp = Path(args.sensitivity) if args.sensitivity else \
@@ -424,9 +435,7 @@ def main(argv=None) -> int:
         print(f"wrote {out / 'frontier.csv'} ({len(rows)} points) in {time.time() - t0:.0f}s")
         return 0
     except UsageError as e:
-        p.print_usage(sys.stderr)
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return fail(str(e))
     except Exception as e:
         from fp8lab.data import DataError
         from fp8lab.distributed import DistributedError
@@ -435,10 +444,10 @@ def main(argv=None) -> int:
         from fp8lab.store import DamagedFile, FolderBusy
         if isinstance(e, (ModelError, DataError, RecipeError, DistributedError, FolderBusy, DamagedFile,
                           FileNotFoundError)):
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            return fail(str(e))
         raise
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from fp8lab.cli import run
+    run(main)

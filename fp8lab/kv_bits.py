@@ -56,6 +56,7 @@ import torch
 
 from . import kv_drift, store
 from . import kv_quant as kq
+from .cli import UsageError as CliUsageError, split_list
 from .stats import delta_with_ci, paired_bootstrap_ci, ppl_delta_pct
 
 FP8_CONFIGS = ("baseline", "e4m3-uncal", "e4m3-dyn")
@@ -803,12 +804,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 DEFAULT_OUT = Path("runs") / "kv_bits"
+MAX_THREADS = os.cpu_count() or 1              # more torch threads than CPUs only slows a run down
 
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m fp8lab.kv_bits", description=__doc__.split("\n")[0])
     p.add_argument("--model", default=None, help="offline name or path (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--corpus", default="ppl", help="ppl (BoolQ passages) or ppl_lambada")
+    p.add_argument("--corpus", default="ppl", help=f"{' or '.join(kv_drift.CORPORA)} (BoolQ or LAMBADA passages)")
     p.add_argument("--windows", type=int, default=6, help="test windows (>= 2: the unit of every interval)")
     p.add_argument("--seq-len", type=int, default=8192, help="tokens per test window (default: SmolLM2's context)")
     p.add_argument("--cal-windows", type=int, default=4, help="calibration windows")
@@ -818,8 +820,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help="comma-separated configurations (module doc)")
     p.add_argument("--seed", type=int, default=0, help="seed of the window choice, the rotation and the bootstrap")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (>= 100)")
-    p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
-                   help="torch CPU threads (on a machine shared with other jobs, 1 can be much faster than 2)")
+    p.add_argument("--threads", type=int, default=min(2, MAX_THREADS),
+                   help=f"torch CPU threads, 1 .. {MAX_THREADS} (this machine's CPU count; on a machine shared "
+                   "with other jobs, 1 can be much faster than 2)")
     p.add_argument("--out", default=None, help=f"output folder (default {DEFAULT_OUT}, git-ignored; locked for the "
                    "whole run; an interrupted run resumes from <out>/.partial when rerun with the same settings)")
     p.add_argument("--record", action="store_true", help="write the committed reference (default --out then "
@@ -830,6 +833,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _validate(a) -> None:
+    if a.corpus not in kv_drift.CORPORA:
+        raise UsageError(f"unknown --corpus {a.corpus!r}; valid: {', '.join(kv_drift.CORPORA)}")
     if a.windows < 2:
         raise UsageError("--windows must be >= 2 (the windows are the units of the paired intervals)")
     if a.seq_len < 128:
@@ -840,8 +845,8 @@ def _validate(a) -> None:
         raise UsageError("need --sens-windows 0 (skip) or >= 2, and 16 <= --sens-len <= --seq-len")
     if a.n_boot < 100:
         raise UsageError("--n-boot must be >= 100")
-    if a.threads < 1:
-        raise UsageError("--threads must be >= 1")
+    if not 1 <= a.threads <= MAX_THREADS:
+        raise UsageError(f"--threads must be in 1 .. {MAX_THREADS} (this machine's CPU count), got {a.threads}")
     for c in a.configs:
         parse_config(c)
     if any(c != "baseline" and c not in FP8_CONFIGS and parse_config(c)[1] == "sens" for c in a.configs) \
@@ -857,14 +862,12 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = _parser()
     a = p.parse_args(argv)
-    a.configs = list(dict.fromkeys(c.strip() for c in a.configs.split(",") if c.strip()))
-    if "baseline" not in a.configs:
-        a.configs = ["baseline"] + a.configs
-    a.configs = ["baseline"] + [c for c in a.configs if c != "baseline"]
     a.command = "python -m fp8lab.kv_bits " + " ".join(argv)
     try:
+        a.configs = list(dict.fromkeys(split_list(a.configs, "--configs")))
+        a.configs = ["baseline"] + [c for c in a.configs if c != "baseline"]
         _validate(a)
-    except UsageError as e:
+    except (UsageError, CliUsageError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = a.out_path

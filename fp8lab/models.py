@@ -236,10 +236,13 @@ def load_model(name_or_path: str | None = None, use_cache: bool = True, verbose:
     try:
         model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
         tok = AutoTokenizer.from_pretrained(name)
-    except (OSError, ValueError) as e:
+    except Exception as e:  # a local folder: any failure (a corrupt weights file too) is a bad folder
+        if not path.exists() and not isinstance(e, (OSError, ValueError)):
+            raise
+        reason = (str(e).splitlines() or [""])[0][:200] or type(e).__name__
         where = "local folder" if path.exists() else "hub id (is a hub reachable? HF_HUB_OFFLINE is " \
                 f"{os.environ.get('HF_HUB_OFFLINE', 'unset')})"
-        raise ModelError(f"cannot load model {name!r} as a {where}: {str(e).splitlines()[0][:200]}\n"
+        raise ModelError(f"cannot load model {name!r} as a {where}: {reason}\n"
                          f"{valid}") from None
     model, tok = _finish(model, tok)
     short = path.name if path.exists() else name.replace("/", "--")

@@ -1,8 +1,9 @@
 """The activation lessons, measured on the model (notebook 11): where the large values are, how activation scales
 are chosen, and whether SmoothQuant or a Hadamard rotation tames the outliers.
 
-    python -m fp8lab.outlier_study --out outputs/outliers                        # all three parts
-    python -m fp8lab.outlier_study --parts stats --out outputs/outliers          # only the statistics (~minutes)
+    python -m fp8lab.outlier_study                       # all three parts -> runs/outliers/ (git-ignored)
+    python -m fp8lab.outlier_study --parts stats         # only the statistics (~minutes)
+    python -m fp8lab.outlier_study --record              # the committed reference results -> outputs/outliers/
 
 Three parts, all on the lab's default model (SmolLM2-135M-Instruct, whose weights are 4-bit GGUF Q4_1
 dequantized: the baseline is already a quantized model) and BoolQ text:
@@ -24,10 +25,10 @@ part.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -474,51 +475,71 @@ def plot_quality(rows: list[dict], title: str = "", note: str = ""):
 
 
 # ---- CLI ---------------------------------------------------------------------------------------------------------
+DEFAULT_OUT = Path("runs") / "outliers"
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fp8lab.outlier_study", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default="outputs/outliers", help="output folder (default outputs/outliers)")
+    from .cli import OneLineParser, UsageError, fail, parse, split_list
+
+    p = OneLineParser(prog="python -m fp8lab.outlier_study", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=None, help=f"output folder (default {DEFAULT_OUT}, git-ignored; "
+                   "outputs/outliers only with --record)")
+    p.add_argument("--record", action="store_true", help="write the committed reference (default --out then "
+                   "outputs/outliers); without it nothing under outputs/ is written")
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, from: {', '.join(PARTS)}")
     p.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M-Instruct")
     p.add_argument("--windows", type=int, default=16, help="test windows (default 16, the sweep's)")
-    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--seq-len", type=int, default=512, help="tokens per window (16 .. the model's context)")
     p.add_argument("--cal-windows", type=int, default=8, help="held-out calibration windows (default 8)")
     p.add_argument("--calib", default="boolq", help="calibration text: boolq (held-out windows) or sciq")
     p.add_argument("--alphas", default="0.25,0.5,0.75", help="SmoothQuant alphas for E4M3 (taming)")
     p.add_argument("--formats", default=",".join(TAMING_FORMATS),
                    help="taming formats, from: e4m3,int8,nvfp4 (NVFP4 input quantization is the slowest)")
+    p.add_argument("--online", action="store_true", help="allow the model hub (hub ids)")
     p.add_argument("--quiet", action="store_true")
     argv = sys.argv[1:] if argv is None else argv
-    a = p.parse_args(argv)
-    parts = [x.strip() for x in a.parts.split(",") if x.strip()]
+    a, status = parse(p, argv)
+    if a is None:
+        return status
+    try:
+        parts = split_list(a.parts, "--parts")
+        formats = split_list(a.formats, "--formats")
+        alphas = split_list(a.alphas, "--alphas")
+    except UsageError as e:
+        return fail(str(e))
     bad = [x for x in parts if x not in PARTS]
     try:
-        alphas = tuple(float(x) for x in a.alphas.split(",") if x.strip())
+        alphas = tuple(float(x) for x in alphas)
     except ValueError:
         alphas = ()
-    if bad or not parts:
-        print(f"error: unknown part(s) {bad or '(none)'}; valid: {', '.join(PARTS)}", file=sys.stderr)
-        return 2
-    formats = [x.strip() for x in a.formats.split(",") if x.strip()]
-    if not formats or any(f not in TAMING_FORMATS for f in formats):
-        print(f"error: --formats must be a comma-separated subset of {','.join(TAMING_FORMATS)}, got {a.formats!r}",
-              file=sys.stderr)
-        return 2
+    if bad:
+        return fail(f"unknown part(s) {bad}; valid: {', '.join(PARTS)}")
+    if any(f not in TAMING_FORMATS for f in formats):
+        return fail(f"--formats must be a comma-separated subset of {','.join(TAMING_FORMATS)}, got {a.formats!r}")
     if not alphas or any(not 0 <= x <= 1 for x in alphas):
-        print(f"error: --alphas must be comma-separated numbers in [0, 1], got {a.alphas!r}", file=sys.stderr)
-        return 2
+        return fail(f"--alphas must be comma-separated numbers in [0, 1], got {a.alphas!r}")
     if a.windows < 2 or a.cal_windows < 1 or a.seq_len < 16 or a.calib not in ("boolq", "sciq"):
-        print("error: need --windows >= 2, --cal-windows >= 1, --seq-len >= 16, --calib boolq|sciq", file=sys.stderr)
-        return 2
+        return fail("need --windows >= 2, --cal-windows >= 1, --seq-len >= 16, --calib boolq|sciq")
+    from . import data, models
     from .provenance import git_state, provenance
-    from .store import FolderBusy, FolderLock, atomic_write_json, read_json, save_figure, write_rows
+    from .store import (REFERENCE, FolderBusy, FolderLock, atomic_write_json, out_folder, read_json, save_figure,
+                        write_rows)
 
-    out = Path(a.out)
+    try:
+        out = out_folder(a.out, DEFAULT_OUT, record=a.record, record_default=REFERENCE / "outliers")
+    except ValueError as e:
+        return fail(str(e))
+    if not a.online:            # before datasets / transformers read them: no hub lookups
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    ctx = models.context_length(a.model)        # from the config alone: no weights loaded yet
+    if ctx and a.seq_len > ctx:
+        return fail(f"--seq-len {a.seq_len} is beyond the model's context of {ctx} tokens")
     cmd = "python -m fp8lab.outlier_study " + " ".join(argv)
     try:
         lock = FolderLock(out, cmd).__enter__()
     except FolderBusy as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return fail(str(e))
     try:
         t0, git0 = time.time(), git_state()       # the tree as the run starts (its per-window files dirty it later)
         su = setup(a.model, a.windows, a.seq_len, a.cal_windows, a.calib)
@@ -552,6 +573,8 @@ def main(argv=None) -> int:
             provs[key] = provenance(cmd, git=git0, wall_s=round(time.time() - tp, 1), **su.settings)
             atomic_write_json(out / "provenance.json", provs)
         print(f"wrote {', '.join(parts)} to {out} in {time.time() - t0:.0f} s")
+    except (data.DataError, models.ModelError) as e:
+        return fail(str(e))
     finally:
         lock.__exit__(None, None, None)
     return 0

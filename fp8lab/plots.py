@@ -20,10 +20,12 @@ import textwrap
 from collections import defaultdict
 from pathlib import Path
 
-from fp8lab.results import KEY_FIELDS, key, read_results
-from fp8lab.store import save_figure
+import math
 
-__all__ = ["plot_sweep", "PANEL_METRICS", "TASK_TITLES", "title_for"]
+from fp8lab.results import KEY_FIELDS, key, read_results
+from fp8lab.store import DamagedFile, save_figure
+
+__all__ = ["plot_sweep", "PANEL_METRICS", "TASK_TITLES", "title_for", "NothingToPlot"]
 
 PANEL_METRICS = {"ppl": ("ppl",), "ppl_lambada": ("ppl",), "ppl_wikitext": ("ppl",), "mmlu": ("acc",),
                  "hellaswag": ("acc", "acc_norm"), "arc_easy": ("acc", "acc_norm"), "piqa": ("acc", "acc_norm")}
@@ -34,6 +36,35 @@ METRIC_TITLES = {"ppl": "", "acc": "accuracy", "acc_norm": "acc_norm (length-nor
 ORDER = list(PANEL_METRICS)
 _RED, _BLUE, _GREY = "#c0392b", "#2e6fb7", "#9a9a9a"
 _FAMILY = {"e4m3": "FP8", "e5m2": "FP8", "nvfp4": "NVFP4", "mxfp4": "MXFP4", "int8": "INT8", "bf16": "BF16"}
+
+
+#: the numeric columns a panel draws from: each must be a finite number in every row drawn
+NUMERIC_FIELDS = ("baseline", "delta_pct", "ci95_low", "ci95_high")
+
+
+class NothingToPlot(ValueError):
+    """The results hold no rows to draw (an empty table, or none of the requested rows)."""
+
+
+def _checked(csv_path, numbered: list) -> list[dict]:
+    """The rows a panel draws, each checked: `DamagedFile` naming the file, line and column of a value that is
+    not a finite number (the sweep never writes one: every interval it stores is finite), or of an n that is
+    not a positive count. `numbered`: (line, row) pairs."""
+    out = []
+    for line, r in numbered:
+        if r.get("metric") not in PANEL_METRICS.get(r.get("task"), ()):
+            continue
+        for col in NUMERIC_FIELDS:
+            try:
+                ok = math.isfinite(float(r[col]))
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise DamagedFile(f"{csv_path}: line {line}, column {col}: {r[col]!r} is not a finite number")
+        if not str(r["n"]).isdigit() or int(r["n"]) < 1:
+            raise DamagedFile(f"{csv_path}: line {line}, column n: {r['n']!r} is not a positive count")
+        out.append(r)
+    return out
 
 
 def title_for(recipes) -> str:
@@ -162,11 +193,12 @@ def plot_sweep(csv_path: str | Path, out_dir: str | Path, only=None) -> list[Pat
     """Draw sweep.png (every panel) and sweep_<task>.png from a results CSV; returns the paths written.
 
     `only`: a set of row keys (fp8lab.results.key) to draw, e.g. the rows of the run that just finished."""
-    rows = read_results(csv_path, allow_legacy=True)
+    numbered = list(enumerate(read_results(csv_path, allow_legacy=True), start=2))   # line 1 is the header
     if only is not None:
-        rows = [r for r in rows if key(r) in only]
-    if not rows:
-        raise ValueError(f"{csv_path} holds no rows to plot")
+        numbered = [(i, r) for i, r in numbered if key(r) in only]
+    if not numbered:
+        raise NothingToPlot(f"{csv_path} holds no rows to plot")
+    rows = _checked(csv_path, numbered)
     out_dir = Path(out_dir)
     sel = _select(rows)
     paths = []

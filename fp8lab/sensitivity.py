@@ -32,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+from fp8lab.cli import OneLineParser, UsageError, fail, parse, split_list
 from fp8lab.parts import KV_SPECS, WEIGHT_SPECS, build_recipe  # noqa: F401  (re-exported: the parts API)
 
 __all__ = ["WEIGHT_SPECS", "KV_SPECS", "FORMATS", "Part", "model_parts", "part_desc", "build_recipe",
@@ -40,12 +41,9 @@ __all__ = ["WEIGHT_SPECS", "KV_SPECS", "FORMATS", "Part", "model_parts", "part_d
 # The names on the command line: (weight storage, KV storage or None where the lab has no such cache format)
 FORMATS = {"e4m3": ("fp8_tensor", "fp8"), "nvfp4": ("nvfp4", "nvfp4"), "mxfp8": ("mxfp8", None),
            "mxfp4": ("mxfp4", None), "int8": ("int8_channel", None), "e4m3-block": ("fp8_block128", None)}
+PART_GROUPS = ("layers", "types", "lm_head", "kv", "grid")
 CSV_FIELDS = ["model", "model_sha256", "part", "kind", "format", "ppl", "baseline_ppl", "delta_pct", "ci95_low",
               "ci95_high", "n", "seq_len", "seconds", "device", "model_note"]
-
-
-class UsageError(Exception):
-    """Bad command-line input: one line, exit 2."""
 
 
 class Part:
@@ -232,21 +230,46 @@ def resolve_out(arg, record: bool, sub: str) -> Path:
 
 
 def add_cluster_args(p: argparse.ArgumentParser) -> None:
-    from fp8lab.distributed import default_workers
+    from fp8lab.distributed import default_workers, max_per_host
     p.add_argument("--workers", type=int, default=None, help="local Dask worker processes (default: one per "
-                   f"GPU, else 2 on a CPU; here {default_workers()}); 0 = no Dask, one process")
+                   f"GPU, else 2 on a CPU; here {default_workers()}); 0 = no Dask, one process; at most 4 per "
+                   f"core (here {max_per_host()})")
     p.add_argument("--scheduler", default=None, help="address of a running Dask scheduler (tcp://host:8786): "
                    "use its workers instead of a local cluster")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per worker (default 1)")
-    p.add_argument("--device", default="auto", help="auto (worker i -> cuda:i mod n_gpus, else cpu), cpu, cuda:0")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per worker (default 1; at most 4 per "
+                   f"core of this machine, here {max_per_host()})")
+    p.add_argument("--device", default="auto", help="auto (worker i -> cuda:i mod n_gpus, else cpu), cpu, cuda:0 "
+                   "(checked here; with --scheduler, on the workers)")
+
+
+def check_cluster_args(args) -> None:
+    """UsageError unless --workers, --threads, --scheduler and --device can work (before any model loads)."""
+    from fp8lab.distributed import check_scheduler, max_per_host
+    top = max_per_host()
+    if args.workers is not None and not 0 <= args.workers <= top:
+        raise UsageError(f"--workers {args.workers}: give 0 (one process) to {top} (4 per core here)")
+    if not 1 <= args.threads <= top:
+        raise UsageError(f"--threads {args.threads}: give 1 to {top} (4 per core here)")
+    if args.scheduler is not None:
+        try:
+            check_scheduler(args.scheduler)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    elif args.device != "auto":      # a remote cluster's workers check their own devices
+        from fp8lab.evaluate import check_device
+        try:
+            check_device(args.device)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
 
 
 def _parser():
-    p = argparse.ArgumentParser(prog="python -m fp8lab.sensitivity", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m fp8lab.sensitivity", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2-135m", help="offline name (smollm2-135m, gemma3-270m) or folder")
     p.add_argument("--formats", default="e4m3,nvfp4", help=f"comma-separated, from: {', '.join(FORMATS)}")
-    p.add_argument("--parts", default="layers,types,lm_head,kv", help="groups: layers, types, lm_head, kv, grid")
-    p.add_argument("--windows", type=int, default=64, help="BoolQ windows (default 64)")
+    p.add_argument("--parts", default="layers,types,lm_head,kv", help=f"groups: {', '.join(PART_GROUPS)}")
+    p.add_argument("--windows", type=int, default=64, help="BoolQ windows (default 64; at least 2, the intervals "
+                   "resample them)")
     p.add_argument("--seq-len", type=int, default=512)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--boot", type=int, default=2000)
@@ -257,10 +280,6 @@ def _parser():
     p.add_argument("--plot", action="store_true", help="draw <out>/sensitivity.png")
     add_cluster_args(p)
     return p
-
-
-def _split(s):
-    return [x.strip() for x in s.split(",") if x.strip()]
 
 
 def load_for_parts(model_ref: str):
@@ -277,15 +296,21 @@ def main(argv=None) -> int:
     import os
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    p = _parser()
-    args = p.parse_args(argv)
+    args, status = parse(_parser(), argv)
+    if args is None:
+        return status
     try:
-        fmts = _split(args.formats)
+        fmts = split_list(args.formats, "--formats")
         bad = [f for f in fmts if f not in FORMATS]
-        if bad or not fmts:
-            raise UsageError(f"unknown format(s) {bad or '(none)'}; valid: {', '.join(FORMATS)}")
-        if args.windows < 1 or args.seq_len < 8 or args.boot < 100:
-            raise UsageError("need --windows >= 1, --seq-len >= 8, --boot >= 100")
+        if bad:
+            raise UsageError(f"unknown format(s) {bad}; valid: {', '.join(FORMATS)}")
+        groups = split_list(args.parts, "--parts")
+        bad = [g for g in groups if g not in PART_GROUPS]
+        if bad:
+            raise UsageError(f"unknown part group(s) {bad}; valid: {', '.join(PART_GROUPS)}")
+        if args.windows < 2 or args.seq_len < 8 or args.boot < 100:
+            raise UsageError("need --windows >= 2 (an interval resamples them), --seq-len >= 8, --boot >= 100")
+        check_cluster_args(args)
         out = resolve_out(args.out, args.record, f"sensitivity/{args.model}")
         from fp8lab.distributed import default_workers, run_cells
         from fp8lab.provenance import git_state, provenance
@@ -293,7 +318,7 @@ def main(argv=None) -> int:
         t0, git0 = time.time(), git_state()       # the tree as the run starts (its cell files dirty it later)
         model, name, sha, note = load_for_parts(args.model)
         try:
-            parts = model_parts(model, _split(args.parts))
+            parts = model_parts(model, groups)
         except ValueError as e:
             raise UsageError(str(e)) from None
         del model
@@ -311,7 +336,7 @@ def main(argv=None) -> int:
             write_rows(rows, out / "sensitivity.csv", CSV_FIELDS)
             atomic_write_json(out / "provenance.json", provenance(
                 command, git=git0, wall_seconds=round(time.time() - t0, 1), model={"name": name, "sha256": sha},
-                model_note=note, settings={**data, "formats": fmts, "parts": _split(args.parts), "n_boot": args.boot,
+                model_note=note, settings={**data, "formats": fmts, "parts": groups, "n_boot": args.boot,
                                            "workers": workers, "scheduler": args.scheduler, "threads": args.threads},
                 cells=len(cells), cell_seconds=round(sum(float(r.get("seconds", 0)) for r in results.values()), 1)))
             if args.plot:
@@ -323,9 +348,7 @@ def main(argv=None) -> int:
         print(f"wrote {out / 'sensitivity.csv'} ({len(rows)} rows) in {time.time() - t0:.0f}s")
         return 0
     except UsageError as e:
-        p.print_usage(sys.stderr)
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return fail(str(e))
     except Exception as e:
         from fp8lab.data import DataError
         from fp8lab.distributed import DistributedError
@@ -333,10 +356,10 @@ def main(argv=None) -> int:
         from fp8lab.recipes import RecipeError
         from fp8lab.store import FolderBusy
         if isinstance(e, (ModelError, DataError, RecipeError, DistributedError, FolderBusy)):
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            return fail(str(e))
         raise
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from fp8lab.cli import run
+    run(main)

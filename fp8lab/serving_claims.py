@@ -208,5 +208,20 @@ def format_claims(rows) -> str:
     return "\n".join(lines)
 
 
+def main(argv=None) -> int:
+    """``python -m fp8lab.serving_claims``: the table of :func:`claims_table`; exit 2 with one line on bad input."""
+    from fp8lab.cli import OneLineParser, emit, parse
+
+    ap = OneLineParser(prog="python -m fp8lab.serving_claims",
+                       description="The GB10 serving numbers in the seeds against the bandwidth ceiling "
+                                   "(tokens per weight read and MTP acceptance each claim needs). Takes no arguments.")
+    args, status = parse(ap, argv)
+    if args is None:
+        return status
+    emit(format_claims(claims_table()))
+    return 0
+
+
 if __name__ == "__main__":  # python -m fp8lab.serving_claims
-    print(format_claims(claims_table()))
+    from fp8lab.cli import run
+    run(main)

@@ -50,13 +50,27 @@ class OutputError(OSError):
     message is one line naming the path, for a command to print as its error."""
 
 
+class FolderNotFile(OutputError, IsADirectoryError):
+    """The path to write is an existing folder: an OutputError like any other (and an IsADirectoryError)."""
+
+
+def check_file_target(path) -> Path:
+    """`path` if a file can be written there as far as can be told without writing; `OutputError` (one line) when
+    it is a folder or a parent of it is a regular file. For a command to refuse a bad --out before any work."""
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        raise FolderNotFile(f"cannot write {path}: {path} is a folder, not a file")
+    for up in path.parents:
+        if up.exists() and not up.is_dir():
+            raise OutputError(f"cannot write {path}: {up} is a file, not a folder")
+    return path
+
+
 # ---- atomic writes ------------------------------------------------------------------------------------
 def atomic_write_bytes(path, data: bytes) -> Path:
     """Write `data` to `path` atomically (creating parent folders). Returns the path; `OutputError` (one line, nothing
     left behind) when it cannot be written."""
-    path = Path(path)
-    if path.exists() and not path.is_file():
-        raise IsADirectoryError(f"{path} exists and is not a file")
+    path = check_file_target(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,12 +219,16 @@ class FolderLock:
     """Exclusive lock on a results folder for the lifetime of a `with` block.
 
     `wait=0` (default) refuses at once with `FolderBusy` naming the holder; `wait=s` retries for s seconds.
-    The lock is an `flock` on `<folder>/.fp8lab.lock`: released by the kernel if the holder dies."""
+    The lock is an `flock` on `<folder>/.fp8lab.lock`: released by the kernel if the holder dies. A folder the
+    lock created is removed again on exit when it holds nothing but the lock file (a run that failed before
+    writing anything leaves nothing behind); `created` says whether this lock made it."""
 
     def __init__(self, folder, command: str = "", wait: float = 0.0):
         self.folder = Path(folder)
         self.command = command
         self.wait = wait
+        self.created = False
+        self._made: list[Path] = []
         self._fh = None
 
     def _holder(self) -> str:
@@ -221,20 +239,34 @@ class FolderLock:
         except (OSError, ValueError):
             return "another process (its details could not be read)"
 
+    def _open(self):
+        """The lock file, opened (creating the folder and the file when missing)."""
+        missing = [p for p in (self.folder, *self.folder.parents) if not p.exists()]
+        for attempt in range(3):  # a holder leaving may remove the empty folder between mkdir and open
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                fh = open(self.folder / LOCK_NAME, "a+")
+                break
+            except FileNotFoundError as e:
+                if attempt == 2:
+                    raise FolderUnusable(f"cannot write to {self.folder}: {e.strerror or e}; "
+                                         "choose another --out") from None
+            except OSError as e:
+                raise FolderUnusable(f"cannot write to {self.folder}: {e.strerror or e}; "
+                                     "choose another --out") from None
+        made = [p for p in missing if p.is_dir()]
+        self._made = made if made else self._made
+        return fh
+
     def __enter__(self):
         import fcntl
         import time
 
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            fh = open(self.folder / LOCK_NAME, "a+")
-        except OSError as e:
-            raise FolderUnusable(f"cannot write to {self.folder}: {e.strerror or e}; choose another --out") from None
         deadline = time.monotonic() + self.wait
+        fh = self._open()
         while True:
             try:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     holder = self._holder()
@@ -242,12 +274,22 @@ class FolderLock:
                     raise FolderBusy(f"{self.folder} is being written by {holder}; wait for it to finish "
                                      f"or choose another --out") from None
                 time.sleep(0.2)
+                continue
+            try:  # the holder before us may have removed the file (and its folder): lock the one on disk
+                same = os.path.samestat(os.fstat(fh.fileno()), os.stat(self.folder / LOCK_NAME))
+            except OSError:
+                same = False
+            if same:
+                break
+            fh.close()
+            fh = self._open()
         fh.seek(0)
         fh.truncate()
         fh.write(json.dumps({"pid": os.getpid(), "host": platform.node(), "command": self.command,
                              "since": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}))
         fh.flush()
         self._fh = fh
+        self.created = bool(self._made)
         return self
 
     def __exit__(self, *exc):
@@ -256,7 +298,21 @@ class FolderLock:
         if self._fh is not None:
             self._fh.seek(0)
             self._fh.truncate()
+            empty = False
+            if self.created:
+                try:
+                    empty = [p.name for p in self.folder.iterdir()] == [LOCK_NAME]
+                except OSError:
+                    pass
+                if empty:
+                    (self.folder / LOCK_NAME).unlink(missing_ok=True)   # still locked: nobody holds it after us
             fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
             self._fh.close()
             self._fh = None
+            if empty:
+                for p in self._made:                                   # the folder, then parents it made
+                    try:
+                        p.rmdir()
+                    except OSError:                                     # someone else's file arrived: keep it
+                        break
         return False

@@ -17,7 +17,8 @@ its rows with the first one's): run it afterwards, or give it another --out.
 
 What a run writes: <out>/results.csv (one row per model x recipe x task x metric x settings), <out>/per_item/
 (per-window NLL and per-question 0/1 that rows and later comparisons pair against), <out>/provenance.json,
-<out>/sweep.log (a successful run appends its log; a failed one writes sweep.failed.log instead) and with
+<out>/sweep.log (a successful run appends its log; a failed one writes sweep.failed.log instead, unless
+it failed before writing anything into a folder it created: then nothing is left) and with
 --plot <out>/sweep.png + <out>/sweep_<task>.png. Every file is written atomically.
 
 Reuse. A cell (recipe x task under one set of settings: model hash, tokens or limit, seq-len, seed, batch
@@ -37,11 +38,12 @@ import sys
 import time
 from pathlib import Path
 
+from fp8lab import cli
 from fp8lab import provenance as _prov
 from fp8lab.results import (CSV_FIELDS, KEY_FIELDS, PPL_TASKS, Cell, LegacyTable, UsageError, compare, delta_table,
                             key, read_results, rows_for)
-from fp8lab.store import (REFERENCE, DamagedFile, FolderBusy, FolderLock, atomic_write_json, atomic_write_text,
-                          out_folder, read_json, write_rows)
+from fp8lab.store import (LOCK_NAME, REFERENCE, DamagedFile, FolderBusy, FolderLock, atomic_write_json,
+                          atomic_write_text, out_folder, read_json, write_rows)
 
 __all__ = ["main", "TASKS", "DEFAULTS", "FULL", "CSV_FIELDS", "KEY_FIELDS", "read_csv", "compare",
            "delta_table", "estimate_seconds", "estimate", "UsageError", "DEFAULT_OUT"]
@@ -114,8 +116,12 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _split(s: str) -> list[str]:
-    return [x.strip() for x in s.split(",") if x.strip()]
+def _split(text: str, option: str) -> list[str]:
+    """cli.split_list, raising this module's UsageError (what estimate() and main() report)."""
+    try:
+        return cli.split_list(text, option)
+    except cli.UsageError as e:
+        raise UsageError(str(e)) from None
 
 
 def _check_device(dev: str) -> str:
@@ -130,7 +136,7 @@ def _resolve(args) -> dict:
     """Turn arguments into a validated plan; raises UsageError with a one-line reason."""
     from fp8lab.recipes import RECIPES, get_recipe
     if args.recipes is not None:
-        names = _split(args.recipes)
+        names = _split(args.recipes, "--recipes")
         bad = [r for r in names if r not in RECIPES and r not in ("fp32", "none")]
         if bad or not names:
             raise UsageError(f"unknown recipe(s) {', '.join(bad) or '(none given)'}; valid: {', '.join(RECIPES)}")
@@ -138,7 +144,7 @@ def _resolve(args) -> dict:
     else:
         recipes = list(RECIPES) if args.full else list(DEFAULTS["recipes"])
     if args.tasks is not None:
-        tasks = _split(args.tasks)
+        tasks = _split(args.tasks, "--tasks")
         bad = [t for t in tasks if t not in TASKS]
         if bad or not tasks:
             raise UsageError(f"unknown task(s) {', '.join(bad) or '(none given)'}; valid: {', '.join(TASKS)}")
@@ -432,9 +438,13 @@ class _RunLog:
         sh.setFormatter(logging.Formatter("%(message)s"))
         log.addHandler(sh)
 
-    def finish(self, ok: bool) -> Path:
+    def finish(self, ok: bool, keep_failed: bool = True) -> Path | None:
+        """Where the log went: sweep.log (ok), sweep.failed.log, or None (a failed log not kept)."""
         log.removeHandler(self.fh)
         self.fh.close()
+        if not ok and not keep_failed:
+            self.part.unlink(missing_ok=True)
+            return None
         text = self.part.read_text(encoding="utf-8") if self.part.is_file() else ""
         if ok:
             target = self.out / "sweep.log"
@@ -471,16 +481,32 @@ def _summary(res: dict, out: Path) -> str:
     return "\n".join(lines)
 
 
-def _redraw(out: Path, only=None) -> list[Path]:
-    from fp8lab import plots
+def _check_redraw(out: Path) -> Path:
+    """<out>/results.csv, or UsageError when there is none to draw from (checked before anything is created)."""
     csv_path = out / "results.csv"
     if not csv_path.is_file():
         raise UsageError(f"{csv_path} does not exist: run the sweep first (python -m fp8lab.sweep --plot"
                          f"{' --out ' + str(out) if out != DEFAULT_OUT else ''})")
+    return csv_path
+
+
+def _redraw(out: Path, only=None) -> list[Path]:
+    from fp8lab import plots
+    csv_path = _check_redraw(out)
     try:
         return plots.plot_sweep(csv_path, out, only=only)
+    except plots.NothingToPlot as e:
+        raise UsageError(f"{e}: run the sweep into {out} first") from None
     except DamagedFile as e:
         raise UsageError(f"{e}; rerun the sweep into {out} to rebuild it") from None
+
+
+def _wrote_nothing(out: Path, runlog: "_RunLog") -> bool:
+    """True when `out` holds only the lock and this run's log: the run failed before writing anything."""
+    try:
+        return {p.name for p in out.iterdir()} <= {LOCK_NAME, runlog.part.name}
+    except OSError:
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -502,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
             os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
         if args.redraw:
+            _check_redraw(out)                        # a folder that does not exist is refused, not created
             with FolderLock(out, command):
                 paths = _redraw(out)
             for p in paths:
@@ -533,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.record and not _prov.is_clean(prov):
             print(f"WARNING: recording reference results from a tree that is not a clean commit "
                   f"({_prov.describe(prov)}); the lab commits only results from clean commits", file=sys.stderr)
-        with FolderLock(out, command):
+        with FolderLock(out, command) as lock:
             if args.fresh:
                 _clear(out)
             runlog = _RunLog(out, args.quiet)
@@ -549,8 +576,8 @@ def main(argv: list[str] | None = None) -> int:
                 expected = True                    # one line below, no traceback, no pointer to the log
                 raise
             finally:
-                where = runlog.finish(ok)
-                if not ok and not expected:
+                where = runlog.finish(ok, keep_failed=ok or not (lock.created and _wrote_nothing(out, runlog)))
+                if not ok and not expected and where is not None:
                     print(f"the log of this failed run is in {where} ({out / 'sweep.log'} is unchanged)",
                           file=sys.stderr)
         return 0

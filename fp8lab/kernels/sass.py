@@ -30,6 +30,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -163,12 +165,28 @@ def kernels(filename: str, cc: int) -> dict[str, Kernel]:
     return parse(disassemble(cubin))
 
 
-def build_all(pairs, workers: int | None = None) -> dict:
-    """Compile and disassemble (filename, cc) pairs in parallel (NVRTC releases the GIL): {(file, cc): kernels}."""
+def build_all(pairs, workers: int | None = None, progress=None) -> dict:
+    """Compile and disassemble (filename, cc) pairs in parallel (NVRTC releases the GIL): {(file, cc): kernels}.
+    progress: called with one line as the work starts and one per pair as it finishes (seconds so far, a rough
+    estimate of the rest); a full summary compiles ~80 pairs, several minutes on 2 cores."""
     pairs = list(pairs)
     workers = workers or max(1, min(len(pairs), os.cpu_count() or 1))
+    t0, done, lock = time.monotonic(), [0], threading.Lock()
+    if progress is not None:
+        progress(f"compiling {len(pairs)} (source, arch) pairs with NVRTC on {workers} thread(s); one line each")
+
+    def one(p):
+        ks = kernels(*p)
+        if progress is not None:
+            with lock:
+                done[0] += 1
+                dt = time.monotonic() - t0
+                progress(f"[{done[0]}/{len(pairs)}] {p[0]} sm_{p[1]}: {len(ks)} kernel(s), {dt:.0f} s so far, "
+                         f"~{dt / done[0] * (len(pairs) - done[0]):.0f} s left")
+        return ks
+
     with ThreadPoolExecutor(workers) as ex:
-        return dict(zip(pairs, ex.map(lambda p: kernels(*p), pairs)))
+        return dict(zip(pairs, ex.map(one, pairs)))
 
 
 def arch_cc(arch: str) -> int:
@@ -293,10 +311,11 @@ def promotion_ffmas(kernel: Kernel):
 
 
 # ---- the summary written under outputs/ ----------------------------------------------------------------------
-def summarize(archs=sources.ARCHS) -> dict:
-    """{arch: {kernel: summary}} for the key kernels of every source that builds for that arch."""
+def summarize(archs=sources.ARCHS, progress=None) -> dict:
+    """{arch: {kernel: summary}} for the key kernels of every source that builds for that arch (progress: see
+    build_all)."""
     pairs = [(f, cc) for cc in archs for f, s in sources.SOURCES.items() if s.builds_for(cc)]
-    built = build_all(pairs)
+    built = build_all(pairs, progress=progress)
     out = {}
     for (f, cc), ks in built.items():
         target = sources.get(f).target(cc)
@@ -320,14 +339,14 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def write_summary(out_dir: str | Path, archs=sources.SUMMARY_ARCHS) -> Path:
+def write_summary(out_dir: str | Path, archs=sources.SUMMARY_ARCHS, progress=None) -> Path:
     """summary.json (provenance, compiler, options) and summary.txt under out_dir, through fp8lab.store."""
     from fp8lab import provenance, store
 
     from . import nvrtc
 
     out_dir = Path(out_dir)
-    summary = summarize(archs)
+    summary = summarize(archs, progress)
     cmd = "python -m fp8lab.kernels.sass --summary --out " + str(out_dir)
     opts = [o.replace(str(_cuda.KERNEL_DIR), "fp8lab/kernels") for o in _cuda.nvrtc_options("gemm_w8a8.cu", 90)]
     version = subprocess.run([cuobjdump(), "--version"], capture_output=True, text=True).stdout.strip().splitlines()
@@ -343,7 +362,8 @@ def write_summary(out_dir: str | Path, archs=sources.SUMMARY_ARCHS) -> Path:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fp8lab.kernels.sass", description=__doc__.split("\n")[0])
-    p.add_argument("--summary", action="store_true", help="write summary.json / summary.txt of the key kernels")
+    p.add_argument("--summary", action="store_true", help="write summary.json / summary.txt of the key kernels (compiles "
+                   "every source for every arch: about ten minutes on 2 cores, one progress line each on stderr)")
     p.add_argument("--out", default="outputs/kernels/sass", help="folder for --summary")
     p.add_argument("--archs", default=",".join(f"sm_{a}" for a in sources.SUMMARY_ARCHS),
                    help="comma-separated, e.g. sm_90,sm_121 (default: the tested archs and sm_100)")
@@ -358,8 +378,8 @@ def main(argv=None) -> int:
     try:
         archs = tuple(arch_cc(x) for x in a.archs.split(",") if x)
         if a.summary:
-            path = write_summary(a.out, archs)
-            print(format_summary(summarize(archs)))
+            path = write_summary(a.out, archs, progress=lambda line: print(line, file=sys.stderr, flush=True))
+            print(format_summary(summarize(archs)))             # the compiles are cached: no second pass
             print(f"wrote {path}")
             return 0
         if not a.source:

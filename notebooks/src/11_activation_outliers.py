@@ -28,7 +28,7 @@ measure kernels), a bf16 checkpoint — *the model's weights are 4-bit GGUF (Q4_
 already a quantized model* — and models larger than 135M parameters, where massive activations are known to be
 larger still.
 
-The committed results come from `python -m fp8lab.outlier_study --out outputs/outliers` (`stats.json`,
+The committed results come from `python -m fp8lab.outlier_study --record` (into `outputs/outliers/`: `stats.json`,
 `scaling.csv`, `taming.csv`, the per-window NLLs in `per_window/`, and `provenance.json` with one record per part);
 each section prints its provenance, or one "not recorded yet" line and falls back to the live slice or skips. The
 cells that compute live run on one short held-out window. Every sentence about what the run *shows* is rendered from
