@@ -9,7 +9,7 @@ import time
 import pytest
 
 from fp8lab import provenance as P
-from fp8lab.store import (DamagedFile, FolderBusy, FolderLock, atomic_write_json, atomic_write_text, read_json,
+from fp8lab.store import (LOCK_NAME, DamagedFile, FolderBusy, FolderLock, atomic_write_json, atomic_write_text, read_json,
                           read_rows, write_rows)
 
 
@@ -213,3 +213,42 @@ def test_flat_reads_both_provenance_schemas():
     assert P.flat(old) == old
     assert P.flat({"packages": {"cupy-cuda13x": None}})["cupy"] is None  # not installed: no version made up
     assert P.flat({"device": "top", "machine": {"device": "inner"}})["device"] == "top"
+
+
+def test_lock_removes_a_folder_it_made_when_nothing_was_written(tmp_path):
+    with pytest.raises(RuntimeError):
+        with FolderLock(tmp_path / "a" / "b") as lock:
+            assert lock.created and (tmp_path / "a" / "b" / LOCK_NAME).is_file()
+            raise RuntimeError("failed at setup")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_lock_keeps_a_folder_with_results_and_a_folder_it_did_not_make(tmp_path):
+    with FolderLock(tmp_path / "w") as lock:
+        atomic_write_text(tmp_path / "w" / "x.txt", "1")
+    assert lock.created and sorted(p.name for p in (tmp_path / "w").iterdir()) == [LOCK_NAME, "x.txt"]
+    (tmp_path / "e").mkdir()
+    with FolderLock(tmp_path / "e") as lock:
+        pass
+    assert not lock.created and [p.name for p in (tmp_path / "e").iterdir()] == [LOCK_NAME]
+
+
+def test_a_waiter_gets_the_lock_after_the_holder_removed_its_empty_folder(tmp_path):
+    """The holder removes the lock file it made; a writer that waited on it must lock the file on disk, so a
+    third writer is still refused."""
+    folder = tmp_path / "new"
+    ctx = mp.get_context("fork")
+    ready, release = ctx.Event(), ctx.Event()
+    p = ctx.Process(target=_hold, args=(folder, ready, release))
+    p.start()
+    try:
+        assert ready.wait(20)
+        ctx.Process(target=lambda: (__import__("time").sleep(0.5), release.set())).start()
+        with FolderLock(folder, command="waiter", wait=15):
+            assert (folder / LOCK_NAME).is_file()
+            with pytest.raises(FolderBusy, match="waiter"):
+                with FolderLock(folder, command="third"):
+                    pass
+    finally:
+        release.set()
+        p.join(20)
