@@ -168,3 +168,18 @@ def test_sass_build_all_reports_each_pair(monkeypatch):
     assert {p for line in lines[1:] for p in pairs if f"{p[0]} sm_{p[1]}:" in line} == set(pairs)
     assert all("s left" in line for line in lines[1:])
     assert sass.build_all(pairs[:1], progress=None) == {pairs[0]: {"a.cu-90": None}}     # quiet by default
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--summary", "--archs", "sm_90,,sm_121"], ["--archs", "empty item"]),
+    (["--summary", "--archs", ""], ["--archs is empty"]),
+    (["--summary", "--out", str(store.REFERENCE / "kernels" / "sass")], ["--record"]),   # the committed summary
+    ([], ["give --summary, or --source"]),
+    (["--bogus"], ["unrecognized arguments: --bogus"]),
+])
+def test_sass_command_line_refuses_in_one_line(argv, words, capsys, monkeypatch):
+    monkeypatch.setattr(sass, "write_summary", lambda *a, **k: pytest.fail("compiled before the arguments were checked"))
+    assert sass.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert all(w in err for w in words), err

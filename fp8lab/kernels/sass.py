@@ -21,7 +21,6 @@ package nvidia-cuda-cuobjdump (or a CUDA toolkit on PATH).
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import glob
 import os
@@ -361,10 +360,16 @@ def write_summary(out_dir: str | Path, archs=sources.SUMMARY_ARCHS, progress=Non
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fp8lab.kernels.sass", description=__doc__.split("\n")[0])
+    from fp8lab.cli import OneLineParser, UsageError, fail, parse, split_list
+    from fp8lab.store import REFERENCE, out_folder
+
+    p = OneLineParser(prog="python -m fp8lab.kernels.sass", description=__doc__.split("\n")[0])
     p.add_argument("--summary", action="store_true", help="write summary.json / summary.txt of the key kernels (compiles "
                    "every source for every arch: about ten minutes on 2 cores, one progress line each on stderr)")
-    p.add_argument("--out", default="outputs/kernels/sass", help="folder for --summary")
+    p.add_argument("--out", default=None, help="folder for --summary (default runs/sass; the committed "
+                   "outputs/kernels/sass only with --record)")
+    p.add_argument("--record", action="store_true", help="with --summary: write the committed reference (default "
+                   "--out then outputs/kernels/sass)")
     p.add_argument("--archs", default=",".join(f"sm_{a}" for a in sources.SUMMARY_ARCHS),
                    help="comma-separated, e.g. sm_90,sm_121 (default: the tested archs and sm_100)")
     p.add_argument("--source", help="one .cu file of fp8lab/kernels")
@@ -374,16 +379,19 @@ def main(argv=None) -> int:
     p.add_argument("--control", action="store_true",
                    help="with --kernel: the innermost loop holding a matrix instruction (the whole kernel if none), "
                         "each instruction with its control bits: stall cycles, yield bit, reuse flags")
-    a = p.parse_args(argv)
+    a, status = parse(p, argv)
+    if a is None:
+        return status
     try:
-        archs = tuple(arch_cc(x) for x in a.archs.split(",") if x)
+        archs = tuple(arch_cc(x) for x in split_list(a.archs, "--archs"))
         if a.summary:
-            path = write_summary(a.out, archs, progress=lambda line: print(line, file=sys.stderr, flush=True))
+            out = out_folder(a.out, "runs/sass", record=a.record, record_default=REFERENCE / "kernels" / "sass")
+            path = write_summary(out, archs, progress=lambda line: print(line, file=sys.stderr, flush=True))
             print(format_summary(summarize(archs)))             # the compiles are cached: no second pass
             print(f"wrote {path}")
             return 0
         if not a.source:
-            p.error("give --summary, or --source FILE.cu")
+            raise UsageError("give --summary, or --source FILE.cu")
         cc = arch_cc(a.arch)
         cubin, log = _cuda.compile_for(a.source, cc, ptxas_verbose=a.ptxas_v)
         if a.ptxas_v:
@@ -403,6 +411,8 @@ def main(argv=None) -> int:
                 s = k.summary()
                 print(f"{name:44s} {s['total']:6d} instr  " + " ".join(f"{op}={s[op]}" for op in MATRIX_OPS + ("F2FP",) if s[op]))
         return 0
+    except UsageError as e:
+        return fail(str(e))
     except (KeyError, ValueError, ToolMissing, RuntimeError) as e:
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2

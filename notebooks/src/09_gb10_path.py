@@ -23,7 +23,7 @@ shows what a kernel's inner loop is made of. It does not prove the chip executes
 is no GB10 here, and no GB10 timing anywhere in this lab. The arithmetic is checked another way — CPU references of
 exactly what each native kernel computes, checked against the portable kernels on an H200 where the arithmetic is the
 same (`tests/test_kernels_gb10.py`). Everything below is read from `outputs/kernels/sass/summary.json`, written by
-`python -m fp8lab.kernels.sass --summary --out outputs/kernels/sass/`.
+`python -m fp8lab.kernels.sass --summary --record` (into `outputs/kernels/sass/`).
 """),
 ("code", r"""
 from fp8lab.kernels import gb10_report as gr, native
