@@ -360,7 +360,8 @@ def write_summary(out_dir: str | Path, archs=sources.SUMMARY_ARCHS, progress=Non
 
 
 def main(argv=None) -> int:
-    from fp8lab.cli import OneLineParser, UsageError, fail, parse, split_list
+    from fp8lab.cli import OneLineParser, UsageError, fail, split_list
+    from fp8lab.cli import parse as parse_args  # this module's parse() reads SASS text
     from fp8lab.store import REFERENCE, out_folder
 
     p = OneLineParser(prog="python -m fp8lab.kernels.sass", description=__doc__.split("\n")[0])
@@ -379,7 +380,7 @@ def main(argv=None) -> int:
     p.add_argument("--control", action="store_true",
                    help="with --kernel: the innermost loop holding a matrix instruction (the whole kernel if none), "
                         "each instruction with its control bits: stall cycles, yield bit, reuse flags")
-    a, status = parse(p, argv)
+    a, status = parse_args(p, argv)
     if a is None:
         return status
     try:
