@@ -1,4 +1,5 @@
 """The result store: atomic writes, validated reads, one writer per folder; and the provenance record."""
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -102,19 +103,29 @@ def _hold(folder, ready, release):
         release.wait(20)
 
 
-def test_folder_lock_refuses_a_second_writer_and_names_the_holder(tmp_path):
+@contextlib.contextmanager
+def _held(folder, release_after: float | None = None):
+    """A forked process holds `folder`'s lock (command "holder-cmd") until the block ends, or `release_after`
+    seconds into it; yields the fork context."""
     ctx = mp.get_context("fork")
     ready, release = ctx.Event(), ctx.Event()
-    p = ctx.Process(target=_hold, args=(tmp_path, ready, release))
+    p = ctx.Process(target=_hold, args=(folder, ready, release))
     p.start()
     try:
         assert ready.wait(20)
-        with pytest.raises(FolderBusy, match="holder-cmd"):
-            with FolderLock(tmp_path, command="second"):
-                pass
+        if release_after is not None:
+            ctx.Process(target=lambda: (time.sleep(release_after), release.set())).start()
+        yield ctx
     finally:
         release.set()
         p.join(20)
+
+
+def test_folder_lock_refuses_a_second_writer_and_names_the_holder(tmp_path):
+    with _held(tmp_path):
+        with pytest.raises(FolderBusy, match="holder-cmd"):
+            with FolderLock(tmp_path, command="second"):
+                pass
     with FolderLock(tmp_path, command="third"):                            # free again once the holder is gone
         pass
 
@@ -136,16 +147,10 @@ def test_folder_lock_released_when_the_holder_is_killed(tmp_path):
 
 
 def test_folder_lock_waits_when_asked(tmp_path):
-    ctx = mp.get_context("fork")
-    ready, release = ctx.Event(), ctx.Event()
-    p = ctx.Process(target=_hold, args=(tmp_path, ready, release))
-    p.start()
-    assert ready.wait(20)
-    t0 = time.monotonic()
-    ctx.Process(target=lambda: (time.sleep(0.5), release.set())).start()
-    with FolderLock(tmp_path, wait=15):
-        assert time.monotonic() - t0 >= 0.4
-    p.join(20)
+    with _held(tmp_path, release_after=0.5):
+        t0 = time.monotonic()
+        with FolderLock(tmp_path, wait=15):
+            assert time.monotonic() - t0 >= 0.4
 
 
 # ---- provenance -------------------------------------------------------------------------------------
@@ -237,18 +242,9 @@ def test_a_waiter_gets_the_lock_after_the_holder_removed_its_empty_folder(tmp_pa
     """The holder removes the lock file it made; a writer that waited on it must lock the file on disk, so a
     third writer is still refused."""
     folder = tmp_path / "new"
-    ctx = mp.get_context("fork")
-    ready, release = ctx.Event(), ctx.Event()
-    p = ctx.Process(target=_hold, args=(folder, ready, release))
-    p.start()
-    try:
-        assert ready.wait(20)
-        ctx.Process(target=lambda: (__import__("time").sleep(0.5), release.set())).start()
+    with _held(folder, release_after=0.5):
         with FolderLock(folder, command="waiter", wait=15):
             assert (folder / LOCK_NAME).is_file()
             with pytest.raises(FolderBusy, match="waiter"):
                 with FolderLock(folder, command="third"):
                     pass
-    finally:
-        release.set()
-        p.join(20)
