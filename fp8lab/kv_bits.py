@@ -56,7 +56,7 @@ import torch
 
 from . import kv_drift, store
 from . import kv_quant as kq
-from .cli import UsageError as CliUsageError, split_list
+from .cli import UsageError, split_list
 from .stats import delta_with_ci, paired_bootstrap_ci, ppl_delta_pct
 
 FP8_CONFIGS = ("baseline", "e4m3-uncal", "e4m3-dyn")
@@ -68,8 +68,6 @@ COMPARISONS = (("turbo4", "nvfp4"), ("nvfp4-hp1", "nvfp4"), ("nvfp4-hp2", "nvfp4
 _CFG = re.compile(r"^(nvfp4|nvfp4-rot|turbo4|turbo4-gauss|turbo4-g64)(?:-(hp|sens|L)(\d+))?$")
 
 
-class UsageError(ValueError):
-    """A bad argument: the CLI prints it on one line and exits 2."""
 
 
 # ---- configurations ------------------------------------------------------------------------------------
@@ -867,7 +865,7 @@ def main(argv=None) -> int:
         a.configs = list(dict.fromkeys(split_list(a.configs, "--configs")))
         a.configs = ["baseline"] + [c for c in a.configs if c != "baseline"]
         _validate(a)
-    except (UsageError, CliUsageError) as e:
+    except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = a.out_path

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from .calibration import KVObserver, StaticKVScales, dynamic_kv, observe_kv, static_kv
-from .cli import UsageError as CliUsageError, split_list
+from .cli import UsageError, split_list
 from .stats import paired_bootstrap_ci
 from .store import REFERENCE, DamagedFile, FolderBusy, FolderLock, atomic_write_json, out_folder, read_json, read_rows, \
     save_figure, write_rows
@@ -258,8 +258,6 @@ def _parser():
     return p
 
 
-class UsageError(ValueError):
-    """Bad command-line input: one line on stderr, exit code 2."""
 
 
 def _plan(a) -> dict:
@@ -281,10 +279,7 @@ def _plan(a) -> dict:
         bad = [c for c in configs if c not in CONFIGS]
         if bad or not configs:
             raise UsageError(f"unknown KV configuration(s) {', '.join(bad) or '(none given)'}; valid: {', '.join(CONFIGS)}")
-        try:
-            split_list(a.configs, "--configs")          # a doubled or trailing comma is a typo
-        except CliUsageError as e:
-            raise UsageError(str(e)) from None
+        split_list(a.configs, "--configs")              # a doubled or trailing comma is a typo
         long = [c for c in configs if calibration_tokens(c) >= a.seq_len]
         if long:
             raise UsageError(f"{', '.join(long)} calibrate(s) on at least --seq-len {a.seq_len} tokens: nothing "

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fp8lab.cli import UsageError  # noqa: F401 - a request the results cannot answer: one line, exit code 2
 from fp8lab.store import DamagedFile, atomic_write_json, read_json, read_rows
 
 __all__ = ["CSV_FIELDS", "KEY_FIELDS", "LEGACY_FIELDS", "PPL_TASKS", "key", "read_results", "cell_tag",
@@ -38,9 +39,6 @@ KEY_FIELDS = ("model", "model_sha256", "recipe", "task", "size", "seq_len", "see
 LEGACY_FIELDS = ["model", "model_sha256", "recipe", "task", "metric", "value", "baseline", "delta_pct",
                  "ci95_low", "ci95_high", "delta_unit", "n", "size", "seq_len", "seed", "seconds", "model_note"]
 
-
-class UsageError(ValueError):
-    """A request the results cannot answer (bad argument, ambiguous comparison): one line, exit code 2."""
 
 
 class LegacyTable(DamagedFile):

@@ -116,14 +116,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _split(text: str, option: str) -> list[str]:
-    """cli.split_list, raising this module's UsageError (what estimate() and main() report)."""
-    try:
-        return cli.split_list(text, option)
-    except cli.UsageError as e:
-        raise UsageError(str(e)) from None
-
-
 def _check_device(dev: str) -> str:
     from fp8lab.evaluate import check_device
     try:
@@ -136,7 +128,7 @@ def _resolve(args) -> dict:
     """Turn arguments into a validated plan; raises UsageError with a one-line reason."""
     from fp8lab.recipes import RECIPES, get_recipe
     if args.recipes is not None:
-        names = _split(args.recipes, "--recipes")
+        names = cli.split_list(args.recipes, "--recipes")
         bad = [r for r in names if r not in RECIPES and r not in ("fp32", "none")]
         if bad or not names:
             raise UsageError(f"unknown recipe(s) {', '.join(bad) or '(none given)'}; valid: {', '.join(RECIPES)}")
@@ -144,7 +136,7 @@ def _resolve(args) -> dict:
     else:
         recipes = list(RECIPES) if args.full else list(DEFAULTS["recipes"])
     if args.tasks is not None:
-        tasks = _split(args.tasks, "--tasks")
+        tasks = cli.split_list(args.tasks, "--tasks")
         bad = [t for t in tasks if t not in TASKS]
         if bad or not tasks:
             raise UsageError(f"unknown task(s) {', '.join(bad) or '(none given)'}; valid: {', '.join(TASKS)}")
