@@ -619,6 +619,30 @@ def prefill_repeats_sentence(rows: list[dict], device: str | None = None) -> str
     return text
 
 
+def goal_repeats_sentence(rows: list[dict], device: str | None = None) -> str:
+    """What repeated recordings say about goals (rows: kernels.report.goal_repeats): how many runs there are, the
+    goals met on the median over runs and those missed (with the median and the threshold), and the goals whose
+    verdict flips from one run to the next. '' where no goal was measured twice."""
+    rows = [r for r in rows if r["runs"] >= 2]
+    if not rows:
+        return ""
+    n = max(r["runs"] for r in rows)
+    name = lambda r: f"{r['what'].split(' (')[0]} at {r['context'] // 1024}k"  # noqa: E731
+    met = [r for r in rows if r["met_median"]]
+    miss = [r for r in rows if not r["met_median"]]
+    text = (f"Read over the {n} recordings on the {device or 'recorded GPU'}, on each goal's median: "
+            f"{len(met)} of the {len(rows)} goals met")
+    if miss:
+        text += "; missed: " + "; ".join(f"{name(r)} ({r['median']:.3f} against {r['threshold']})" for r in miss)
+    text += "."
+    flips = [r for r in rows if 0 < r["met_runs"] < r["runs"]]
+    if flips:
+        text += (" Met in some runs and not in others: " + "; ".join(f"{name(r)} ({r['met_runs']} of {r['runs']}, "
+                                                                       f"{ratio_range(r['measured_runs'], 3)})" for r in flips)
+                 + ". There a single run's verdict is that run's noise; the kernel sits at the goal, not past it.")
+    return text
+
+
 def order_sentence(rows: list[dict]) -> str:
     """What the order run (gemm_report.order_effect rows) says, in one paragraph rendered from its numbers: how far
     the same kernel's time spread when only its predecessor changed, unsettled and settled, and what that does to

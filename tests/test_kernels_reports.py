@@ -135,3 +135,50 @@ def test_attention_sweep_best_picks_per_version_and_copy_mode():
     assert ba.sweep_best(d, "fp8cvt", 3, copy=0)["time_us"] == 170.0
     assert ba.sweep_best(d, "fp8cvt", 3)["time_us"] == 130.0
     assert ba.sweep_best(d, "nvfp4", 3) is None and ba.sweep_best(d, "nvfp4", 2)["time_us"] == 109.0
+
+
+def _goal_rows(values):
+    """A goals(data) stand-in: one file's goal rows from {(goal, context): measured} (met read on the threshold 1.0)."""
+    return [{"goal": g, "what": f"{g} (detail)", "context": L, "threshold": 1.0, "measured": v,
+             "met": None if v is None else v >= 1.0} for (g, L), v in values.items()]
+
+
+def test_goal_repeats_reads_each_goal_on_its_median_over_runs():
+    from fp8lab import findings
+    from fp8lab.kernels import report
+
+    runs = [{("a", 16384): 0.98, ("a", 32768): 1.02, ("b", 16384): 1.10},
+            {("a", 16384): 1.01, ("a", 32768): 1.04, ("b", 16384): None},
+            {("a", 16384): 0.97, ("a", 32768): 0.99, ("b", 16384): 1.20}]
+    rows = report.goal_repeats(runs, _goal_rows)
+    by = {(r["goal"], r["context"]): r for r in rows}
+    a16, a32, b16 = by[("a", 16384)], by[("a", 32768)], by[("b", 16384)]
+    assert a16["measured_runs"] == [0.98, 1.01, 0.97] and a16["median"] == 0.98 and a16["met_runs"] == 1
+    assert a16["met_median"] is False and (a16["min"], a16["max"]) == (0.97, 1.01)
+    assert a32["median"] == 1.02 and a32["met_median"] is True and a32["met_runs"] == 2 and a32["runs"] == 3
+    assert b16["runs"] == 2 and b16["measured_runs"] == [1.10, 1.20] and b16["met_runs"] == 2   # the run without it left out
+    text = report.format_goal_repeats(rows)
+    assert "0.980 1.010 0.970" in text and "NOT met" in text and "(detail)" not in text
+    s = findings.goal_repeats_sentence(rows, "H200")
+    assert "3 recordings on the H200" in s and "2 of the 3 goals met" in s and "a at 16k (0.980 against 1.0)" in s
+    assert "a at 16k (1 of 3" in s and "a at 32k (2 of 3" in s and "b at 16k (" not in s
+    assert findings.goal_repeats_sentence(report.goal_repeats(runs[:1], _goal_rows)) == ""
+
+
+def test_repeat_runs_takes_only_repeats_of_the_named_file(tmp_path, monkeypatch):
+    """attention_sweep_<commit>.json sits beside attention_<commit>.json in repeats/: it is not a repeat of
+    attention.json; <stem>_<commit>_runN.json is."""
+    import json
+
+    def write(path, commit, date):
+        path.write_text(json.dumps({"provenance": {"git_commit": commit, "date": date, "dirty": False}, "results": []}))
+
+    (tmp_path / "repeats").mkdir()
+    write(tmp_path / "attention.json", "c" * 40, "2026-12-03")
+    write(tmp_path / "repeats" / "attention_aaaaaaa.json", "a" * 40, "2026-12-01")
+    write(tmp_path / "repeats" / "attention_bbbbbbb_run2.json", "b" * 40, "2026-12-02")
+    write(tmp_path / "repeats" / "attention_sweep_aaaaaaa.json", "d" * 40, "2026-12-04")
+    write(tmp_path / "repeats" / "attention_notes.json", "e" * 40, "2026-12-05")
+    monkeypatch.setattr(gr, "recorded_runs", lambda name, folders: [gr.load(folders[0] / name)])
+    runs = gr.repeat_runs("attention.json", tmp_path)
+    assert [r["provenance"]["git_commit"][0] for r in runs] == ["c", "b", "a"]

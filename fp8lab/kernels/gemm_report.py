@@ -878,9 +878,13 @@ def repeat_runs(filename: str = "gemm_prefill.json", folder=RECORD_FOLDERS[1]) -
     """The committed run `folder/filename` and its other recordings kept beside it as `folder/repeats/<stem>_<commit>
     [_runN].json` (each with its own provenance), the committed file first, then the others newest first (by the
     date in their provenance); [] where it is not recorded."""
+    import re
+
     stem = filename.rsplit(".", 1)[0]
     main = recorded_runs(filename, (folder,))
-    older = [load(f) for f in (folder / "repeats").glob(f"{stem}_*.json")]
+    # <stem>_<commit>[_runN].json only: attention_sweep_<commit>.json is another recording, not a repeat of attention
+    name = re.compile(re.escape(stem) + r"_[0-9a-f]{7,40}(_run\d+)?\.json")
+    older = [load(f) for f in (folder / "repeats").glob(f"{stem}_*.json") if name.fullmatch(f.name)]
     older.sort(key=lambda d: str((d.get("provenance") or {}).get("date", "")), reverse=True)
     return main + older if main else []
 

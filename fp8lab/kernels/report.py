@@ -154,6 +154,45 @@ def find(s: Summary, kernel: str) -> dict | None:
     return next((r for r in s.table if r.get("kernel") == kernel), None)
 
 
+def goal_repeats(runs: list[dict], goals) -> list[dict]:
+    """One recording repeated (runs: loaded files, one GPU) read goal by goal: `goals(data)` -> that file's goal rows
+    (dicts with goal, what, context, threshold, measured, met; e.g. bench_attention.goals_table). Per (goal, context),
+    in the order of the first run's rows: each run's value ('measured_runs', run order; a run that did not measure it
+    is left out), their median, min and max, how many runs met the threshold ('met_runs' of 'runs'), and 'met_median':
+    the threshold read on the median (None where no run measured it). The median over runs is the verdict a single
+    run cannot give where the runs disagree."""
+    from .harness import quartiles
+
+    per: dict = {}
+    for d in runs:
+        for g in goals(d):
+            row = per.setdefault((g["goal"], g["context"]), {"goal": g["goal"], "what": g["what"], "context": g["context"],
+                                                             "threshold": g["threshold"], "measured_runs": [], "met_runs": 0})
+            if g.get("measured") is not None and g.get("met") is not None:
+                row["measured_runs"].append(g["measured"])
+                row["met_runs"] += bool(g["met"])
+    out = []
+    for row in per.values():
+        xs = row["measured_runs"]
+        med = quartiles(xs)[1] if xs else None
+        row.update(runs=len(xs), median=med, min=min(xs) if xs else None, max=max(xs) if xs else None,
+                   met_median=None if med is None else bool(med >= row["threshold"]))
+        out.append(row)
+    return out
+
+
+def format_goal_repeats(rows: list[dict]) -> str:
+    """goal_repeats rows as text: the goal, the context, each run's value, the median, runs met, verdict on the median."""
+    lines = [f"{'goal':44s} {'context':>7s} {'runs (run order)':24s} {'median':>6s} {'goal':>5s} {'met in':>7s}  on the median"]
+    for r in rows:
+        runs = " ".join(f"{x:.3f}" for x in r["measured_runs"]) or "-"
+        med = "-" if r["median"] is None else f"{r['median']:.3f}"
+        verdict = "not measured" if r["met_median"] is None else ("met" if r["met_median"] else "NOT met")
+        lines.append(f"{r['what'].split(' (')[0][:44]:44s} {r['context'] // 1024:>6d}k {runs[:24]:24s} {med:>6s} {r['threshold']:>5} "
+                     f"{r['met_runs']:>3d} of {r['runs']}  {verdict}")
+    return "\n".join(lines)
+
+
 def format_goals(s: Summary, goals) -> str:
     """goals: iterable of (label, kernel name, metric key, threshold). Prints measured vs goal, met or not."""
     out = []
