@@ -1,6 +1,7 @@
 """Does version 3 stream faster when the whole grid reads one window of memory at a time? (a diagnosis, not a result)
 
     python3 tools/gpu/kmajor_probe.py OUT.json [M ...]    # M = 1 and 16 by default; FP8LAB_PROBE_SHAPES=14336x4096,...
+                                                          # a 300 s budget (FP8LAB_PROBE_BUDGET_S)
 
 Version 3 packs a matrix group-major: the KU units of row group 0, then those of group 1, ... Every warp streams its
 own contiguous range, so at any moment the grid's ~900 warps read ~900 places a group (or a range) apart. On the H200
@@ -20,6 +21,7 @@ import v3probe   # tools/gpu/v3probe.py (this folder is on the path when the pro
 
 from fp8lab.kernels import gemm_decode as GD, gemv_v3 as V3
 
+BUDGET_S = float(os.environ.get("FP8LAB_PROBE_BUDGET_S", 300))
 SHAPES = [tuple(int(v) for v in s.split("x")) for s in
           os.environ.get("FP8LAB_PROBE_SHAPES", "14336x4096,28672x8192,4096x14336,18944x3584").split(",")]
 
@@ -71,7 +73,7 @@ def add_case(bench, c, x, shape, timers, meta, ref, Ms):
 
 def main(out, Ms=(1, 16)):
     return v3probe.run("kmajor_probe.py", out, "kmajor", SHAPES, Ms,
-                       lambda *a: add_case(*a, Ms=Ms))
+                       lambda *a: add_case(*a, Ms=Ms), BUDGET_S)
 
 
 if __name__ == "__main__":
