@@ -881,6 +881,10 @@ def main(argv=None) -> int:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")            # offline like the sweep: no hub lookups
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    ctx = models.context_length(a.model)                    # from the config alone: no weights loaded yet
+    if ctx and a.seq_len > ctx:
+        print(f"error: --seq-len {a.seq_len} exceeds the model's context of {ctx} tokens", file=sys.stderr)
+        return 2
     try:
         from .provenance import git_state
         a.git0 = git_state()                      # the tree as the run starts (its .partial files dirty it later)

@@ -56,6 +56,14 @@ def test_kv_bits_refuses_up_front(argv, words, capsys, tmp_path, no_model):
     assert not (tmp_path / "o").exists()
 
 
+def test_kv_bits_seq_len_beyond_the_context_is_refused_before_the_model_loads(capsys, tmp_path, monkeypatch, no_model,
+                                                                             hub_env):
+    monkeypatch.setattr(models, "context_length", lambda name=None: 4096)
+    assert kv_bits.main(["--seq-len", "4097", "--out", str(tmp_path / "o")]) == 2
+    one_line_error(capsys, "--seq-len 4097", "context of 4096 tokens")
+    assert not (tmp_path / "o").exists()
+
+
 def test_kv_bits_help_names_the_corpora_and_the_thread_bound():
     text = " ".join(kv_bits._parser().format_help().split())
     assert "ppl or ppl_lambada" in text
