@@ -977,11 +977,11 @@ def test_recorded_runs_and_provenance_lines(tmp_path):
     assert R.recorded_runs("nope.json", folders=(a, b, c)) == []
     # earlier recordings of the same file kept in <folder>/repeats/<stem>_<commit>.json, after the committed one
     (a / "repeats").mkdir()
-    for tag, date in (("bbb", "2026-12-01"), ("aaa", "2026-11-01"), ("ccc", "2026-12-05")):
+    for tag, date in (("bbbbbbb", "2026-12-01"), ("aaaaaaa", "2026-11-01"), ("ccccccc", "2026-12-05")):
         (a / "repeats" / f"run_{tag}.json").write_text(json.dumps({"provenance": {"device": tag, "date": date},
                                                                    "results": []}))
     (a / "repeats" / "other_ddd.json").write_text("{}")
-    assert [r["provenance"]["device"] for r in R.repeat_runs("run.json", a)] == ["GPU A", "ccc", "bbb", "aaa"]
+    assert [r["provenance"]["device"] for r in R.repeat_runs("run.json", a)] == ["GPU A", "ccccccc", "bbbbbbb", "aaaaaaa"]
     assert R.repeat_runs("run.json", b) == [] and [r["provenance"]["device"] for r in R.repeat_runs("run.json", c)] == ["GPU C"]
     # probe_reports: every run read the same way, the sentence given the run's device; show_recorded prints them
     from fp8lab import notebook as nb
