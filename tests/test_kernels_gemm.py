@@ -431,50 +431,10 @@ def test_v3_packing_round_trips(N, K, R, interleave):
     assert torch.equal(nib, unpack_nibbles(wp)) and torch.equal(sc2, sc)
 
 
-@pytest.mark.parametrize("N,K,R", [(40, 300, 1), (272, 1024, 2), (1, 64, 1)])
-def test_v3_chunk_orders_hold_the_same_chunks(N, K, R):
-    """Chunk-major and group-major packs hold the same 1 KiB x R chunks: chunk c of row group g is chunk slot
-    g * gstr + c * cstr of each (chunk_strides, what the kernel is passed); reorder converts both ways (NVFP4's scale
-    words with the data), unpack reads either, and version 4 / 5 (one bulk copy per unit) refuse chunk-major."""
-    from fp8lab.scaling import unpack_nibbles
-
-    g = torch.Generator().manual_seed(N + K + R)
-    c = torch.randint(0, 256, (N, K), dtype=torch.uint8, generator=g)
-    Kn = K - K % 16
-    wp = torch.randint(0, 256, (N, Kn // 2), dtype=torch.uint8, generator=g)
-    sc = torch.randint(0, 127, (N, Kn // 16), dtype=torch.uint8, generator=g)
-    for pack in (lambda o: V3.pack_fp8(c, torch.rand(N), R=R, order=o), lambda o: V3.pack_nvfp4(wp, sc, 0.5, R=R, order=o)):
-        pc, pg = pack("chunk"), pack("group")
-        assert (pc.order, pg.order) == ("chunk", "group") and V3.pack_fp8(c, torch.rand(N), R=R).order == V3.DEFAULT_ORDER
-        G, CH = pg.groups, pg.Kp // V3.CHUNK_K[pg.fmt]
-        assert V3.chunk_strides(pc) == (1, G) and V3.chunk_strides(pg) == (CH, 1)
-        dc, dg = pc.data.reshape(G * CH, -1), pg.data.reshape(G * CH, -1)
-        for grp in range(G):
-            for ch in range(CH):
-                a, b = (grp * s[0] + ch * s[1] for s in (V3.chunk_strides(pc), V3.chunk_strides(pg)))
-                assert torch.equal(dc[a], dg[b])
-                if pg.fmt == "nvfp4":
-                    assert torch.equal(pc.scales.reshape(G * CH, -1)[a], pg.scales.reshape(G * CH, -1)[b])
-        assert torch.equal(V3.reorder(pg, "chunk").data, pc.data) and torch.equal(V3.reorder(pc, "group").data, pg.data)
-        assert V3.reorder(pc, "chunk") is pc
-        if pg.fmt == "nvfp4":
-            assert torch.equal(V3.reorder(pg, "chunk").scales, pc.scales)
-            assert torch.equal(V3.unpack_nvfp4(pc)[0], unpack_nibbles(wp)) and torch.equal(V3.unpack_nvfp4(pc)[1], sc)
-        else:
-            assert torch.equal(V3.unpack_fp8(pc), c)
-    with pytest.raises(ValueError, match="order must be one of"):
-        V3.pack_fp8(c, torch.rand(N), order="row")
-    x = torch.zeros(1, K, dtype=torch.bfloat16)
-    for version in (4, 5):
-        with pytest.raises(ValueError, match=f"version {version} fetches each unit with one bulk copy"):
-            V3.prepare(x, V3.pack_fp8(c, torch.rand(N), R=R, order="chunk"), version=version)
-
-
 @pytest.mark.parametrize("fmt", V3.FORMATS)
-@pytest.mark.parametrize("N,K,M,R,interleave,order", [(20, 200, 3, 1, None, "chunk"), (40, 384, 9, 2, None, "chunk"),
-                                                      (32, 256, 17, 2, None, "group"), (32, 256, 2, 1, "gate_up", "chunk"),
-                                                      (48, 520, 1, 1, None, "group")])
-def test_v3_cpu_model_of_the_kernel_equals_reference(fmt, N, K, M, R, interleave, order):
+@pytest.mark.parametrize("N,K,M,R,interleave", [(20, 200, 3, 1, None), (40, 384, 9, 2, None), (32, 256, 17, 2, None),
+                                                (32, 256, 2, 1, "gate_up")])
+def test_v3_cpu_model_of_the_kernel_equals_reference(fmt, N, K, M, R, interleave):
     """The kernel's dataflow emulated lane by lane on the CPU (gemv_v3.emulate: packed words, widening, the
     m16n8k16 fragment map, the activations each lane pairs with them, block promotion, scales) equals the float64
     reference: the layout, k order and fragment map are right before any GPU runs."""
@@ -485,13 +445,12 @@ def test_v3_cpu_model_of_the_kernel_equals_reference(fmt, N, K, M, R, interleave
         K -= K % 16
         wp = torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, generator=g)
         sc = torch.randint(1, 0x7F, (N, K // 16), dtype=torch.uint8, generator=g)
-        p = V3.pack_nvfp4(wp, sc, 0.3, R=R, interleave=interleave, order=order)
+        p = V3.pack_nvfp4(wp, sc, 0.3, R=R, interleave=interleave)
     else:
         c = torch.randint(0, 254, (N, K), dtype=torch.uint8, generator=g)
         c[c == 0x7F] = 0
         s = torch.rand(N) if fmt == "fp8c" else torch.rand(math.ceil(N / 128), math.ceil(K / 128))
-        p = V3.pack_fp8(c, s, R=R, interleave=interleave, order=order)
-    assert p.order == order
+        p = V3.pack_fp8(c, s, R=R, interleave=interleave)
     x = torch.randn(M, K, generator=g).to(torch.bfloat16)
     ref, terms = V3.reference(x, p)
     err = np.abs(V3.emulate(x, p) - ref.numpy()) / np.maximum(terms.numpy(), 1e-300)
@@ -546,7 +505,6 @@ def test_v3_rejects_bad_arguments():
     with pytest.raises(ValueError, match="multiple of 16"):
         V3.pack_nvfp4(torch.zeros(4, 12, dtype=torch.uint8), torch.zeros(4, 1, dtype=torch.uint8), 1.0)
     p = V3.pack_fp8(c, torch.ones(32))
-    pg = V3.reorder(p, "group")   # what versions 4 and 5 read
     x = torch.zeros(1, 256, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="M = 1..32"):
         V3.gemv_v3(torch.zeros(33, 256, dtype=torch.bfloat16), p)
@@ -570,7 +528,7 @@ def test_v3_rejects_bad_arguments():
         with pytest.raises(ValueError, match="5th element is 0 .stream-K."):
             V3.gemv_v3(x, p, config=(2, 3, 4, 4, split))
     with pytest.raises(ValueError, match="5th element"):
-        V3.gemv_v3(x, pg, version=5, config=(2, 4, 8, 3, 2))   # version 5 splits over CTA bands: 0 or 1 only
+        V3.gemv_v3(x, p, version=5, config=(2, 4, 8, 3, 2))   # version 5 splits over CTA bands: 0 or 1 only
     with pytest.raises(ValueError, match="3 segments per row group must divide its 2 units"):
         V3.gemv_v3(x, p, config=(2, 2, 4, 4, 3))   # K = 256: two units of 128 k
     with pytest.raises(ValueError, match=r"\(C, P, WPC, CPS\)"):
@@ -581,13 +539,13 @@ def test_v3_rejects_bad_arguments():
     with pytest.raises(ValueError, match="version must be one of"):
         V3.gemv_v3(x, p, version=6)
     with pytest.raises(ValueError, match=r"not compiled: \(format, R, NT, C, D"):
-        V3.gemv_v3(x, pg, version=5, config=(2, 5, 8, 3))
+        V3.gemv_v3(x, p, version=5, config=(2, 5, 8, 3))
     with pytest.raises(ValueError, match=r"not compiled: \(format, R, NT, C, D"):
-        V3.gemv_v3(x, pg, version=4, config=(2, 3, 8, 4))
+        V3.gemv_v3(x, p, version=4, config=(2, 3, 8, 4))
     with pytest.raises(TypeError, match="CUDA"):
         V3.gemv_v3(x, p)  # everything checked: only then the device
     with pytest.raises(TypeError, match="CUDA"):
-        V3.gemv_v3(x, pg, version=4)
+        V3.gemv_v3(x, p, version=4)
     assert V3.n_tiles(1) == 1 and V3.n_tiles(9) == 2 and V3.n_tiles(32) == 4
     assert V3.ring_bytes("fp8c", 1, 2, 4, 8) == 8 * 4 * (2048 + 8)
     assert V3.ring_bytes("nvfp4", 1, 2, 4, 8) == 8 * 4 * (2048 + 256 + 8)
@@ -649,21 +607,16 @@ def test_v3_compiled_list_is_the_python_set():
 
 
 # ---- version 3 on the GPU: every compiled config, several distributions, odd shapes, M = 1..32 ------------------
-def _order(version):
-    """The chunk order a version reads: version 3 its default (it reads either), 4 and 5 group-major."""
-    return V3.DEFAULT_ORDER if version == 3 else "group"
-
-
-def _v3_inputs(fmt, N, K, R, dist, interleave=None, seed=0, order=V3.DEFAULT_ORDER):
+def _v3_inputs(fmt, N, K, R, dist, interleave=None, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     if fmt == "nvfp4":
         wp = torch.randint(0, 256, (N, K // 2), dtype=torch.int32, device="cuda", generator=g).to(torch.uint8)
         sc = torch.randint(1, 0x7F, (N, K // 16), dtype=torch.int32, device="cuda", generator=g).to(torch.uint8)
-        return V3.pack_nvfp4(wp, sc, torch.tensor(0.37, device="cuda"), R=R, interleave=interleave, order=order)
+        return V3.pack_nvfp4(wp, sc, torch.tensor(0.37, device="cuda"), R=R, interleave=interleave)
     c = F8.random_codes(N, K, generator=g)
     s = (torch.rand(N, device="cuda", generator=g) + 0.01 if fmt == "fp8c"
          else torch.rand(math.ceil(N / 128), math.ceil(K / 128), device="cuda", generator=g) + 0.01)
-    return V3.pack_fp8(c, s, R=R, interleave=interleave, order=order)
+    return V3.pack_fp8(c, s, R=R, interleave=interleave)
 
 
 def _activations(M, K, dist, seed=0):
@@ -696,10 +649,9 @@ def test_v3_every_config_matches_reference(version, fmt, M):
         if not cfgs:
             continue
         N, K = (408, 1000) if fmt != "nvfp4" else (408, 1008)
-        p = _v3_inputs(fmt, N, K, R, "normal", seed=M, order=_order(version))
+        p = _v3_inputs(fmt, N, K, R, "normal", seed=M)
         x = _activations(M, K, "normal", seed=M)
         ref, terms = V3.reference(x, p)
-        pg = V3.reorder(p, "group") if version == 3 else None   # version 3 reads group-major packs too
         for C, P in cfgs:
             KU = p.Kp // (V3.CHUNK_K[fmt] * C)
             segs = sorted({2, KU} & {S for S in range(2, KU + 1) if KU % S == 0}) if version < 5 else []
@@ -708,11 +660,7 @@ def test_v3_every_config_matches_reference(version, fmt, M):
                 launch = V3.prepare(x, p, config=(C, P, wpc, cps, split), out=_poison((M, N)), version=version)
                 assert launch.info["kernel"].startswith(f"gemv{version}_") and launch.info["whole_groups"] == (split == 1)
                 assert launch.info.get("segments") == (split if split >= 2 else None)
-                y = launch()
-                assert_close(y, ref, terms, "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", K)
-                if pg is not None and split in (0, 1) and (wpc, cps) != grids[2]:   # the other order: the same bits
-                    y2 = V3.prepare(x, pg, config=(C, P, wpc, cps, split), out=_poison((M, N)))()
-                    assert torch.equal(y.view(torch.int16), y2.view(torch.int16)), (C, P, wpc, cps, split)
+                assert_close(launch(), ref, terms, "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", K)
 
 
 @gpu
@@ -726,7 +674,7 @@ def test_v3_distributions_and_odd_shapes(fmt, dist, N, K, version):
     if fmt == "nvfp4":
         K -= K % 16
     M = 5
-    p = _v3_inputs(fmt, N, K, 1, dist, seed=N + K, order=_order(version))
+    p = _v3_inputs(fmt, N, K, 1, dist, seed=N + K)
     x = _activations(M, K, dist, seed=N)
     ref, terms = V3.reference(x, p)
     assert_close(V3.gemv_v3(x, p, out=_poison((M, N)), version=version), ref, terms,
@@ -785,7 +733,7 @@ def test_v3_whole_groups_by_default_at_large_n(version, fmt):
     """N large enough for whole row groups per warp (the default there): no group is split, several groups per warp
     where the resident grid is smaller than the groups, and the result is the reference's."""
     N, K, M = 16 * (V3.WHOLE_MIN_GROUPS_PER_SM * V3.sm_count() + 3), 512, 3
-    p = _v3_inputs(fmt, N, K, 1, "normal", seed=13, order=_order(version))
+    p = _v3_inputs(fmt, N, K, 1, "normal", seed=13)
     x = _activations(M, K, "normal", seed=13)
     ref, terms = V3.reference(x, p)
     for cfg in ((None, (2, 2 if version == 3 else 4, 1, 1, 1)) if version < 5 else ((4, 3, 8, 1, 1), (2, 4, 4, 2, 1))):
@@ -812,7 +760,7 @@ def test_v3_whole_groups_by_default_at_large_n(version, fmt):
 def test_v4_launches_of_one_kernel_with_different_shared_memory():
     """Two launches of the same kernel prepared in turn, the larger first: the smaller one's preparation must not
     lower the kernel's dynamic shared-memory limit under the larger one's (CUDA_ERROR_INVALID_VALUE at launch)."""
-    p = _v3_inputs("fp8c", 1024, 4096, 1, "normal", seed=12, order="group")
+    p = _v3_inputs("fp8c", 1024, 4096, 1, "normal", seed=12)
     x = _activations(1, 4096, "normal", seed=12)
     big = V3.prepare(x, p, config=(2, 8, 8, 1), version=4)     # 131 KB of ring
     small = V3.prepare(x, p, config=(2, 8, 4, 1), version=4)   # 66 KB, same kernel
@@ -829,17 +777,16 @@ def test_v3_is_deterministic_and_reusable(version, config):
     """Split row groups are summed in slot order by whichever warp finishes last: repeated calls (counters reset
     by the kernel) give bit-identical results, for a split-heavy config (few groups, many warps); versions 3 and 4
     (same arithmetic, different loads) give the same bits."""
-    p = _v3_inputs("fp8b", 64, 16384, 1, "normal", seed=9, order=_order(version))
+    p = _v3_inputs("fp8b", 64, 16384, 1, "normal", seed=9)
     x = _activations(4, 16384, "normal", seed=9)
     launch = V3.prepare(x, p, config=config, version=version)
     assert (launch.info["grid"] if version == 5 else launch.info["warps"]) > p.groups  # every group split
 
     ys = [launch().clone() for _ in range(5)]
     assert all(torch.equal(ys[0].view(torch.int16), y.view(torch.int16)) for y in ys[1:])
-    if version == 4:   # version 3 on the same (group-major) pack and on its chunk-major copy: the same bits
-        for q in (p, V3.reorder(p, "chunk")):
-            y3 = V3.prepare(x, q, config=(2, 2, 8, 4), version=3)()
-            assert torch.equal(ys[0].view(torch.int16), y3.view(torch.int16)), q.order
+    if version == 4:
+        y3 = V3.prepare(x, p, config=(2, 2, 8, 4), version=3)()
+        assert torch.equal(ys[0].view(torch.int16), y3.view(torch.int16))
     ref, terms = V3.reference(x, p)
     assert_close(ys[0], ref, terms, "gemv_fp8", 16384)
 
@@ -875,7 +822,7 @@ def test_v3_timeline_copy_matches_reference_and_stamps_in_order(fmt, M):
 def test_v3_pdl_launch_matches_plain_launch(version):
     """The programmatic-dependent-launch path (cuLaunchKernelEx through ctypes) computes the same bits, also
     when captured in a CUDA graph (version 4: with its dynamic shared memory)."""
-    p = _v3_inputs("nvfp4", 272, 1024, 1, "normal", seed=11, order=_order(version))
+    p = _v3_inputs("nvfp4", 272, 1024, 1, "normal", seed=11)
     x = _activations(2, 1024, "normal", seed=11)
     y0 = V3.gemv_v3(x, p, version=version)
     launch = V3.prepare(x, p, pdl=True, out=_poison((2, 272)), version=version)

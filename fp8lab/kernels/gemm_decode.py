@@ -223,15 +223,13 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
         w8, sch, sbl, w4, gs, wbf = shape_weights(N, K)
         v3_packs: dict = {}
 
-        def packs(fmt, R, ver):  # the packings of versions 3-5 of the same weight sets, made once per shape: version 3
-            order = V3.DEFAULT_ORDER if ver == 3 else "group"   # reads its default order, 4 and 5 group-major
-            if (fmt, R, order) not in v3_packs:
+        def packs(fmt, R):  # version-3 packings (versions 3 and 4) of the same weight sets, made once per shape
+            if (fmt, R) not in v3_packs:
                 if fmt == "nvfp4":
-                    v3_packs[(fmt, R, order)] = [V3.pack_nvfp4(wp, sc, gs, R=R, order=order) for wp, sc in w4]
+                    v3_packs[(fmt, R)] = [V3.pack_nvfp4(wp, sc, gs, R=R) for wp, sc in w4]
                 else:
-                    v3_packs[(fmt, R, order)] = [V3.pack_fp8(w, sch if fmt == "fp8c" else sbl, R=R, order=order)
-                                                 for w in w8]
-            return v3_packs[(fmt, R, order)]
+                    v3_packs[(fmt, R)] = [V3.pack_fp8(w, sch if fmt == "fp8c" else sbl, R=R) for w in w8]
+            return v3_packs[(fmt, R)]
         wd = {"channel": F8.dequant_weight(w8[0], sch), "block": F8.dequant_weight(w8[0], sbl)}  # float64, set 0
         wd4 = F4.dequant_weight(*w4[0], gs)
         for M in Ms:
@@ -268,7 +266,7 @@ def bench_decode(bench: harness.Bench, skip: set, shapes=DECODE_SHAPES, Ms=DECOD
                         continue  # the recording run: block scales at M = 1 and 16 only
                     ours.append((label, "gemv_fp8" if fmt != "nvfp4" else "gemv_nvfp4", wbytes,
                                  lambda cfg, fmt=fmt, ver=ver: [V3.prepare(x, p, config=cfg[0], version=ver)
-                                                                for p in packs(fmt, cfg[1], ver)],
+                                                                for p in packs(fmt, cfg[1])],
                                  cands, wdeq))
             for kname, smoke_name, wbytes, make, cands, wdeq in ours:
                 if smoke_name in skip:

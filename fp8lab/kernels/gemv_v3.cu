@@ -7,11 +7,8 @@
 // Why a version 3 (versions 1 and 2, gemv_fp8.cu / gemv_nvfp4.cu, stay beside it and are timed with it):
 //  1. Packed weights (gemv_v3.py pack_fp8 / pack_nvfp4, once at load time, as Marlin / Machete / TensorRT-LLM
 //     repack theirs). 16 rows x 64 k (FP8) or x 128 k (NVFP4) form a 1 KiB chunk in exactly the order the
-//     lanes consume it, so every warp load instruction reads 512 contiguous bytes. The chunks are stored
-//     chunk-major (chunk 0 of every row group, then chunk 1, ...: pack_* order="chunk", the default): warps walking
-//     their groups in step then read one contiguous window of memory at a time, as a memcpy does, instead of ~900
-//     places a group apart (group-major, order="group": unit u at byte u * C * R * 1024, what versions 4 and 5 read
-//     with one bulk copy per unit). The kernel takes the two strides, so it reads either.
+//     lanes consume it, so every warp load instruction reads 512 contiguous bytes and a whole matrix is one
+//     linear stream: unit u (C chunks of R row tiles) lives at byte u * C * R * 1024.
 //  2. The k order inside a chunk is chosen so that lane (g, t) multiplies runs of 16 CONSECUTIVE activations
 //     (FP8: x[m][16t ..]; NVFP4: x[m][16t ..] and x[m][64 + 16t ..], its two 16-blocks) of its 4-lane group's
 //     token: the activations enter the MMA as plain bf16 pairs straight from a 16-byte load -- no prmt per word
@@ -76,28 +73,22 @@ __device__ __forceinline__ void gemv3_body(V3_PARAMS) {
 
     const u8* wbase = W + lane * 16;
     const u8* sbase = reinterpret_cast<const u8*>(S) + lane * 4;  // NVFP4 scale words
-    // Units are loaded in order u0, u0 + 1, ...: the cursor (lg, lk) is the next one's row group and unit in it. Chunk c
-    // of group g sits at chunk slot g * gstr + c * cstr (R KiB each; NVFP4 scale words R * 128 bytes): chunk-major
-    // (gstr = 1, cstr = groups), or group-major (gstr = chunks per group, cstr = 1: unit u at byte u * UB).
-    int lg = (int)(u0 / KU), lk = (int)(u0 - (long long)lg * KU);
-    auto load_unit = [&](uint4 (&dst)[NW], u32 (&sdst)[NS]) {
-        const size_t slot = (size_t)lg * gstr + (size_t)(lk * C) * cstr;
-        const u8* p = wbase + slot * (R * 1024);
+    auto load_unit = [&](uint4 (&dst)[NW], u32 (&sdst)[NS], long long u) {
+        const u8* p = wbase + (size_t)u * UB;
 #pragma unroll
-        for (int j = 0; j < NW; ++j) dst[j] = ld_stream16(p + (size_t)(j / (2 * R)) * cstr * (R * 1024) + (j % (2 * R)) * 512);
+        for (int j = 0; j < NW; ++j) dst[j] = ld_stream16(p + j * 512);
         if constexpr (NV) {
-            const u8* q = sbase + slot * (R * 128);
+            const u8* q = sbase + (size_t)u * (C * R * 128);
 #pragma unroll
-            for (int j = 0; j < NS; ++j) sdst[j] = ld_stream_u32(q + (size_t)(j / R) * cstr * (R * 128) + (j % R) * 128);
+            for (int j = 0; j < NS; ++j) sdst[j] = ld_stream_u32(q + j * 128);
         }
-        if (++lk == KU) lk = 0, ++lg;
     };
     // weights first: they do not depend on earlier kernels, so they fly during pdl_wait()
     uint4 ring[P][NW];
     u32 sring[P][NS];
 #pragma unroll
     for (int j = 0; j < P; ++j)
-        if (u0 + j < u1) load_unit(ring[j], sring[j]);
+        if (u0 + j < u1) load_unit(ring[j], sring[j], u0 + j);
     pdl_wait();
 
     const V3Out o{CS, RES, Y, M, nout};
@@ -130,7 +121,7 @@ __device__ __forceinline__ void gemv3_body(V3_PARAMS) {
                 for (int i = 0; i < NW; ++i) cur[i] = ring[j][i];
 #pragma unroll
                 for (int i = 0; i < NS; ++i) scur[i] = sring[j][i];
-                if (u + P < u1) load_unit(ring[j], sring[j]);  // keep P units in flight (unit u + P)
+                if (u + P < u1) load_unit(ring[j], sring[j], u + P);  // keep P units in flight
                 v3_unit<FMT, R, NT, C, NORM>(acc, cur, scur, xrow, kk * C * CK, S, grp, kk, KB);
                 v3_after_unit<FMT, R, NT, EPI>(o, acc, grp, kk, u, u0, u1, KU, U, Wt, wg, lane, WS, CNT, smax, gran);
             }

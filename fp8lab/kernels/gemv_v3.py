@@ -12,12 +12,10 @@ Worked example (what the kernel computes, checked against `reference` in the tes
 
 Why pack (Marlin, Machete and TensorRT-LLM repack their weights the same way, once): the kernel's loads and bit
 moves decide whether a decode GEMV reaches the memory limit. Packed, 16 rows x 64 k (FP8) or x 128 k (NVFP4) are one
-1 KiB chunk in the order the lanes consume it: each warp load reads 512 contiguous bytes, the activations need no
-permutation, and FP8 widening costs 5 integer ops per 4 codes instead of about 8 (gemv_v3.cu says how). The chunks
-are stored chunk-major by default (chunk 0 of every row group, then chunk 1, ...: `ORDERS`), so the warps, which walk
-their row groups in step, read one window of memory at a time; `order="group"` stores them group-major (what
-versions 4 and 5 read). The packed bytes are the same bytes (plus zero padding to whole tiles): nothing is rounded
-again; `unpack_fp8` / `unpack_nvfp4` give the originals back (tested).
+1 KiB chunk in the order the lanes consume it: each warp load reads 512 contiguous bytes, the whole matrix is one
+linear stream, the activations need no permutation, and FP8 widening costs 5 integer ops per 4 codes instead of
+about 8 (gemv_v3.cu says how). The packed bytes are the same bytes (plus zero padding to whole tiles): nothing is
+rounded again; `unpack_fp8` / `unpack_nvfp4` give the originals back (tested).
 
 Work split (stream-K): the matrix is U units (C chunks of R 16-row tiles); warp w of the persistent grid takes
 units [floor(w U / Wt), floor((w + 1) U / Wt)), so every warp streams the same bytes, whatever N / 16 is. A row
@@ -36,7 +34,7 @@ The compiled kernels (format, R, NT, C, P, epilogue) are KERNELS; R (16-row tile
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -134,7 +132,6 @@ class Packed:
     Kp: int           # packed k (whole units)
     R: int
     interleave: str | None = None
-    order: str = "group"   # how the chunks are stored: "chunk" (chunk-major) or "group" (group-major; ORDERS)
 
     @property
     def groups(self) -> int:
@@ -148,42 +145,6 @@ class Packed:
     def weight_bytes(self) -> int:
         """Bytes the kernel streams per call (packed data + scales; zero padding included)."""
         return self.data.numel() + self.scales.numel() * self.scales.element_size()
-
-
-#: How the packed chunks (16 R rows x one chunk of k, R KiB) are stored. "chunk": chunk-major, chunk 0 of every row
-#: group, then chunk 1, ... (version 3's default: warps walking their groups in step read one window of memory at a
-#: time); "group": group-major, all chunks of row group 0, then group 1 (unit u of C chunks at byte u * C * R * 1024:
-#: what versions 4 and 5 fetch with one bulk copy per unit). The same bytes, permuted; version 3 reads both.
-ORDERS = ("chunk", "group")
-DEFAULT_ORDER = "chunk"
-
-
-def _check_order(order: str) -> str:
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
-    return order
-
-
-def _permute_chunks(t: torch.Tensor, G: int, CH: int, to: str) -> torch.Tensor:
-    """A packed stream [G][CH][...] (group-major) as [CH][G][...] (to="chunk"), or back (to="group")."""
-    shape = (G, CH, -1) if to == "chunk" else (CH, G, -1)
-    return t.reshape(shape).transpose(0, 1).contiguous().reshape(t.shape)
-
-
-def chunk_strides(p: "Packed") -> tuple[int, int]:
-    """(gstr, cstr): chunk c of row group g is the packed stream's chunk slot g * gstr + c * cstr (what version 3 is
-    passed, and what `emulate` reads through). chunk_strides(p) -> (1, p.groups) chunk-major, (chunks, 1) group-major"""
-    return (1, p.groups) if p.order == "chunk" else (p.Kp // CHUNK_K[p.fmt], 1)
-
-
-def reorder(p: "Packed", order: str) -> "Packed":
-    """The same packed matrix with its chunks stored in `order` (a copy of the bytes; `p` itself where it already is)."""
-    _check_order(order)
-    if p.order == order:
-        return p
-    G, CH = p.groups, p.Kp // CHUNK_K[p.fmt]
-    scales = _permute_chunks(p.scales, G, CH, order) if p.fmt == "nvfp4" else p.scales
-    return replace(p, data=_permute_chunks(p.data, G, CH, order), scales=scales, order=order)
 
 
 def _row_order(N: int, R: int, interleave: str | None) -> torch.Tensor:
@@ -251,8 +212,7 @@ def _to_bytes(words64: torch.Tensor) -> torch.Tensor:
     return w.view(torch.uint8).reshape(-1)
 
 
-def pack_fp8(codes: torch.Tensor, scale: torch.Tensor, *, R: int = 1, interleave: str | None = None,
-             order: str = DEFAULT_ORDER) -> Packed:
+def pack_fp8(codes: torch.Tensor, scale: torch.Tensor, *, R: int = 1, interleave: str | None = None) -> Packed:
     """E4M3 weights [N, K] with per-channel [N] or 128x128 block [ceil(N/128), ceil(K/128)] fp32 scales -> Packed.
 
     Any N and K: rows are padded to whole 16 R-row groups and k to a multiple of 256 with zero codes (zero
@@ -295,11 +255,11 @@ def pack_fp8(codes: torch.Tensor, scale: torch.Tensor, *, R: int = 1, interleave
         sc = blk[(first.clamp_min(0) // 128).to(scale.device)]   # [G, R, 2, KB]
         sc[(first < 0).to(scale.device)] = 0.0
         scales = sc.permute(0, 3, 1, 2).contiguous().reshape(-1)  # [group][kb][r][half]
-    return reorder(Packed(fmt, data, scales, None, N, K, Np, Kp, R, interleave), _check_order(order))
+    return Packed(fmt, data, scales, None, N, K, Np, Kp, R, interleave)
 
 
 def pack_nvfp4(w_packed: torch.Tensor, scale_codes: torch.Tensor, global_scale, *, R: int = 1,
-               interleave: str | None = None, order: str = DEFAULT_ORDER) -> Packed:
+               interleave: str | None = None) -> Packed:
     """NVFP4 weights (E2M1 nibbles [N, K/2], element 2i low; E4M3 scale codes [N, K/16]; fp32 global) -> Packed.
 
     Any N; K % 16 == 0 (whole NVFP4 blocks). Padding: zero nibbles with zero scale codes (value 0)."""
@@ -328,8 +288,8 @@ def pack_nvfp4(w_packed: torch.Tensor, scale_codes: torch.Tensor, global_scale, 
     n = nib.reshape(G, R, 2, 8, CH, 2, 4, 4, 4).permute(0, 1, 2, 3, 4, 6, 5, 7, 8).reshape(G, R, 2, 8, CH, 4, 8, 4)
     # n: [group][r][h][g][chunk][t][step = 4q + s][k in step]
     # word nibbles 0..7 = (g,k0) (g8,k0) (g,k2) (g8,k2) (g,k1) (g8,k1) (g,k3) (g8,k3): e2m1x8_to_bf16 -> a0 a1 a2 a3
-    nib_order = [(0, 0), (1, 0), (0, 2), (1, 2), (0, 1), (1, 1), (0, 3), (1, 3)]
-    words = sum(n[:, :, h, :, :, :, :, e] << (4 * i) for i, (h, e) in enumerate(nib_order))  # [G, R, 8, CH, 4, 8]
+    order = [(0, 0), (1, 0), (0, 2), (1, 2), (0, 1), (1, 1), (0, 3), (1, 3)]
+    words = sum(n[:, :, h, :, :, :, :, e] << (4 * i) for i, (h, e) in enumerate(order))  # [G, R, 8, CH, 4, 8]
     words = words.reshape(G, R, 8, CH, 4, 2, 4)          # step -> (half q, step in half)
     data = _to_bytes(words.permute(0, 3, 1, 5, 2, 4, 6))  # [group][chunk][r][q][lane = (g, t)][step]
     KS = Kp // 16
@@ -337,12 +297,11 @@ def pack_nvfp4(w_packed: torch.Tensor, scale_codes: torch.Tensor, global_scale, 
     sc[:, : K // 16] = scale_codes
     sc = _gather_rows(sc, src).reshape(G, R, 2, 8, CH, 2, 4)  # [group][r][h][g][chunk][half q][t]: block t + 4q
     scales = sc.permute(0, 4, 1, 3, 6, 5, 2).contiguous().reshape(-1)  # [group][chunk][r][g][t][q][h]
-    return reorder(Packed("nvfp4", data, scales, gs.to(w_packed.device), N, K, Np, Kp, R, interleave), _check_order(order))
+    return Packed("nvfp4", data, scales, gs.to(w_packed.device), N, K, Np, Kp, R, interleave)
 
 
 def unpack_fp8(p: Packed) -> torch.Tensor:
     """The E4M3 codes [N, K] (source row order) back from a packed FP8 matrix: the inverse of pack_fp8's byte moves."""
-    p = reorder(p, "group")
     w = p.data.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
     G, CH, R = p.groups, p.Kp // 64, p.R
     w = w.reshape(G, CH, R, 2, 8, 4, 4).permute(0, 2, 3, 4, 1, 5, 6)  # [G, R, h, g, CH, t, step]
@@ -356,7 +315,6 @@ def unpack_fp8(p: Packed) -> torch.Tensor:
 
 def unpack_nvfp4(p: Packed) -> tuple[torch.Tensor, torch.Tensor]:
     """(nibbles [N, K] uint8, scale codes [N, K/16]) back from a packed NVFP4 matrix (source row order)."""
-    p = reorder(p, "group")
     w = p.data.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
     G, CH, R = p.groups, p.Kp // 128, p.R
     w = w.reshape(G, CH, R, 2, 8, 4, 4).permute(0, 2, 4, 1, 5, 3, 6).reshape(G, R, 8, CH, 4, 8)
@@ -538,9 +496,6 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
         raise ValueError("a residual is only read by epilogue='residual'")
     if version not in VERSIONS:
         raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
-    if version >= 4 and p.order != "group":
-        raise ValueError(f"version {version} fetches each unit with one bulk copy: it reads group-major packs "
-                         "(pack_* order='group', or gemv_v3.reorder(p, 'group'))")
     cfg = tuple(config) if config is not None else default_config(p.fmt, M, p.R, version)
     if len(cfg) not in (4, 5):
         raise ValueError(f"config is (C, P, WPC, CPS) or (C, P, WPC, CPS, split), got {cfg}")
@@ -630,11 +585,10 @@ def prepare(x: torch.Tensor, p: Packed, *, config: tuple | None = None, epilogue
     keep = (p.data, S, cs, xk, out, res, ws, cnt, g)
     a = [_cuda.as_cupy(t) for t in keep]
     args = (*a[:8], cp.int32(M), cp.int32(nout), cp.int32(p.Kp), cp.int32(KU), cp.int32(U), cp.int32(smax), a[8],
-            cp.float32(norm[1] if norm is not None else 0.0), cp.int32(p.K), cp.int32(gran),
-            *(cp.int32(v) for v in chunk_strides(p)))
+            cp.float32(norm[1] if norm is not None else 0.0), cp.int32(p.K), cp.int32(gran))
     info = {"kernel": kernel_name(*key, version=version), "version": version, "config": (C, P, wpc, cps), "grid": grid,
             "warps": Wt, "units": U, "whole_groups": bool(whole), "segments": seg if seg and seg >= 2 else None,
-            "bytes_per_unit": C * p.R * 1024, "smax": smax, "order": p.order,
+            "bytes_per_unit": C * p.R * 1024, "smax": smax,
             "weight_bytes": p.weight_bytes(), "smem": smem}
     threads = 32 * (wpc + 1 if version == 5 else wpc)   # version 5: WPC MMA warps + one producer warp
     return Launch(fn, (grid,), (threads,), args, out, info, pdl=pdl, keep=keep, smem=smem)
@@ -668,12 +622,11 @@ def emulate(x, p: Packed):
     xd[:M, :p.K] = x.double().cpu().numpy()
     xd[M:] = xd[0]  # tokens past M read token 0
     data, G, R = p.data.cpu().numpy(), p.groups, p.R
-    gstr, cstr = chunk_strides(p)   # the kernel's addressing: chunk c of group g at slot g * gstr + c * cstr
     y = np.zeros((NT * 8, p.Np))
     e4 = reference_values.decode("e4m3", torch.arange(256, dtype=torch.uint8)).numpy()
     if p.fmt != "nvfp4":
         CH = p.Kp // 64
-        words = data.view(np.uint32).reshape(G * CH, R, 2, 32, 4)  # [chunk slot][r][h][lane][step word]
+        words = data.view(np.uint32).reshape(G, CH, R, 2, 32, 4)  # [grp][chunk][r][h][lane][step word]
         for grp in range(G):
             for r in range(R):
                 acc = np.zeros((16, NT * 8))
@@ -683,7 +636,7 @@ def emulate(x, p: Packed):
                         A, B = np.zeros((16, 16)), np.zeros((16, NT * 8))
                         for lane in range(32):
                             g, t = lane // 4, lane % 4
-                            a01, a23 = widen_e4m3_words(words[grp * gstr + ch * cstr, r, :, lane, s])  # h = 0 (row g), 1 (g+8)
+                            a01, a23 = widen_e4m3_words(words[grp, ch, r, :, lane, s])  # h = 0 (row g), 1 (row g+8)
                             for h in range(2):
                                 lo = _bf16_values(np.array([a01[h] & 0xFFFF, a01[h] >> 16])) * 2.0**120
                                 hi = _bf16_values(np.array([a23[h] & 0xFFFF, a23[h] >> 16])) * 2.0**120
@@ -708,8 +661,8 @@ def emulate(x, p: Packed):
                 y[:, rows] = acc.T
     else:
         CH = p.Kp // 128
-        words = data.view(np.uint32).reshape(G * CH, R, 2, 32, 4)  # [chunk slot][r][q][lane][word]
-        scw = p.scales.cpu().numpy().reshape(G * CH, R, 32, 4)            # [chunk slot][r][lane][byte]
+        words = data.view(np.uint32).reshape(G, CH, R, 2, 32, 4)  # [grp][chunk][r][q][lane][word]
+        scw = p.scales.cpu().numpy().reshape(G, CH, R, 32, 4)            # [grp][chunk][r][lane][byte]
         gs = float(p.gscale.reshape(()))
         for grp in range(G):
             for r in range(R):
@@ -720,10 +673,9 @@ def emulate(x, p: Packed):
                         A, B = np.zeros((16, 16)), np.zeros((16, NT * 8))
                         for lane in range(32):
                             g, t = lane // 4, lane % 4
-                            slot = grp * gstr + ch * cstr
-                            pw = e2m1x8_to_bf16_bits(np.array([words[slot, r, q, lane, s4]], np.uint32))
+                            pw = e2m1x8_to_bf16_bits(np.array([words[grp, ch, r, q, lane, s4]], np.uint32))
                             vals = [_bf16_values(np.array([v[0] & 0xFFFF, v[0] >> 16])) * 2.0**126 for v in pw]
-                            sg, s8 = e4[scw[slot, r, lane, 2 * q]], e4[scw[slot, r, lane, 2 * q + 1]]
+                            sg, s8 = e4[scw[grp, ch, r, lane, 2 * q]], e4[scw[grp, ch, r, lane, 2 * q + 1]]
                             A[g, 2 * t:2 * t + 2], A[g + 8, 2 * t:2 * t + 2] = vals[0] * sg, vals[1] * s8
                             A[g, 2 * t + 8:2 * t + 10], A[g + 8, 2 * t + 8:2 * t + 10] = vals[2] * sg, vals[3] * s8
                             for nt in range(NT):

@@ -282,9 +282,8 @@ __device__ __forceinline__ void v3_after_unit(const V3Out& o, float (&acc)[R][NT
 #define V3_PARAMS                                                                                                   \
     const u8* __restrict__ W, const void* __restrict__ S, const float* __restrict__ CS, const u16* __restrict__ X,  \
         u16* __restrict__ Y, const u16* __restrict__ RES, float* __restrict__ WS, int* __restrict__ CNT, int M,   \
-        int nout, int Kp, int KU, int U, int smax, const u16* __restrict__ G, float eps, int Kn, int gran, int gstr,   \
-        int cstr
-#define V3_ARGS W, S, CS, X, Y, RES, WS, CNT, M, nout, Kp, KU, U, smax, G, eps, Kn, gran, gstr, cstr
+        int nout, int Kp, int KU, int U, int smax, const u16* __restrict__ G, float eps, int Kn, int gran
+#define V3_ARGS W, S, CS, X, Y, RES, WS, CNT, M, nout, Kp, KU, U, smax, G, eps, Kn, gran
 // One extern "C" kernel: NAME its full name, BODY its templated body in parentheses (the template's commas).
 #define V3_DEFINE_KERNEL(NAME, BODY) \
     extern "C" __global__ void __launch_bounds__(256) NAME(V3_PARAMS) { BODY(V3_ARGS); }

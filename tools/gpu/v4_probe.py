@@ -19,7 +19,7 @@ torch.manual_seed(0)
 sets = max(3, math.ceil(4 * 50e6 / (N * K)))
 w8 = [F8.random_codes(N, K) for _ in range(sets)]
 sch = torch.rand(N, device="cuda") * 1e-3 + 1e-4
-packs = [V3.pack_fp8(w, sch, order="group") for w in w8]   # version 4 reads group-major packs (version 3 either)
+packs = [V3.pack_fp8(w, sch) for w in w8]
 x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
 G = packs[0].groups
 wbf = [(torch.randn(N, K, device="cuda") * 0.02).to(torch.bfloat16) for _ in range(max(2, sets // 2))]

@@ -26,10 +26,10 @@ for N, K in shapes:
     if fmt == "nvfp4":
         packs = [V3.pack_nvfp4(torch.randint(0, 256, (N, K // 2), dtype=torch.uint8, device="cuda"),
                                torch.randint(0x30, 0x40, (N, K // 16), dtype=torch.uint8, device="cuda"),
-                               torch.tensor(0.01, device="cuda"), order="group") for _ in range(sets)]
+                               torch.tensor(0.01, device="cuda")) for _ in range(sets)]
     else:
         sch = torch.rand(N, device="cuda") * 1e-3 + 1e-4
-        packs = [V3.pack_fp8(F8.random_codes(N, K), sch, order="group") for _ in range(sets)]   # versions 4 and 5 read group-major
+        packs = [V3.pack_fp8(F8.random_codes(N, K), sch) for _ in range(sets)]
     w8 = [F8.random_codes(N, K) for _ in range(sets)]
     wbf = [(torch.randn(N, K, device="cuda") * 0.02).to(torch.bfloat16) for _ in range(max(2, sets // 2))]
     one = torch.ones((), device="cuda")
