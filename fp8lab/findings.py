@@ -616,7 +616,29 @@ def prefill_repeats_sentence(rows: list[dict], device: str | None = None) -> str
     if flips:
         text += (f" At {len(flips)} shape{'s' if len(flips) != 1 else ''} one run met {PREFILL_GOAL}x and another did "
                  f"not: there, a single run's verdict is the run's noise, not the kernel's.")
-    return text
+    return text + interval_verdicts([(f"{r['M']}x{r['N']}x{r['K']}", r["median_lo"], r["median_hi"], r["median_coverage"],
+                                      PREFILL_GOAL) for r in rows], "shape")
+
+
+def interval_verdicts(items, noun: str) -> str:
+    """One sentence on goals read through each median's distribution-free interval (items: (name, low, high,
+    coverage, goal), stats.median_interval): how many intervals lie wholly at or above their goal (met beyond the
+    runs' noise), wholly below it (missed beyond it, named) and across it (the runs cannot decide). '' for none."""
+    if not items:
+        return ""
+    cov = min(c for _, _, _, c, _ in items)
+    if cov < 0.9:   # [min, max] of so few runs covers the median too rarely to call anything beyond their noise
+        return (f" With this few runs even the widest distribution-free interval of a median (the lowest to the highest "
+                f"run) covers it with only {100 * cov:.0f} % probability: no {noun} can be called met or missed beyond the "
+                f"runs' noise; more runs, not a verdict, are what is missing.")
+    met = [n for n, lo, _, _, g in items if lo >= g]
+    miss = [n for n, _, hi, _, g in items if hi < g]
+    open_ = len(items) - len(met) - len(miss)
+    s = "s" if len(items) != 1 else ""
+    return (f" Read through each median's distribution-free interval (the runs' order statistics, covering the median "
+            f"with at least {100 * cov:.0f} % probability): of the {len(items)} {noun}{s}, {len(met)} met the goal beyond "
+            f"the runs' noise, {len(miss)} missed it beyond it" + (f" ({', '.join(miss)})" if miss else "")
+            + f", and at {open_} the interval spans the goal: these runs cannot decide there.")
 
 
 def goal_repeats_sentence(rows: list[dict], device: str | None = None) -> str:
@@ -640,7 +662,8 @@ def goal_repeats_sentence(rows: list[dict], device: str | None = None) -> str:
         text += (" Met in some runs and not in others: " + "; ".join(f"{name(r)} ({r['met_runs']} of {r['runs']}, "
                                                                        f"{ratio_range(r['measured_runs'], 3)})" for r in flips)
                  + ". There a single run's verdict is that run's noise; the kernel sits at the goal, not past it.")
-    return text
+    return text + interval_verdicts([(name(r), r["median_lo"], r["median_hi"], r["median_coverage"], r["threshold"])
+                                     for r in rows], "goal")
 
 
 def order_sentence(rows: list[dict]) -> str:

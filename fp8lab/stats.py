@@ -34,7 +34,7 @@ import numpy as np
 
 __all__ = ["ppl", "bpb", "ppl_delta_pct", "bpb_delta_pct", "acc_delta_pp", "paired_bootstrap_ci",
            "delta_with_ci", "clopper_pearson", "rule_of_three", "exact_acc_delta", "acc_delta_with_ci",
-           "AccDelta", "EXACT_BELOW"]
+           "AccDelta", "EXACT_BELOW", "median_interval"]
 
 #: below this many changed items an accuracy delta gets the exact interval, not the bootstrap
 EXACT_BELOW = 10
@@ -120,6 +120,28 @@ def rule_of_three(n: int, level: float = 0.95) -> float:
     if n < 1:
         raise ValueError("n must be >= 1")
     return 1.0 - (1.0 - level) ** (1.0 / n)
+
+
+def median_interval(xs, level: float = 0.95) -> tuple[float, float, float]:
+    """(low, high, coverage): a distribution-free interval for the median of whatever produced the values `xs`
+    (independent runs of one benchmark), from their order statistics. [x_(k), x_(n+1-k)] covers the median with
+    probability 1 - 2 P(Binomial(n, 1/2) <= k - 1), whatever the distribution; k is the largest with coverage >=
+    `level`. Where even [min, max] covers less (n <= 5 at 95 %), that is returned with its smaller coverage: few runs
+    cannot pin a median down, and the coverage says how little they do.
+
+    median_interval([3, 1, 2, 5, 4, 6]) -> (1.0, 6.0, 0.96875);  median_interval([1.0, 2.0]) -> (1.0, 2.0, 0.5)"""
+    v = sorted(float(x) for x in xs)
+    n = len(v)
+    if n == 0:
+        raise ValueError("median_interval needs at least one value")
+
+    def coverage(k):   # 1 - 2 P(Bin(n, 1/2) <= k - 1)
+        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0**n
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= level:
+        k += 1
+    return v[k - 1], v[n - k], coverage(k)
 
 
 @dataclass(frozen=True)

@@ -715,7 +715,17 @@ def test_prefill_repeats_table_and_sentence():
     assert findings.prefill_repeats_sentence(R.prefill_repeats([run((0.9, 1.0))])) == ""
     table = R.repeats_table(rows)
     assert table[0] == {"shape": "M=2048 N=4096 K=4096", "x_runs": "0.900 0.960 0.930", "x_median": a["x_median"],
-                        "spread": a["spread"], "same_launch": False}
+                        "median interval": "[0.900, 0.960] 75 %", "spread": a["spread"], "same_launch": False}
+    # three runs: [min, max] covers a median with 75 % probability only -- too few to call a shape beyond the noise
+    assert (a["median_lo"], a["median_hi"], a["median_coverage"]) == (0.90, 0.96, 0.75)
+    assert "covers it with only 75 % probability: no shape can be called met or missed" in text
+    six = R.prefill_repeats([run((x, y)) for x, y in ((0.96, 0.90), (0.97, 0.91), (0.98, 0.99), (0.99, 0.93),
+                                                      (1.00, 0.94), (0.955, 0.92))])
+    t6 = findings.prefill_repeats_sentence(six, "H200")
+    assert "covering the median with at least 97 % probability): of the 2 shapes, 1 met the goal beyond the runs' " \
+           "noise, 0 missed it beyond it, and at 1 the interval spans the goal" in t6
+    seven = R.prefill_repeats([run((0.96, 0.90))] * 6 + [run((0.97, 0.93))])
+    assert "1 missed it beyond it (2048x8192x4096)" in findings.prefill_repeats_sentence(seven)
     d = {"provenance": {"git_commit": "0123456789abcdef", "date": "2026-12-06T10:07:33+00:00", "dirty": False,
                         "device": "H100"}}
     assert R.run_line(d) == "run: 01234567 2026-12-06T10:07 dirty=False H100" and R.run_line({}).startswith("run: ?")

@@ -163,6 +163,8 @@ def test_goal_repeats_reads_each_goal_on_its_median_over_runs():
     assert "3 recordings on the H200" in s and "2 of the 3 goals met" in s and "a at 16k (0.980 against 1.0)" in s
     assert "a at 16k (1 of 3" in s and "a at 32k (2 of 3" in s and "b at 16k (" not in s
     assert findings.goal_repeats_sentence(report.goal_repeats(runs[:1], _goal_rows)) == ""
+    assert (a16["median_lo"], a16["median_hi"], a16["median_coverage"]) == (0.97, 1.01, 0.75)
+    assert "only 50 % probability: no goal can be called met or missed" in s   # the fewest runs (two, b) set it
 
 
 def test_repeat_runs_takes_only_repeats_of_the_named_file(tmp_path, monkeypatch):

@@ -95,3 +95,20 @@ def test_exact_interval_refuses_non_binary_or_unpaired_input():
 def test_one_unit_is_too_few_for_a_bootstrap_interval():
     with pytest.raises(ValueError, match="too few"):
         stats.paired_bootstrap_ci(stats.acc_delta_pp, (np.ones(1), np.zeros(1)))
+
+
+def test_median_interval_is_the_order_statistic_interval():
+    """[x_(k), x_(n+1-k)] covers the median with probability 1 - 2 P(Bin(n, 1/2) <= k - 1): the textbook k for n = 20
+    at 95 % is 6 (x_6 .. x_15, 95.9 %); six runs give [min, max] at 96.9 %; two runs [min, max] at 50 %."""
+    from fp8lab.stats import median_interval
+
+    assert median_interval(list(range(1, 21))) == (6.0, 15.0, pytest.approx(0.958610534))
+    assert median_interval([3, 1, 2, 5, 4, 6]) == (1.0, 6.0, 0.96875)
+    assert median_interval([2.0, 1.0]) == (1.0, 2.0, 0.5) and median_interval([7]) == (7.0, 7.0, 0.0)
+    lo, hi, cov = median_interval(list(range(1, 101)), level=0.99)
+    assert cov >= 0.99 and (lo, hi) == (37.0, 64.0)
+    rng = np.random.default_rng(0)   # the coverage holds for a skewed distribution too (median of Exp(1) = ln 2)
+    hits = sum(lo <= np.log(2) <= hi for lo, hi, _ in (median_interval(rng.exponential(size=9)) for _ in range(4000)))
+    assert 0.95 <= hits / 4000 <= 0.99   # n = 9: [x_2, x_8], exact coverage 96.1 %
+    with pytest.raises(ValueError):
+        median_interval([])

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 
 from fp8lab import provenance
+from fp8lab.stats import median_interval
 
 from . import harness
 from .sources import GEMV_PACKED_VERSIONS
@@ -801,6 +802,7 @@ def provenance_rows(data: dict, keys=("git_commit", "device", "date", "command",
 def prefill_repeats(runs: list[dict], kernel: str = "wgmma_tma", min_m: int = 0) -> list[dict]:
     """The same prefill grid recorded several times (runs: loaded gemm files, one GPU): per shape, the kernel's ratio to
     _scaled_mm blockwise in each run ('x_runs', in the order given), their median, min, max and 'spread' (max / min - 1),
+    the distribution-free interval of the median ('median_lo', 'median_hi', 'median_coverage': stats.median_interval),
     and 'same_launch': whether every run launched the same compiled configuration and split there (the records'
     config and split fields; the SASS of a configuration is the source's business, checked apart)."""
     per: dict = {}
@@ -818,16 +820,18 @@ def prefill_repeats(runs: list[dict], kernel: str = "wgmma_tma", min_m: int = 0)
         if not xs:
             continue
         row["same_launch"] = len(row.pop("_launch")) == 1
+        lo, hi, cov = median_interval(xs)
         row.update(runs=len(xs), x_median=harness.quartiles(xs)[1], x_min=min(xs), x_max=max(xs),
-                   spread=max(xs) / min(xs) - 1)
+                   spread=max(xs) / min(xs) - 1, median_lo=lo, median_hi=hi, median_coverage=cov)
         out.append(row)
     return sorted(out, key=_shape_key)
 
 
 def repeats_table(rows: list[dict]) -> list[dict]:
-    """prefill_repeats rows for format_rows: the shape, each run's ratio (3 decimals, run order), the median, the
-    spread and same_launch."""
+    """prefill_repeats rows for format_rows: the shape, each run's ratio (3 decimals, run order), the median, its
+    distribution-free interval with the interval's coverage, the spread and same_launch."""
     return [{"shape": r["shape"], "x_runs": " ".join(f"{x:.3f}" for x in r["x_runs"]), "x_median": r["x_median"],
+             "median interval": f"[{r['median_lo']:.3f}, {r['median_hi']:.3f}] {100 * r['median_coverage']:.0f} %",
              "spread": r["spread"], "same_launch": r["same_launch"]} for r in rows]
 
 

@@ -159,8 +159,11 @@ def goal_repeats(runs: list[dict], goals) -> list[dict]:
     (dicts with goal, what, context, threshold, measured, met; e.g. bench_attention.goals_table). Per (goal, context),
     in the order of the first run's rows: each run's value ('measured_runs', run order; a run that did not measure it
     is left out), their median, min and max, how many runs met the threshold ('met_runs' of 'runs'), and 'met_median':
-    the threshold read on the median (None where no run measured it). The median over runs is the verdict a single
-    run cannot give where the runs disagree."""
+    the threshold read on the median (None where no run measured it), and the median's distribution-free interval
+    ('median_lo', 'median_hi', 'median_coverage': stats.median_interval; None where no run measured it). The median over
+    runs is the verdict a single run cannot give where the runs disagree; its interval says whether the runs decide."""
+    from fp8lab.stats import median_interval
+
     from .harness import quartiles
 
     per: dict = {}
@@ -175,8 +178,10 @@ def goal_repeats(runs: list[dict], goals) -> list[dict]:
     for row in per.values():
         xs = row["measured_runs"]
         med = quartiles(xs)[1] if xs else None
+        lo, hi, cov = median_interval(xs) if xs else (None, None, None)
         row.update(runs=len(xs), median=med, min=min(xs) if xs else None, max=max(xs) if xs else None,
-                   met_median=None if med is None else bool(med >= row["threshold"]))
+                   met_median=None if med is None else bool(med >= row["threshold"]),
+                   median_lo=lo, median_hi=hi, median_coverage=cov)
         out.append(row)
     return out
 
