@@ -508,9 +508,9 @@ are kept in `outputs/kernels/repeats/` and `outputs/kernels/h100/repeats/`, each
 ratio in each run (the committed run first), the median over runs and how far the runs lie apart (`spread` = max / min − 1). A goal read on
 the medians is less at the mercy of one run's clocks than any single run; a shape where one run met the goal and
 another did not has no verdict a single run could give. `median interval` is the median's distribution-free
-interval from the runs' order statistics (`fp8lab.stats.median_interval`: with six runs, the lowest to the highest,
-which covers the median with 97 % probability whatever the runs' distribution): a goal is met or missed beyond the
-runs' noise only where the whole interval lies on one side of it.
+interval from the runs' order statistics (`fp8lab.stats.median_interval`; with few runs, the lowest to the highest),
+followed by the probability that it covers the median, whatever the runs' distribution: a goal is met or missed
+beyond the runs' noise only where the whole interval lies on one side of it.
 """),
 ("code", r"""
 for folder in gemm_report.RECORD_FOLDERS:   # the H200's records, then the H100's
