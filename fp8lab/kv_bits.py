@@ -68,8 +68,6 @@ COMPARISONS = (("turbo4", "nvfp4"), ("nvfp4-hp1", "nvfp4"), ("nvfp4-hp2", "nvfp4
 _CFG = re.compile(r"^(nvfp4|nvfp4-rot|turbo4|turbo4-gauss|turbo4-g64)(?:-(hp|sens|L)(\d+))?$")
 
 
-
-
 # ---- configurations ------------------------------------------------------------------------------------
 def parse_config(name: str) -> tuple[str, str | None, int | None]:
     """'nvfp4-hp2' -> ('nvfp4', 'hp', 2); 'e4m3-dyn' -> ('e4m3-dyn', None, None). UsageError if unknown."""
@@ -850,6 +848,8 @@ def _validate(a) -> None:
     if any(c != "baseline" and c not in FP8_CONFIGS and parse_config(c)[1] == "sens" for c in a.configs) \
             and a.sens_windows == 0:
         raise UsageError("nvfp4-sens<K> configurations need the sensitivity step (--sens-windows >= 2)")
+    from . import models
+    models.check_seq_len(a.model, a.seq_len)      # the last check: it reads the model's config (no weights)
     try:
         a.out_path = store.out_folder(a.out, DEFAULT_OUT, record=a.record, record_default=store.REFERENCE / "kv_bits")
     except ValueError as e:
@@ -881,10 +881,6 @@ def main(argv=None) -> int:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")            # offline like the sweep: no hub lookups
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    ctx = models.context_length(a.model)                    # from the config alone: no weights loaded yet
-    if ctx and a.seq_len > ctx:
-        print(f"error: --seq-len {a.seq_len} exceeds the model's context of {ctx} tokens", file=sys.stderr)
-        return 2
     try:
         from .provenance import git_state
         a.git0 = git_state()                      # the tree as the run starts (its .partial files dirty it later)

@@ -258,8 +258,6 @@ def _parser():
     return p
 
 
-
-
 def _plan(a) -> dict:
     """Validate every argument up front; UsageError with a one-line reason."""
     if a.corpus not in CORPORA:
@@ -330,9 +328,7 @@ def _main(a, command: str) -> int:
             plot(rows, out / "kv_drift.png", prov.get("model_note", "") if prov else "")
         print(f"redrew {out / 'kv_drift.png'} from {out / 'kv_drift.csv'}; nothing was computed")
         return 0
-    ctx = models.context_length(a.model)
-    if ctx and plan["seq_len"] > ctx:
-        raise UsageError(f"--seq-len {plan['seq_len']} is beyond the model's context of {ctx} tokens")
+    models.check_seq_len(a.model, plan["seq_len"])
     prov = provenance(command, cuda=plan["device"] != "cpu", settings=plan)     # before anything is written
     with FolderLock(out, command):
         old = _read_prov(out)

@@ -278,6 +278,16 @@ def context_length(name_or_path: str | None = None) -> int | None:
     return int(n) if isinstance(n, (int, float)) and n > 0 else None
 
 
+def check_seq_len(name_or_path: str | None, seq_len: int) -> None:
+    """cli.UsageError (one line) where `seq_len` is beyond the model's context, read from its config alone
+    (context_length) before any weights load; nothing where the context cannot be read that way (a command then
+    checks again after the model has loaded)."""
+    ctx = context_length(name_or_path)
+    if ctx and seq_len > ctx:
+        from .cli import UsageError
+        raise UsageError(f"--seq-len {seq_len} is beyond the model's context of {ctx} tokens")
+
+
 def weights_sha256(folder: str | Path) -> str:
     """sha256 over a checkpoint folder's weight files (*.safetensors, *.bin, *.gguf), in name order."""
     h = hashlib.sha256()

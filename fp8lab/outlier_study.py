@@ -532,9 +532,10 @@ def main(argv=None) -> int:
     if not a.online:            # before datasets / transformers read them: no hub lookups
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    ctx = models.context_length(a.model)        # from the config alone: no weights loaded yet
-    if ctx and a.seq_len > ctx:
-        return fail(f"--seq-len {a.seq_len} is beyond the model's context of {ctx} tokens")
+    try:
+        models.check_seq_len(a.model, a.seq_len)        # from the config alone: no weights loaded yet
+    except UsageError as e:
+        return fail(str(e))
     cmd = "python -m fp8lab.outlier_study " + " ".join(argv)
     try:
         lock = FolderLock(out, cmd).__enter__()

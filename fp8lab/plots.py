@@ -16,11 +16,10 @@ says all of this, and never covers a bar.
 """
 from __future__ import annotations
 
+import math
 import textwrap
 from collections import defaultdict
 from pathlib import Path
-
-import math
 
 from fp8lab.results import KEY_FIELDS, key, read_results
 from fp8lab.store import DamagedFile, save_figure

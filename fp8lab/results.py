@@ -40,7 +40,6 @@ LEGACY_FIELDS = ["model", "model_sha256", "recipe", "task", "metric", "value", "
                  "ci95_low", "ci95_high", "delta_unit", "n", "size", "seq_len", "seed", "seconds", "model_note"]
 
 
-
 class LegacyTable(DamagedFile):
     """A results.csv in the older layout: readable for figures, never extended by a new run."""
 

@@ -536,9 +536,8 @@ def main(argv: list[str] | None = None) -> int:
                 return overhead.main(plan, args.model, out, command,
                                      recipes=plan["recipes"] if args.recipes else None)
         from fp8lab import models
-        ctx = models.context_length(args.model)        # from the config alone: no weights loaded yet
-        if ctx and any(t in PPL_TASKS for t in plan["tasks"]) and plan["seq_len"] > ctx:
-            raise UsageError(f"--seq-len {plan['seq_len']} is beyond the model's context of {ctx} tokens")
+        if any(t in PPL_TASKS for t in plan["tasks"]):
+            models.check_seq_len(args.model, plan["seq_len"])   # from the config alone: no weights loaded yet
         if not args.fresh:
             try:
                 read_results(out / "results.csv")             # an older layout is refused before any work

@@ -9,12 +9,7 @@ from fp8lab import accumulation as A
 from fp8lab import plots, sweep
 from fp8lab.results import CSV_FIELDS
 from fp8lab.store import FolderNotFile, OutputError, atomic_write_text, write_rows
-
-
-def one_line_error(capsys) -> str:
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
-    return err
+from tests.one_line import one_line_error
 
 
 # ---- a local model folder that cannot be loaded ----------------------------------------------------------

@@ -8,17 +8,10 @@ import pytest
 from fp8lab import bandwidth, data, kv_bits, kv_drift, models, outlier_study, serving_claims, store
 from fp8lab.kernels import sass
 from tests import tiny
+from tests.one_line import one_line_error
 
 REPO = Path(__file__).resolve().parents[1]
 LLAMA3 = REPO / "tests" / "data" / "llama3_8b_config.json"
-
-
-def one_line_error(capsys, *words):
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
-    for w in words:
-        assert w in err, err
-    return err
 
 
 @pytest.fixture

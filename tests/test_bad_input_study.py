@@ -9,6 +9,7 @@ from fp8lab import control as C
 from fp8lab import distributed as D
 from fp8lab import frontier as F
 from fp8lab import sensitivity as S
+from tests.one_line import one_line_error
 
 
 @pytest.fixture(autouse=True)
@@ -18,16 +19,6 @@ def no_model(monkeypatch):
         raise AssertionError("a model was loaded before the command line was checked")
     monkeypatch.setattr(S, "load_for_parts", boom)
     monkeypatch.setattr(C, "load_minilm", boom)
-
-
-def _one_error_line(capsys, *words):
-    cap = capsys.readouterr()
-    lines = cap.err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), cap.err
-    assert "Traceback" not in cap.err and cap.out == ""
-    for w in words:
-        assert w in lines[0], lines[0]
-    return lines[0]
 
 
 TOP = 4 * (os.cpu_count() or 1)        # the documented bound on --workers and --threads
@@ -55,7 +46,7 @@ TOP = 4 * (os.cpu_count() or 1)        # the documented bound on --workers and -
 def test_sensitivity_bad_input(tmp_path, capsys, args, words):
     out = tmp_path / "sens"
     assert S.main(["--model", "tiny-llama", "--out", str(out), *args]) == 2
-    _one_error_line(capsys, *words)
+    one_line_error(capsys, *words, no_stdout=True)
     assert not out.exists()
 
 
@@ -63,7 +54,7 @@ def test_sensitivity_bad_input(tmp_path, capsys, args, words):
 def test_sensitivity_cuda_without_cuda(tmp_path, capsys):
     out = tmp_path / "sens"
     assert S.main(["--model", "tiny-llama", "--out", str(out), "--device", "cuda:0"]) == 2
-    _one_error_line(capsys, "--device cuda:0", "no CUDA")
+    one_line_error(capsys, "--device cuda:0", "no CUDA", no_stdout=True)
     assert not out.exists()
 
 
@@ -125,7 +116,7 @@ def test_frontier_bad_input(tmp_path, capsys, args, words):
     out = tmp_path / "front"
     rc = F.main(["--model", "tiny-llama", "--sensitivity", str(tmp_path / "no-sens"), "--out", str(out), *args])
     assert rc == 2
-    _one_error_line(capsys, *words)
+    one_line_error(capsys, *words, no_stdout=True)
     assert not out.exists()
 
 
@@ -137,7 +128,7 @@ def test_frontier_ceilings_accept_names_and_positive_bandwidths():
 def test_frontier_bad_context_with_bytes_only(tmp_path, capsys):
     assert F.main(["--model", "tiny-llama", "--sensitivity", str(tmp_path), "--bytes-only",
                    "--context", "99999999999"]) == 2
-    _one_error_line(capsys, "context")
+    one_line_error(capsys, "context", no_stdout=True)
 
 
 # ---- control -----------------------------------------------------------------------------------------------
@@ -147,20 +138,20 @@ def _control(tmp_path, *args):
 
 def test_control_missing_lm_is_an_error_and_writes_nothing(tmp_path, capsys):
     assert _control(tmp_path, "--lm", str(tmp_path / "nonexistent.csv")) == 2
-    _one_error_line(capsys, "--lm", "no such file")
+    one_line_error(capsys, "--lm", "no such file", no_stdout=True)
     assert not (tmp_path / "c").exists()
 
 
 def test_control_unreadable_lm_is_an_error(tmp_path, capsys):
     assert _control(tmp_path, "--lm", str(tmp_path)) == 2               # a folder
-    _one_error_line(capsys, "not a file")
+    one_line_error(capsys, "not a file", no_stdout=True)
     bad = tmp_path / "cut.csv"
     bad.write_text("model,recipe\nm,e4m3")                               # cut short: no final newline
     assert _control(tmp_path, "--lm", str(bad)) == 2
-    _one_error_line(capsys, "cannot be read")
+    one_line_error(capsys, "cannot be read", no_stdout=True)
     bad.write_bytes(b"model,recipe\n\xff\xfe,x\n")                       # not UTF-8
     assert _control(tmp_path, "--lm", str(bad)) == 2
-    _one_error_line(capsys, "cannot be read")
+    one_line_error(capsys, "cannot be read", no_stdout=True)
     assert not (tmp_path / "c").exists()
 
 
@@ -175,5 +166,5 @@ def test_control_unreadable_lm_is_an_error(tmp_path, capsys):
 ])
 def test_control_bad_lists_and_flags(tmp_path, capsys, args, words):
     assert _control(tmp_path, "--lm", "", *args) == 2
-    _one_error_line(capsys, *words)
+    one_line_error(capsys, *words, no_stdout=True)
     assert not (tmp_path / "c").exists()

@@ -882,8 +882,6 @@ def repeat_runs(filename: str = "gemm_prefill.json", folder=RECORD_FOLDERS[1]) -
     """The committed run `folder/filename` and its other recordings kept beside it as `folder/repeats/<stem>_<commit>
     [_runN].json` (each with its own provenance), the committed file first, then the others newest first (by the
     date in their provenance); [] where it is not recorded."""
-    import re
-
     stem = filename.rsplit(".", 1)[0]
     main = recorded_runs(filename, (folder,))
     # <stem>_<commit>[_runN].json only: attention_sweep_<commit>.json is another recording, not a repeat of attention
