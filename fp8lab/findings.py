@@ -666,6 +666,25 @@ def goal_repeats_sentence(rows: list[dict], device: str | None = None) -> str:
                                      for r in rows], "goal")
 
 
+def default_rule_sentence(rows: list[dict], device: str | None = None) -> str:
+    """What a recording says about a size-dependent default (rows: bench_attention.default_rule_rows): at how many of
+    its problems the configuration the rule picked ran faster than the one it did not, at how many the two rows'
+    quartile ranges lie apart, and where the rule picked the slower one (with the time ratio). '' without rows."""
+    if not rows:
+        return ""
+    name = lambda r: f"{r['context'] // 1024}k{'' if r['layout'] == 'contiguous' else ' ' + r['layout']}"  # noqa: E731
+    won = [r for r in rows if r["other_over_default"] > 1]
+    apart = [r for r in won if r["separated"]]
+    lost = [r for r in rows if r["other_over_default"] <= 1]
+    text = (f"On the {device or 'recorded GPU'} the default the size rule picked was the faster of the two at "
+            f"{len(won)} of {len(rows)} problems ({len(apart)} with the quartile ranges apart)")
+    if lost:
+        text += ("; the other configuration was faster at " + "; ".join(
+            f"{name(r)} ({r['other_config']} took {r['other_over_default']:.3f}x the default's time"
+            f"{', within the quartiles' if r['separated'] is False else ''})" for r in lost))
+    return text + "."
+
+
 def order_sentence(rows: list[dict]) -> str:
     """What the order run (gemm_report.order_effect rows) says, in one paragraph rendered from its numbers: how far
     the same kernel's time spread when only its predecessor changed, unsettled and settled, and what that does to

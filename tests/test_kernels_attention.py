@@ -184,6 +184,33 @@ def test_v2_config_lists():
     assert att.v2_kernel_name("fp8cvt", 128, "g8", (1, 3, 1, 4)) == "decode_v2_fp8cvt_d128_g8_n1_s3_r1_b4"
 
 
+def test_v3_default_follows_the_cache_size():
+    """Version 3's default for long caches (V3_LONG_DEFAULTS from V3_LONG_ROWS rows of B x Hk x tokens on; pages that
+    hold two tiles), the short default below; every default of either table is compiled; check_ring_config applies
+    the rule only when it knows the planned length and no config was asked for."""
+    key = ("fp8cvt", 128, "g8")
+    short, long_ = att.V3_DEFAULTS[key], att.V3_LONG_DEFAULTS[key]
+    assert short != long_
+    for k, cfg in list(att.V3_DEFAULTS.items()) + list(att.V3_LONG_DEFAULTS.items()):
+        assert k + cfg in att.V3_KERNELS
+    rows = att.V3_LONG_ROWS
+    assert att.v3_default(*key, 8, 8, rows // 64) == long_ and att.v3_default(*key, 8, 8, rows // 64 - 1) == short
+    assert att.v3_default(*key, 1, 8, rows // 8) == long_ and att.v3_default(*key, 1, 8, 8192) == short
+    assert att.v3_default(*key, 8, 8, 131072) == long_
+    assert att.v3_default(*key, 8, 8, 131072, 16) == short                        # one tile per page
+    assert att.v3_default(*key, 8, 8, 131072, 32) == long_ and att.v3_default(*key, 8, 8, 131072, 48) == short
+    for other in (("bf16", 128, "g8"), ("fp8cvt", 64, "g8"), ("fp8cvt", 128, "g16"), ("nvfp4", 128, "g8")):
+        assert att.v3_default(*other, 64, 8, 131072) == att.V3_DEFAULTS[other]
+    p = att.Problem(B=8, Hq=32, Hk=8, D=128, fp8=True, paged=False, page=32768, max_blocks=1, n_pages=8)
+    assert att.check_ring_config("fp8cvt", p, None, version=3) == short                # no planned length: the table
+    assert att.check_ring_config("fp8cvt", p, None, version=3, max_len=32768) == long_
+    assert att.check_ring_config("fp8cvt", p, None, version=3, max_len=16384) == short
+    assert att.check_ring_config("fp8cvt", p, short, version=3, max_len=32768) == short  # an asked-for config stays
+    assert att.check_ring_config("bf16", p, None, version=3, max_len=32768) == att.V3_DEFAULTS[("bf16", 128, "g8")]
+    pg = att.Problem(B=8, Hq=32, Hk=8, D=128, fp8=True, paged=True, page=16, max_blocks=2048, n_pages=9)
+    assert att.check_ring_config("fp8cvt", pg, None, version=3, max_len=32768) == short
+
+
 # ---- CPU: argument checks fire before any CUDA call ------------------------------------------------------------
 def _good(**over):
     B, Hq, Hk, L, D = 2, 8, 2, 32, 128
@@ -435,6 +462,34 @@ def test_v3_merge_of_one_token_with_a_very_negative_score(merge):
     assert_close(run_kernel(kw, "cvt", 37, version=3, merge=merge), ref, 448 * 0.5, "fp8", f"merge={merge}")
 
 
+@GPU
+def test_v3_launch_picks_the_long_cache_default():
+    """prepare() plans the default by the cache's size (attention_fp8kv.v3_default): a contiguous FP8 cache of
+    V3_LONG_ROWS rows gets the long configuration, a shorter one and a pool of 16-token pages the short one (a pool of
+    one page that every block-table entry points at: the planned length is the table's capacity); the long launch
+    runs and returns the output of an all-zero cache (every weight equal, every V row 0)."""
+    if not att.v3_available():
+        pytest.skip("version 3 needs sm_90+")
+    key = ("fp8cvt", 128, "g8")
+    B, Hk, D = 8, 8, 128
+    L = att.V3_LONG_ROWS // (B * Hk)
+    q = torch.randn(B, 4 * Hk, D, device="cuda").to(torch.bfloat16)
+    for length, want in ((L, att.V3_LONG_DEFAULTS[key]), (L // 2, att.V3_DEFAULTS[key])):
+        kc = torch.zeros(B, Hk, length, D, dtype=torch.uint8, device="cuda")
+        launch = att.prepare(q, kc, kc, k_scale=1.0, v_scale=1.0)
+        assert launch.info["config"] == want, (length, launch.info["config"])
+        if length == L:
+            out = launch()
+            torch.cuda.synchronize()
+            assert torch.equal(out, torch.zeros_like(out))
+        del kc
+    pool = torch.zeros(1, Hk, 16, D, dtype=torch.uint8, device="cuda")
+    bt = torch.zeros(B, L // 16, dtype=torch.int32, device="cuda")
+    lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
+    launch = att.prepare(q, pool, pool, lens, block_table=bt, k_scale=1.0, v_scale=1.0, check_values=False)
+    assert launch.info["config"] == att.V3_DEFAULTS[key]
+
+
 def test_merge_is_a_version_3_choice():
     """merge= selects version 3's merge; asked of another version it is a one-line error before any CUDA call."""
     kw, _, _ = case(B=1, Hq=8, Hk=2, D=64, lens=(40,), kind="fp8", seed=1)
@@ -568,6 +623,63 @@ def test_sweep_vs_default_names_the_fastest_configuration_and_the_default():
     best, default = ba.sweep_vs_default({"results": res}, "fp8cvt", 3)
     assert best["config"] == [2, 2, 3] and default["config"] == [2, 1, 4]
     assert ba.sweep_vs_default({"results": []}, "fp8cvt", 3) == (None, None)
+
+
+def test_default_rule_rows_pair_the_default_with_the_choice_it_did_not_make():
+    from fp8lab.kernels import bench_attention as ba
+
+    base = dict(fmt="fp8cvt", version=3, valid=True, head_dim=128, layout="contiguous")
+    res = [dict(kernel="v3_fp8kv[cvt]", default=True, config=[2, 1, 4], time_us=69.0, context=16384,
+                spread_us={"q1": 68.9, "q3": 69.2}, **base),
+           dict(kernel="v3_fp8kv[cvt]{2,2,3}", default=False, sweep=True, alt_default=True, config=[2, 2, 3],
+                time_us=72.0, context=16384, spread_us={"q1": 71.8, "q3": 72.1}, **base),
+           dict(kernel="v3_fp8kv[cvt]", default=True, config=[2, 2, 3], time_us=129.0, context=32768,
+                spread_us={"q1": 128.0, "q3": 131.0}, **base),
+           dict(kernel="v3_fp8kv[cvt]{2,1,4}", default=False, sweep=True, alt_default=True, config=[2, 1, 4],
+                time_us=130.0, context=32768, spread_us={"q1": 129.5, "q3": 135.0}, **base),
+           dict(kernel="v3_fp8kv[cvt]{2,1,4}", default=False, sweep=True, alt_default=True, config=[2, 1, 4],
+                time_us=500.0, context=131072, **base),                            # no default row at 128k: left out
+           dict(kernel="v3_fp8kv[cvt]{reduce}", default=False, sweep=True, config=[2, 2, 3], time_us=1.0,
+                context=32768, merge="reduce", **base)]                            # not an alternative default
+    rows = ba.default_rule_rows({"results": res})
+    assert [(r["context"], r["default_config"], r["other_config"]) for r in rows] == \
+        [(16384, (2, 1, 4), (2, 2, 3)), (32768, (2, 2, 3), (2, 1, 4))]
+    assert rows[0]["other_over_default"] == pytest.approx(72 / 69) and rows[0]["separated"] is True
+    assert rows[1]["separated"] is False
+    del res[1]["spread_us"]
+    assert ba.default_rule_rows({"results": res})[0]["separated"] is None
+    assert "1.043" in ba.format_default_rule({"results": res})
+    assert ba.default_rule_rows({"results": []}) == [] and "predates" in ba.format_default_rule({})
+    from fp8lab import findings
+
+    res[3]["time_us"] = 128.0                                                  # the rule's pick now the slower at 32k
+    text = findings.default_rule_sentence(ba.default_rule_rows({"results": res}), "H200")
+    assert "On the H200" in text and "faster of the two at 1 of 2 problems (0 with the quartile ranges apart)" in text
+    assert "faster at 32k ((2, 1, 4) took 0.992x the default's time, within the quartiles)" in text
+    assert findings.default_rule_sentence([]) == ""
+
+
+def test_a_sweep_over_several_contexts_is_read_one_context_at_a_time():
+    from fp8lab.kernels import bench_attention as ba
+
+    base = dict(fmt="fp8cvt", version=3, valid=True, head_dim=128)
+    res = [dict(kernel="v3_fp8kv[cvt]", default=True, config=[2, 1, 4], time_us=69.0, context=16384,
+                shape="B8 Hq32 Hk8 L16384 D128", **base),
+           dict(kernel="v3_fp8kv[cvt]{2,2,3}", default=False, sweep=True, config=[2, 2, 3], time_us=72.0,
+                context=16384, shape="B8 Hq32 Hk8 L16384 D128", **base),
+           dict(kernel="v3_fp8kv[cvt]", default=True, config=[2, 2, 3], time_us=129.0, context=32768,
+                shape="B8 Hq32 Hk8 L32768 D128", **base),
+           dict(kernel="v3_fp8kv[cvt]{2,1,4}", default=False, sweep=True, config=[2, 1, 4], time_us=134.0,
+                context=32768, shape="B8 Hq32 Hk8 L32768 D128", **base)]
+    data = {"results": res}
+    assert ba.sweep_context(data) == 32768 and ba.sweep_context(data, 16384) == 16384
+    assert ba.sweep_context({"results": res[:2]}) == 16384 and ba.sweep_context({"results": []}) is None
+    assert ba.sweep_best(data, "fp8cvt", 3)["time_us"] == 129.0                  # at 32k, not the faster 16k rows
+    best, dflt = ba.sweep_vs_default(data, "fp8cvt", 3, context=16384)
+    assert best["time_us"] == 69.0 and dflt["config"] == [2, 1, 4]
+    text = ba.format_sweep(data)
+    assert "L16384" in text and "L32768" in text and text.index("L16384") < text.index("L32768")
+    assert "L32768" not in ba.format_sweep({"results": res[2:]})                # one context: no section titles
 
 
 def test_bench_report_functions_current_schema():

@@ -13,7 +13,7 @@
     version 3 (attention_decode_v3.cu, the default on sm_90+): version 2's ring and arithmetic, filled by the bulk copy engine
               (whole K and V rows per copy, one mbarrier per stage) instead of per-lane cp.async; `config` = (NS ring
               stages, COPY 0: a copy per row into padded rows / 1: a copy per tile, MINB blocks per SM)
-              (V3_KERNELS; default V3_DEFAULTS).
+              (V3_KERNELS; default V3_DEFAULTS, or V3_LONG_DEFAULTS for long caches: v3_default).
 
     q            bf16 [B, Hq, D]            one query token per sequence, D in (64, 128)
     k/v cache    [B, Hk, L, D]              contiguous, or
@@ -343,8 +343,35 @@ V3_SWEEP = {
     ("bf16", 128, "g8"): [(2, 0, 3), (3, 1, 2)],
     ("nvfp4", 128, "g8"): [(4, 1, 4), (8, 1, 3), (4, 1, 3)],
 }
+#: long caches: where a problem's cache holds >= V3_LONG_ROWS rows (B x Hk x tokens planned for), these configurations
+#: replace V3_DEFAULTS (v3_default). COPY = 2 moves each stage's K and V in 4 KB copies instead of 2 KB; in every
+#: recorded H200 sweep at 32k (attention_sweep.json, repeats/attention_sweep_*.json) (2, 2, 3) was the fastest FP8
+#: configuration, ahead of (2, 1, 4); at 16k the probe of ATTENTION_NOTES.md had (2, 1, 4) ahead (24 longer splits
+#: against 32, one wave either way). The bench times the other choice beside the default at every context (the
+#: "alternative default" rows, bench_attention.default_rule_rows), so each recording re-checks the rule. A paged cache
+#: whose pages hold fewer than two tiles keeps V3_DEFAULTS: its copies would be no larger.
+V3_LONG_DEFAULTS = {("fp8cvt", 128, "g8"): (2, 2, 3)}
+V3_LONG_ROWS = 8 * 8 * 32768
 V3_KERNELS = frozenset({(f, D, g) + cfg for (f, D, g), cfg in V3_DEFAULTS.items()}
+                       | {(f, D, g) + cfg for (f, D, g), cfg in V3_LONG_DEFAULTS.items()}
                        | {(f, D, g) + cfg for (f, D, g), cfgs in V3_SWEEP.items() for cfg in cfgs})
+
+
+def v3_default(fmt: str, D: int, g: str, B: int, Hk: int, max_len: int, page: int | None = None) -> tuple:
+    """Version 3's default configuration for a problem: V3_LONG_DEFAULTS[(fmt, D, g)] where the cache holds at least
+    V3_LONG_ROWS rows (B x Hk x max_len) and, paged, its pages hold whole pairs of tiles; else V3_DEFAULTS[(fmt, D, g)].
+    page: tokens per page of a paged cache (None: contiguous).
+
+    v3_default("fp8cvt", 128, "g8", 8, 8, 32768)      -> (2, 2, 3)
+    v3_default("fp8cvt", 128, "g8", 8, 8, 16384)      -> (2, 1, 4)
+    v3_default("fp8cvt", 128, "g8", 8, 8, 32768, 16)  -> (2, 1, 4)   # 16-token pages: one tile per page
+    v3_default("bf16", 128, "g8", 8, 8, 32768)        -> (2, 1, 3)
+    """
+    key = (fmt, D, g)
+    if (key in V3_LONG_DEFAULTS and B * Hk * max_len >= V3_LONG_ROWS
+            and (page is None or page % (2 * TILE) == 0)):
+        return V3_LONG_DEFAULTS[key]
+    return V3_DEFAULTS[key]
 
 
 def cuda_defines_v3() -> tuple[str, ...]:
@@ -612,7 +639,7 @@ def launch_ring(source: str, fmt: str, p, tensors: dict, lens_t, max_len: int, b
     merge = V3_MERGE if merge is None else bool(merge)
     ring = RING[version]
     g = "g16" if p.G > 8 else "g8"
-    cfg = check_ring_config(fmt, p, config, compiled, defaults, version)
+    cfg = check_ring_config(fmt, p, config, compiled, defaults, version, max_len=max_len)
     if version == 3:  # the bulk copy engine moves 16-byte-aligned runs: every pool's rows start on 16 bytes
         for name in ("k", "v"):
             if tensors[name].data_ptr() % 16:
@@ -670,10 +697,11 @@ def default_version(device) -> int:
     return DEFAULT_VERSION
 
 
-def check_ring_config(fmt: str, p, config, compiled=None, defaults=None, version: int = 2) -> tuple:
+def check_ring_config(fmt: str, p, config, compiled=None, defaults=None, version: int = 2,
+                      max_len: int | None = None) -> tuple:
     """The config of a ring version (2 or 3) to run (config, or the default), raising AttentionArgError if it is not
     compiled. compiled / defaults: the caller's lists (None: this module's lists of that version; attention_nvfp4kv
-    passes its own)."""
+    passes its own). max_len: the planned length; given, version 3's default follows v3_default (long caches)."""
     ring = RING[version]
     compiled_all = ring["compiled"]() if compiled is None else compiled
     defaults = ring["defaults"]() if defaults is None else defaults
@@ -681,6 +709,8 @@ def check_ring_config(fmt: str, p, config, compiled=None, defaults=None, version
     compiled = {k[3:] for k in compiled_all if k[:3] == (fmt, p.D, g)}
     try:
         cfg = tuple(int(x) for x in config) if config is not None else defaults[(fmt, p.D, g)]
+        if config is None and version == 3 and max_len is not None and (fmt, p.D, g) in V3_LONG_DEFAULTS:
+            cfg = v3_default(fmt, p.D, g, p.B, p.Hk, max_len, p.page if p.paged else None)
     except (TypeError, ValueError):
         raise AttentionArgError(f"config must be a tuple {ring['fields']}, got {config!r}") from None
     except KeyError:

@@ -2,6 +2,7 @@
 
     python -m fp8lab.kernels.bench attention --contexts 16384,32768,131072 --shapes 64,128   # the recording
     python -m fp8lab.kernels.bench attention --sweep --out /tmp/sweep.json                  # tuning at 32k, D = 128
+    python -m fp8lab.kernels.bench attention --sweep --contexts 16384,32768                 # ... at each context
     python -m fp8lab.kernels.bench attention --small                                        # 1k and 4k, a live look
 
 Writes outputs/kernels/attention.json (harness schema, plus "goals", "kernel_registers", "notes").
@@ -26,13 +27,15 @@ out. Timing: a CUDA graph of >= 16 calls cycling over cache copies whose total i
 per-call median of the replays (harness.graph_time_us). Copy bandwidth is measured in the same run.
 
 --sweep times every compiled version-2 and version-3 configuration (attention_fp8kv.V2_KERNELS / V3_KERNELS,
-attention_nvfp4kv.KERNELS) at 32k, D = 128, beside version 1 and torch: the run that compares the defaults
-(V2_DEFAULTS / V3_DEFAULTS / DEFAULTS) with the alternatives.
+attention_nvfp4kv.KERNELS) at 32k, D = 128 (or at each of --contexts), beside version 1 and torch: the run that
+compares the defaults (V2_DEFAULTS / V3_DEFAULTS and v3_default's long-cache rule / DEFAULTS) with the alternatives.
+Where version 3's default depends on the cache's size (attention_fp8kv.v3_default), every run also times the
+configuration the rule did not pick beside the default ("alternative default" rows: default_rule_rows).
 
 Report functions for notebooks (read the JSON; nothing is timed on a CPU): load, summary_rows, format_summary,
 goals_table, format_goals, format_sweep, format_provenance, plot_speedup, plot_bandwidth, goal_met,
-sweep_best, sweep_vs_default, fixed_cost_fit, fixed_cost_default_vs_torch, format_fixed_cost, merge_comparison,
-format_merge_comparison.
+sweep_context, sweep_best, sweep_vs_default, default_rule_rows, format_default_rule, fixed_cost_fit,
+fixed_cost_default_vs_torch, format_fixed_cost, merge_comparison, format_merge_comparison.
 """
 from __future__ import annotations
 
@@ -202,13 +205,20 @@ def sdpa_call(q4, k, v, backend=None):
 
 
 # ---- the contenders ----------------------------------------------------------------------------------------------
-def contenders(D: int, sweep: bool) -> list[dict]:
-    """name, format (bf16 / fp8cvt / fp8bit / nvfp4), version, config (versions 2, 3) and the default flag of each."""
+def contenders(D: int, sweep: bool, L: int = SWEEP_PROBLEM[0], page: int | None = None) -> list[dict]:
+    """name, format (bf16 / fp8cvt / fp8bit / nvfp4), version, config (versions 2, 3) and the default flag of each, for
+    one problem (context L, pages of `page` tokens or contiguous). Where version 3's default depends on the cache's
+    size (attention_fp8kv.v3_default), the configuration the rule did not pick is timed beside the default
+    (alt_default: a tuning row, default_rule_rows reads it)."""
     import torch
 
     from . import attention_fp8kv as att
     from . import attention_nvfp4kv as nv
 
+    base = {"bf16": "bf16kv", "fp8cvt": "fp8kv[cvt]", "fp8bit": "fp8kv[bit]", "nvfp4": "nvfp4kv"}
+    picked = {k: att.v3_default(*k, B, HK, L, page) for k in att.V3_LONG_DEFAULTS}
+    # the rule's other choice per (fmt, D, g): the long configuration where the rule kept the short one, and back
+    other = {k: att.V3_DEFAULTS[k] if cfg == att.V3_LONG_DEFAULTS[k] else att.V3_LONG_DEFAULTS[k] for k, cfg in picked.items()}
     dv = att.default_version(torch.device("cuda"))
     out = [dict(name="v1_bf16kv", fmt="bf16", version=1, config=None, default=dv == 1),
            dict(name="v1_fp8kv[cvt]", fmt="fp8cvt", version=1, config=None, default=dv == 1),
@@ -224,16 +234,19 @@ def contenders(D: int, sweep: bool) -> list[dict]:
         other = "reduce" if att.V3_MERGE else "kernel"
         out += [dict(name=f"v3_{b}{{{other}}}", fmt=f, version=3, config=None, default=False, sweep=True,
                      merge=not att.V3_MERGE) for f, b in (("bf16", "bf16kv"), ("fp8cvt", "fp8kv[cvt]"))]
+        if not sweep:  # (the sweep times every configuration anyway; its row of the other choice is marked below)
+            out += [dict(name=f"v3_{base[f]}{{{','.join(map(str, cfg))}}}", fmt=f, version=3, config=cfg, default=False,
+                         sweep=True, alt_default=True) for (f, d, g), cfg in other.items() if d == D and g == "g8"]
     if sweep:
-        base = {"bf16": "bf16kv", "fp8cvt": "fp8kv[cvt]", "fp8bit": "fp8kv[bit]", "nvfp4": "nvfp4kv"}
         lists = [(2, att.V2_KERNELS | nv.KERNELS, att.V2_DEFAULTS | nv.DEFAULTS)]
         if att.v3_available():
-            lists.append((3, att.V3_KERNELS, att.V3_DEFAULTS))
+            lists.append((3, att.V3_KERNELS, att.V3_DEFAULTS | picked))
         for version, kernels, defaults in lists:
             for f, d, g, *cfg in sorted(kernels):
                 if d == D and g == "g8" and tuple(cfg) != defaults[(f, d, g)]:
                     out.append(dict(name=f"v{version}_{base[f]}{{{','.join(map(str, cfg))}}}", fmt=f, version=version,
-                                    config=tuple(cfg), default=False, sweep=True))
+                                    config=tuple(cfg), default=False, sweep=True,
+                                    alt_default=version == 3 and tuple(cfg) == other.get((f, d, g))))
     return out
 
 
@@ -286,7 +299,7 @@ def bench_problem(bench: harness.Bench, L: int, D: int, copy_gbps: float, page: 
         info[name] = launches[0].info
         timers[name] = lambda: harness.graph_time_us(launches)
 
-    for c in contenders(D, sweep):
+    for c in contenders(D, sweep, L, page):
         name, fmt = c["name"], c["fmt"]
         spec[name] = c
         try:
@@ -338,7 +351,8 @@ def bench_problem(bench: harness.Bench, L: int, D: int, copy_gbps: float, page: 
             kernel=name, shape=shape, dtype={"bf16": "bf16", "nvfp4": "nvfp4"}.get(fmt, "e4m3"), time_us=0.0,
             bytes=_kv_bytes(fmt, L, D) + qo, anchor=anchor, anchor_time_us=a_t.median if a_t else None, copy_gbps=copy_gbps,
             extra=dict(**extra, **errs[name], fmt=fmt, version=c["version"], config=list(i.get("config") or []) or None,
-                       default=c["default"], sweep=c.get("sweep", False), kernel_name=i["kernel"],
+                       default=c["default"], sweep=c.get("sweep", False), alt_default=c.get("alt_default", False),
+                       kernel_name=i["kernel"],
                        num_splits=i["num_splits"], split_len=i["split_len"], merge=i.get("merge"),
                        speedup_vs_torch=(t_torch / t[name].median) if t_torch else None, torch_anchor=torch_name)), t[name]))
     for name in torch_names:
@@ -513,22 +527,73 @@ def other_merge_row(r: dict) -> bool:
     return r["kernel"].endswith(("{reduce}", "{kernel}"))
 
 
-def sweep_best(data: dict, fmt: str, version: int, copy: int | None = None) -> dict | None:
-    """The fastest valid record of a format and version in a run (a sweep's every configuration); copy: version 3's
-    COPY field (0: a copy per row, 1: per tile, 2: per two tiles) or None for any. The rows that time the other merge of
-    the splits ("{reduce}" / "{kernel}", merge_comparison's) are not configurations and never count."""
+def sweep_context(data: dict, context: int | None = None) -> int | None:
+    """The context a sweep is read at: `context`, else the run's only context, else SWEEP_PROBLEM's (32k) where the
+    run has it, else its longest (a sweep over several contexts: --sweep --contexts)."""
+    if context is not None:
+        return int(context)
+    ctx = sorted({r["context"] for r in data.get("results", []) if r.get("context")})
+    if len(ctx) <= 1:
+        return ctx[0] if ctx else None
+    return SWEEP_PROBLEM[0] if SWEEP_PROBLEM[0] in ctx else ctx[-1]
+
+
+def sweep_best(data: dict, fmt: str, version: int, copy: int | None = None, context: int | None = None) -> dict | None:
+    """The fastest valid record of a format and version in a run (a sweep's every configuration) at one context
+    (sweep_context); copy: version 3's COPY field (0: a copy per row, 1: per tile, 2: per two tiles) or None for any.
+    The rows that time the other merge of the splits ("{reduce}" / "{kernel}", merge_comparison's) are not
+    configurations and never count."""
+    L = sweep_context(data, context)
     rs = [r for r in data.get("results", []) if r.get("fmt") == fmt and r.get("version") == version
           and r.get("config") and r.get("valid", True) and (copy is None or r["config"][1] == copy)
-          and not other_merge_row(r)]
+          and not other_merge_row(r) and (L is None or r.get("context", L) == L)]
     return min(rs, key=lambda r: r["time_us"], default=None)
 
 
-def sweep_vs_default(data: dict, fmt: str, version: int) -> tuple[dict | None, dict | None]:
-    """(the fastest valid configuration of a format and version in a sweep, the default's record), or Nones."""
-    best = sweep_best(data, fmt, version)
+def sweep_vs_default(data: dict, fmt: str, version: int, context: int | None = None) -> tuple[dict | None, dict | None]:
+    """(the fastest valid configuration of a format and version in a sweep, the default's record) at one context
+    (sweep_context), or Nones."""
+    L = sweep_context(data, context)
+    best = sweep_best(data, fmt, version, context=L)
     default = next((r for r in data.get("results", []) if r.get("fmt") == fmt and r.get("version") == version
-                    and r.get("default") and r.get("valid", True)), None)
+                    and r.get("default") and r.get("valid", True) and (L is None or r.get("context", L) == L)), None)
     return best, default
+
+
+def default_rule_rows(data: dict) -> list[dict]:
+    """Version 3's size-dependent default (attention_fp8kv.v3_default) against the configuration it did not pick, timed
+    in the same rounds: per (format, head_dim, layout, context) with both rows {fmt, head_dim, layout, context,
+    default_config, default_us, other_config, other_us, other_over_default (time ratio: > 1 means the default was the
+    faster), separated (the two rows' quartile ranges do not overlap; None without spreads)}. Empty for a run without
+    the alternative rows (recordings before the rule)."""
+    res = [r for r in data.get("results", []) if r.get("version") == 3 and r.get("valid", True)]
+    rows = []
+    for alt in (r for r in res if r.get("alt_default")):
+        key = (alt["fmt"], alt.get("head_dim"), alt.get("layout"), alt.get("context"))
+        d = next((r for r in res if r.get("default") and (r["fmt"], r.get("head_dim"), r.get("layout"), r.get("context")) == key),
+                 None)
+        if d is None:
+            continue
+        qs = [[(x.get("spread_us") or {}).get(q) for q in ("q1", "q3")] for x in (d, alt)]
+        flat = qs[0] + qs[1]
+        sep = None if None in flat else (qs[0][1] < qs[1][0] or qs[1][1] < qs[0][0])
+        rows.append(dict(fmt=key[0], head_dim=key[1], layout=key[2], context=key[3], default_config=tuple(d["config"] or ()),
+                         default_us=d["time_us"], other_config=tuple(alt["config"] or ()), other_us=alt["time_us"],
+                         other_over_default=alt["time_us"] / d["time_us"], separated=sep))
+    return sorted(rows, key=lambda r: (r["fmt"], r["head_dim"] or 0, r["layout"] or "", r["context"] or 0))
+
+
+def format_default_rule(data: dict) -> str:
+    rows = default_rule_rows(data)
+    if not rows:
+        return "(no alternative-default rows in this run: it predates the long-cache rule)"
+    lines = [f"{'format':7s} {'D':>4s} {'layout':11s} {'context':>8s} {'default':10s} {'us':>8s} {'other':10s} {'us':>8s} "
+             f"{'other/default':>13s}  quartiles"]
+    for r in rows:
+        sep = {None: "-", True: "apart", False: "overlap"}[r["separated"]]
+        lines.append(f"{r['fmt']:7s} {r['head_dim']:>4d} {r['layout']:11s} {r['context']:>8d} {str(r['default_config']):10s} "
+                     f"{r['default_us']:8.1f} {str(r['other_config']):10s} {r['other_us']:8.1f} {r['other_over_default']:13.3f}  {sep}")
+    return "\n".join(lines)
 
 
 def merge_comparison(data: dict, head_dim: int = 128, layout: str = "contiguous") -> list[dict]:
@@ -647,11 +712,21 @@ def format_goals(data: dict) -> str:
 
 
 def format_sweep(data: dict) -> str:
-    """The tuning sweep (--sweep): every configuration at one problem, fastest first within each format."""
+    """The tuning sweep (--sweep): every configuration at each of its problems, fastest first within each format."""
     res = [r for r in data.get("results", []) if "version" in r or r["kernel"].startswith("torch")]
     if not res:
         return "(no sweep in this file)"
-    lines = [f"{'kernel':34s} {'config':14s} {'splits':>6s} {'time_us':>8s} {'[q1, q3]':>16s} {'xcopy':>6s} {'vs bf16':>8s}"]
+    contexts = sorted({r.get("context") for r in res}, key=lambda c: c or 0)
+    lines = []
+    for L in contexts:
+        at = [r for r in res if r.get("context") == L]
+        lines += ([""] if lines else []) + _format_sweep_at(at, f"{at[0].get('shape', '')}:" if len(contexts) > 1 else None)
+    return "\n".join(lines)
+
+
+def _format_sweep_at(res: list, title: str | None) -> list:
+    lines = ([title] if title else []) + [f"{'kernel':34s} {'config':14s} {'splits':>6s} {'time_us':>8s} {'[q1, q3]':>16s} "
+                                          f"{'xcopy':>6s} {'vs bf16':>8s}"]
     for fmt in ("fp8cvt", "fp8bit", "nvfp4", "bf16", "torch"):
         grp = sorted((r for r in res if r.get("fmt") == fmt), key=lambda r: r["time_us"])
         for r in grp:
@@ -660,7 +735,7 @@ def format_sweep(data: dict) -> str:
             lines.append(f"{r['kernel'][:34]:34s} {cfg:14s} {str(r.get('num_splits', '-')):>6s} {r['time_us']:8.1f} "
                          f"[{sp.get('q1', 0):6.1f}, {sp.get('q3', 0):6.1f}] {r.get('fraction_of_copy_bw') or 0:6.2f} "
                          f"{(r.get('speedup') or 0) if fmt not in ('bf16', 'torch') else 0:8.2f}")
-    return "\n".join(lines)
+    return lines
 
 
 def format_provenance(data: dict) -> str:
@@ -759,7 +834,8 @@ def main(argv=None) -> int:
     p.add_argument("--contexts", type=_contexts, default=None, help="comma-separated contexts (default 16384,32768,131072)")
     p.add_argument("--shapes", type=_head_dims, default=None, help="head dims at every context: 64,128 (the default)")
     p.add_argument("--paged", type=int, default=16, help="page size of the paged problem at 32k, D = 128 (0: none)")
-    p.add_argument("--sweep", action="store_true", help="every compiled version-2 configuration at 32k, D = 128")
+    p.add_argument("--sweep", action="store_true",
+                   help="every compiled version-2 and -3 configuration at 32k, D = 128 (--contexts: at each of them)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     p.add_argument("--no-torch", action="store_true", help="skip torch SDPA")
     p.add_argument("--pytest-log", default=None, help="a pytest log whose summary line is recorded with the results")
@@ -771,8 +847,8 @@ def main(argv=None) -> int:
     import torch
 
     t0 = time.time()
-    if args.sweep:
-        problems = [SWEEP_PROBLEM + (None,)]
+    if args.sweep:  # at 32k, D = 128 (--contexts: at each of them)
+        problems = [(L, SWEEP_PROBLEM[1], None) for L in (args.contexts or (SWEEP_PROBLEM[0],))]
     else:
         contexts = args.contexts or (SMALL_CONTEXTS if args.small else CONTEXTS)
         dims = args.shapes or ((128,) if args.small else HEAD_DIMS)
@@ -794,7 +870,9 @@ def main(argv=None) -> int:
                                      nvfp4=dict(version=nv.DEFAULT_VERSION,
                                                 v2={"/".join(map(str, k)): v for k, v in nv.DEFAULTS.items()}),
                                      v2={"/".join(map(str, k)): v for k, v in att.V2_DEFAULTS.items()},
-                                     v3={"/".join(map(str, k)): v for k, v in att.V3_DEFAULTS.items()}),
+                                     v3={"/".join(map(str, k)): v for k, v in att.V3_DEFAULTS.items()},
+                                     v3_long={"/".join(map(str, k)): v for k, v in att.V3_LONG_DEFAULTS.items()},
+                                     v3_long_rows=att.V3_LONG_ROWS),
                        sweep=bool(args.sweep), sources_sha256_12=harness.source_digest(SOURCES))
 
     def dump():

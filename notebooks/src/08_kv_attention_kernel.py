@@ -211,8 +211,9 @@ if data is not None:
 """),
 ("md", r"""
 **The sweep that chose version 3's configuration** (`outputs/kernels/attention_sweep.json`: every compiled
-configuration at 32k, D = 128, validated then timed in interleaved rounds). A version-3 configuration is
-`(NS ring stages, COPY, MINB blocks per SM)`; COPY 1 is a copy per tile's K and V, COPY 0 a copy per row.
+configuration at 16k and 32k, D = 128 (recordings before the size rule below: 32k only), validated then timed in
+interleaved rounds). A version-3 configuration is `(NS ring stages, COPY, MINB blocks per SM)`; COPY 1 is a copy per
+tile's K and V, COPY 0 a copy per row, COPY 2 a copy per two tiles (so each bulk copy moves twice the rows).
 """),
 ("code", r"""
 SW = nb.recorded("kernels", "attention_sweep.json", prov=None)
@@ -226,13 +227,20 @@ if SW:
               f"{b0['fraction_of_copy_bw']:.2f} ({b0['time_us'] / b1['time_us']:.2f}× the time): "
               + ("the copy loop costs more than the bank conflicts it avoids." if b0["time_us"] > b1["time_us"]
                  else "here the padded rows pay for their copy loop."))
-    best, dflt = ba.sweep_vs_default(sweep, "fp8cvt", 3)
-    if best and dflt and tuple(best["config"]) != tuple(dflt["config"]):
-        nb.md(f"In this sweep (32k only) the fastest FP8 configuration is {tuple(best['config'])}, "
-              f"{dflt['time_us'] / best['time_us']:.3f}× as fast as the default {tuple(dflt['config'])}" +
-              (" (COPY 2: two tiles per stage, so each bulk copy moves twice the rows)" if best["config"][1] == 2 else "") +
-              ". A configuration becomes the default only once it has been measured at every context the lab "
-              "records, not at one: the default was chosen from runs at 16k, 32k and 128k.")
+    said = []
+    for L in sorted({r["context"] for r in sweep["results"] if r.get("context")}):
+        best, dflt = ba.sweep_vs_default(sweep, "fp8cvt", 3, context=L)
+        if not (best and dflt):
+            continue
+        if tuple(best["config"]) == tuple(dflt["config"]):
+            said.append(f"at {L // 1024}k the default {tuple(dflt['config'])} is the fastest FP8 configuration")
+        else:
+            said.append(f"at {L // 1024}k the fastest FP8 configuration is {tuple(best['config'])}, "
+                        f"{dflt['time_us'] / best['time_us']:.3f}× as fast as the default {tuple(dflt['config'])}")
+    if said:
+        nb.md("In this sweep " + "; ".join(said) + ". A configuration becomes a default only once it has been measured "
+              "at every context the lab records, not at one; where the best one depends on the cache's size, the "
+              "default does too (the rule below).")
     b2, b3 = ba.sweep_best(sweep, "nvfp4", 2), ba.sweep_best(sweep, "nvfp4", 3)
     if b2 and b3:
         ratio = b3["time_us"] / b2["time_us"]
@@ -246,6 +254,24 @@ if SW:
               f" The NVFP4 default is version {nv.DEFAULT_VERSION}.")
 else:
     print("No recorded sweep: run `python -m fp8lab.kernels.bench attention --sweep` on a GPU.")
+"""),
+("md", r"""
+**A default that depends on the cache's size.** Two tiles per bulk copy (COPY 2) move each stage's K and V rows in
+copies twice as large; with fewer, longer splits per wave it also starts fewer warps. Which of the two wins depends on
+how much cache there is to stream, so version 3's FP8 default (D = 128, groups of up to 8 query heads) follows a rule:
+`attention_fp8kv.v3_default` picks the long-cache configuration from a cache size on (rows = batch × KV heads ×
+tokens; paged caches only where a page holds two tiles). A rule measured once could be the noise of one run, so every
+recording times the configuration the rule did *not* pick beside the default, at every context, in the same
+interleaved rounds: the table below is that check (time ratio other / default: above 1, the rule chose well;
+"apart": the two rows' quartile ranges do not overlap).
+"""),
+("code", r"""
+print("the rule:", {k: f"{att.V3_DEFAULTS[k]} below {att.V3_LONG_ROWS} rows, {v} from there on"
+                    for k, v in att.V3_LONG_DEFAULTS.items()})
+if data is not None:
+    print(ba.format_default_rule(data))
+    nb.md(findings.default_rule_sentence(ba.default_rule_rows(data), (data.get("provenance") or {}).get("device"))
+          or "The committed recording predates the rule: it timed one default at every context.")
 """),
 ("code", r"""
 if data is not None:

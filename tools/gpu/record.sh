@@ -55,8 +55,8 @@ attention_path() {
   timeout "$t_tests" python3 -m pytest -q -rfE -m gpu -p no:cacheprovider tests/test_kernels_attention.py \
       tests/test_kernels_attention_nvfp4.py "$@" > "$L/pytest_attention.log" 2>&1; echo "rc=$?" >> "$L/pytest_attention.log"
   cp "$L/pytest_attention.log" "$K/gpu_tests_attention.log"
-  stage "attention sweep (every compiled configuration at 32k, D = 128)"
-  timeout "$t_sweep" python3 -m fp8lab.kernels.bench attention --sweep --out "$K/attention_sweep.json" > "$L/attention_sweep.log" 2>&1; echo "attention sweep rc=$?" >> "$L/steps_$PART.txt"
+  stage "attention sweep (every compiled configuration at 16k and 32k, D = 128)"
+  timeout "$t_sweep" python3 -m fp8lab.kernels.bench attention --sweep --contexts 16384,32768 --out "$K/attention_sweep.json" > "$L/attention_sweep.log" 2>&1; echo "attention sweep rc=$?" >> "$L/steps_$PART.txt"
   stage "attention bench"
   timeout "$t_bench" python3 -m fp8lab.kernels.bench attention --budget-s "$budget" --pytest-log "$L/pytest_attention.log" \
       --out "$K/attention.json" > "$L/attention.log" 2>&1; echo "attention rc=$?" >> "$L/steps_$PART.txt"
@@ -107,7 +107,7 @@ elif [ "$PART" = 2g ]; then
 elif [ "$PART" = 2a ]; then
   # the decode attention re-recorded after an attention change (the layer's attention is the default kernel, so the
   # layer too; the GEMV, prefill attention and accumulation files of part 2 stay as recorded)
-  attention_path 200 60 130 100 tests/test_decode_layer.py
+  attention_path 200 90 140 110 tests/test_decode_layer.py
   decode_layer
 elif [ "$PART" = 2y ]; then
   # the decode layer alone (its kernels' tests and the layer bench; the GEMV and attention files stay as recorded):
@@ -119,8 +119,8 @@ elif [ "$PART" = 2y ]; then
   decode_layer
 elif [ "$PART" = 2t ]; then
   # the decode attention alone (a change that leaves the layer's kernels as they were: e.g. a sweep-only config):
-  # its GPU tests, the sweep and the bench (~2.5 min)
-  attention_path 110 45 80 65
+  # its GPU tests, the sweep and the bench (~3 min)
+  attention_path 110 75 100 85
 elif [ "$PART" = 3g ]; then
   # where the prefill gap goes (its own file, outputs/kernels/prefill_gap.json): the TMA GPU tests of the kernels it
   # times, then the leave-one-out run (gemm_prefill.bench_gap)
