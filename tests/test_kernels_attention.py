@@ -659,6 +659,29 @@ def test_default_rule_rows_pair_the_default_with_the_choice_it_did_not_make():
     assert findings.default_rule_sentence([]) == ""
 
 
+@pytest.mark.parametrize("sweep", [False, True])
+def test_contenders_time_the_choice_the_size_rule_did_not_make(monkeypatch, sweep):
+    """At every problem the bench times version 3's default and, beside it, the configuration v3_default did not pick
+    (alt_default); a sweep excludes the picked default from its configuration rows and marks the other one. Version 3
+    is made to look available (the list is built on the CPU; nothing launches)."""
+    from fp8lab.kernels import bench_attention as ba
+
+    monkeypatch.setattr(att, "v3_available", lambda device=None: True)
+    monkeypatch.setattr(att, "default_version", lambda device: 3)
+    key = ("fp8cvt", 128, "g8")
+    short, long_ = att.V3_DEFAULTS[key], att.V3_LONG_DEFAULTS[key]
+    L_long = att.V3_LONG_ROWS // (ba.B * ba.HK)
+    for L, page, picked, other in ((L_long, None, long_, short), (L_long // 2, None, short, long_), (L_long, 16, short, long_)):
+        cs = ba.contenders(128, sweep, L, page)
+        alts = [c for c in cs if c.get("alt_default")]
+        assert [(c["fmt"], tuple(c["config"])) for c in alts] == [("fp8cvt", other)], (L, page)
+        assert alts[0]["sweep"] and not alts[0]["default"]
+        assert not any(c["fmt"] == "fp8cvt" and c["version"] == 3 and c.get("config") is not None
+                       and tuple(c["config"]) == picked for c in cs)       # the default itself runs as config None
+        assert len({c["name"] for c in cs}) == len(cs)
+    assert not [c for c in ba.contenders(64, sweep, L_long) if c.get("alt_default")]   # no rule at D = 64
+
+
 def test_a_sweep_over_several_contexts_is_read_one_context_at_a_time():
     from fp8lab.kernels import bench_attention as ba
 

@@ -218,7 +218,7 @@ def contenders(D: int, sweep: bool, L: int = SWEEP_PROBLEM[0], page: int | None 
     base = {"bf16": "bf16kv", "fp8cvt": "fp8kv[cvt]", "fp8bit": "fp8kv[bit]", "nvfp4": "nvfp4kv"}
     picked = {k: att.v3_default(*k, B, HK, L, page) for k in att.V3_LONG_DEFAULTS}
     # the rule's other choice per (fmt, D, g): the long configuration where the rule kept the short one, and back
-    other = {k: att.V3_DEFAULTS[k] if cfg == att.V3_LONG_DEFAULTS[k] else att.V3_LONG_DEFAULTS[k] for k, cfg in picked.items()}
+    alt = {k: att.V3_DEFAULTS[k] if cfg == att.V3_LONG_DEFAULTS[k] else att.V3_LONG_DEFAULTS[k] for k, cfg in picked.items()}
     dv = att.default_version(torch.device("cuda"))
     out = [dict(name="v1_bf16kv", fmt="bf16", version=1, config=None, default=dv == 1),
            dict(name="v1_fp8kv[cvt]", fmt="fp8cvt", version=1, config=None, default=dv == 1),
@@ -236,7 +236,7 @@ def contenders(D: int, sweep: bool, L: int = SWEEP_PROBLEM[0], page: int | None 
                      merge=not att.V3_MERGE) for f, b in (("bf16", "bf16kv"), ("fp8cvt", "fp8kv[cvt]"))]
         if not sweep:  # (the sweep times every configuration anyway; its row of the other choice is marked below)
             out += [dict(name=f"v3_{base[f]}{{{','.join(map(str, cfg))}}}", fmt=f, version=3, config=cfg, default=False,
-                         sweep=True, alt_default=True) for (f, d, g), cfg in other.items() if d == D and g == "g8"]
+                         sweep=True, alt_default=True) for (f, d, g), cfg in alt.items() if d == D and g == "g8"]
     if sweep:
         lists = [(2, att.V2_KERNELS | nv.KERNELS, att.V2_DEFAULTS | nv.DEFAULTS)]
         if att.v3_available():
@@ -246,7 +246,7 @@ def contenders(D: int, sweep: bool, L: int = SWEEP_PROBLEM[0], page: int | None 
                 if d == D and g == "g8" and tuple(cfg) != defaults[(f, d, g)]:
                     out.append(dict(name=f"v{version}_{base[f]}{{{','.join(map(str, cfg))}}}", fmt=f, version=version,
                                     config=tuple(cfg), default=False, sweep=True,
-                                    alt_default=version == 3 and tuple(cfg) == other.get((f, d, g))))
+                                    alt_default=version == 3 and tuple(cfg) == alt.get((f, d, g))))
     return out
 
 
