@@ -184,3 +184,15 @@ def test_repeat_runs_takes_only_repeats_of_the_named_file(tmp_path, monkeypatch)
     monkeypatch.setattr(gr, "recorded_runs", lambda name, folders: [gr.load(folders[0] / name)])
     runs = gr.repeat_runs("attention.json", tmp_path)
     assert [r["provenance"]["git_commit"][0] for r in runs] == ["c", "b", "a"]
+
+
+def test_same_sources_keeps_the_runs_of_the_first_runs_code():
+    from fp8lab.kernels import gemm_report
+
+    a, b = {"x.cu": "aaa"}, {"x.cu": "bbb"}
+    runs = [dict(n=0, sources_sha256_12=a), dict(n=1, sources_sha256_12=b), dict(n=2, sources_sha256_12=a), dict(n=3)]
+    same, other = gemm_report.same_sources(runs)
+    assert [d["n"] for d in same] == [0, 2] and [d["n"] for d in other] == [1, 3]
+    same, other = gemm_report.same_sources([dict(n=0), dict(n=1)])          # no digest: only the first is read
+    assert [d["n"] for d in same] == [0] and [d["n"] for d in other] == [1]
+    assert gemm_report.same_sources([]) == ([], [])

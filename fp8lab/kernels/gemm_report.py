@@ -891,6 +891,16 @@ def repeat_runs(filename: str = "gemm_prefill.json", folder=RECORD_FOLDERS[1]) -
     return main + older if main else []
 
 
+def same_sources(runs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(the runs that timed the same kernel sources as the first -- equal `sources_sha256_12` --, the others): repeats
+    are read together only where they timed the same code. A run without the digest counts as other sources."""
+    if not runs:
+        return [], []
+    ref = runs[0].get("sources_sha256_12")
+    same = [d for d in runs if ref is not None and d.get("sources_sha256_12") == ref]
+    return (same or runs[:1]), [d for d in runs if d not in (same or runs[:1])]
+
+
 def sass_table(data: dict, kernels=("w8a8_mma_fp8", "w8a8_mma_bf16", "w8a8_wgmma", "w8a8_wgmma_pipe", "w8a8_wgmma_256",
                                     "w8a8_wgmma_ws", "w8a8_tma_n128_w2_s6_c2_e0", "w8a8_tma_n256_w2_s4_c2_e0",
                                     "gemv_fp8_block_r1_nt1_pf0", "gemv_nvfp4_r1_nt1_pf0", "gemv3_fp8c_r1_nt1_c2_p3_e0_n0",

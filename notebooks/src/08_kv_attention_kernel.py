@@ -312,23 +312,26 @@ if data is not None:
 """),
 ("md", r"""
 One run's verdict is one sample. The H200 run above was not the only one: earlier recordings of the same benchmark
-are kept in `outputs/kernels/repeats/` (each with its provenance, and the digest of the kernel sources it timed: the
-cell says whether every run timed the same code). Each goal read over all of them: every run's value (the committed run first),
+are kept in `outputs/kernels/repeats/` (each with its provenance, and the digest of the kernel sources it timed: only
+runs of the same code as the committed one are read together). Each goal read over all of them: every run's value (the committed run first),
 the median, and in how many runs it was met. Where the runs disagree, the median is the verdict; where it sits a
 hair from the threshold, the kernel is at the goal, not past it.
 """),
 ("code", r"""
 from fp8lab.kernels import gemm_report
 reps = gemm_report.repeat_runs("attention.json", gemm_report.RECORD_FOLDERS[0])
-if len(reps) > 1:
+same, other = gemm_report.same_sources(reps)
+if reps:
     print("\n".join(gemm_report.run_line(d) for d in reps))
-    same = len({str(sorted((d.get("sources_sha256_12") or {}).items())) for d in reps}) == 1
-    print("every run timed the same kernel sources" if same else "NOT every run timed the same kernel sources")
-    GR = report.goal_repeats(reps, ba.goals_table)
+if other:
+    print(f"{len(other)} of these {len(reps)} runs timed other kernel sources than the committed run "
+          "(another default, another kernel): left out of the reading below")
+if len(same) > 1:
+    GR = report.goal_repeats(same, ba.goals_table)
     print(report.format_goal_repeats(GR))
-    nb.md(findings.goal_repeats_sentence(GR, (reps[0].get("provenance") or {}).get("device")))
+    nb.md(findings.goal_repeats_sentence(GR, (same[0].get("provenance") or {}).get("device")))
 else:
-    print("(at most one H200 attention run recorded: no repeats to compare)")
+    print("(one H200 attention run of the committed sources: no repeats to compare yet)")
 """),
 ("md", r"""
 The same attention recording run on an H100 (`outputs/kernels/h100/attention.json`, where one was recorded), read the
