@@ -346,6 +346,17 @@ def _lab_fp8(x, rowwise):
     return S.quantize(x, S.QuantSpec("e4m3", "token" if rowwise else "tensor"))
 
 
+def _assert_same_codes(theirs, ours, x):
+    """torch.equal, and where it fails, which elements and values: a mismatch here has been seen once in a full CPU
+    run and not reproduced (the same seeded data, alone and in the same order), so a failure says what it saw."""
+    bad = (theirs != ours).nonzero()
+    if bad.numel():
+        first = [tuple(i.tolist()) for i in bad[:4]]
+        raise AssertionError(f"{len(bad)} of {theirs.numel()} codes differ; first at " + "; ".join(
+            f"{i}: x={x[i].item()!r} torchao 0x{int(theirs[i]):02x} lab 0x{int(ours[i]):02x}" for i in first)
+            + f" (torch {torch.__version__}, threads {torch.get_num_threads()})")
+
+
 @pytest.mark.parametrize("rowwise", [False, True])
 @pytest.mark.parametrize("dist", [d for d in DISTS if d != "tiny"])
 def test_float8_training_codes_match(rowwise, dist):
@@ -355,7 +366,7 @@ def test_float8_training_codes_match(rowwise, dist):
     x = DISTS[dist]
     s, codes = _training(x, rowwise)
     q = _lab_fp8(x, rowwise)
-    assert torch.equal(codes, q.codes)
+    _assert_same_codes(codes, q.codes, x)
     amax = x.abs().amax(dim=-1, keepdim=True) if rowwise else x.abs().max()
     assert torch.equal(s, (448.0 / amax.double().clamp(min=EPS)).float())
 
