@@ -346,6 +346,12 @@ if h100_att:
     print(ba.format_provenance(h100_att))
     print()
     print(ba.format_goals(h100_att))
+    if ba.default_rule_rows(h100_att):
+        print()
+        print(ba.format_default_rule(h100_att))
+        nb.md(findings.default_rule_sentence(ba.default_rule_rows(h100_att), h100_att["provenance"].get("device"))
+              + " The rule's threshold was set from H200 sweeps; a GPU with other bandwidth per SM can prefer the "
+              "other side of it.")
 else:
     print("(no H100 attention run recorded)")
 """),
