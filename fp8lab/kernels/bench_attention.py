@@ -527,6 +527,19 @@ def other_merge_row(r: dict) -> bool:
     return r["kernel"].endswith(("{reduce}", "{kernel}"))
 
 
+def _q1_q3(r: dict) -> list:
+    """[q1, q3] of a record's timing spread (None where it has none)."""
+    return [(r.get("spread_us") or {}).get(q) for q in ("q1", "q3")]
+
+
+def quartiles_apart(a: dict, b: dict) -> bool | None:
+    """Whether two records' quartile ranges [q1, q3] do not overlap; None where either has no spread."""
+    (lo_a, hi_a), (lo_b, hi_b) = _q1_q3(a), _q1_q3(b)
+    if None in (lo_a, hi_a, lo_b, hi_b):
+        return None
+    return hi_a < lo_b or hi_b < lo_a
+
+
 def sweep_context(data: dict, context: int | None = None) -> int | None:
     """The context a sweep is read at: `context`, else the run's only context, else SWEEP_PROBLEM's (32k) where the
     run has it, else its longest (a sweep over several contexts: --sweep --contexts)."""
@@ -574,12 +587,9 @@ def default_rule_rows(data: dict) -> list[dict]:
                  None)
         if d is None:
             continue
-        qs = [[(x.get("spread_us") or {}).get(q) for q in ("q1", "q3")] for x in (d, alt)]
-        flat = qs[0] + qs[1]
-        sep = None if None in flat else (qs[0][1] < qs[1][0] or qs[1][1] < qs[0][0])
         rows.append(dict(fmt=key[0], head_dim=key[1], layout=key[2], context=key[3], default_config=tuple(d["config"] or ()),
                          default_us=d["time_us"], other_config=tuple(alt["config"] or ()), other_us=alt["time_us"],
-                         other_over_default=alt["time_us"] / d["time_us"], separated=sep))
+                         other_over_default=alt["time_us"] / d["time_us"], separated=quartiles_apart(d, alt)))
     return sorted(rows, key=lambda r: (r["fmt"], r["head_dim"] or 0, r["layout"] or "", r["context"] or 0))
 
 
@@ -610,12 +620,9 @@ def merge_comparison(data: dict, head_dim: int = 128, layout: str = "contiguous"
             by = {r["merge"]: r for r in res if r["fmt"] == fmt and r["context"] == L}
             if "kernel" in by and "reduce" in by:
                 k, rd = by["kernel"], by["reduce"]
-                spread = {m: [(by[m].get("spread_us") or {}).get(q) for q in ("q1", "q3")] for m in ("kernel", "reduce")}
-                lo_k, hi_k = spread["kernel"]
-                lo_r, hi_r = spread["reduce"]
-                sep = None if None in (lo_k, hi_k, lo_r, hi_r) else (hi_k < lo_r or hi_r < lo_k)
                 rows.append(dict(fmt=fmt, context=L, kernel_us=k["time_us"], reduce_us=rd["time_us"],
-                                 saved_us=rd["time_us"] - k["time_us"], spread_us=spread, separated=sep))
+                                 saved_us=rd["time_us"] - k["time_us"], spread_us={"kernel": _q1_q3(k), "reduce": _q1_q3(rd)},
+                                 separated=quartiles_apart(k, rd)))
     return rows
 
 

@@ -894,11 +894,9 @@ def repeat_runs(filename: str = "gemm_prefill.json", folder=RECORD_FOLDERS[1]) -
 def same_sources(runs: list[dict]) -> tuple[list[dict], list[dict]]:
     """(the runs that timed the same kernel sources as the first -- equal `sources_sha256_12` --, the others): repeats
     are read together only where they timed the same code. A run without the digest counts as other sources."""
-    if not runs:
-        return [], []
-    ref = runs[0].get("sources_sha256_12")
-    same = [d for d in runs if ref is not None and d.get("sources_sha256_12") == ref]
-    return (same or runs[:1]), [d for d in runs if d not in (same or runs[:1])]
+    ref = runs[0].get("sources_sha256_12") if runs else None
+    same = [d for d in runs if ref is not None and d.get("sources_sha256_12") == ref] or runs[:1]
+    return same, [d for d in runs if d not in same]
 
 
 def sass_table(data: dict, kernels=("w8a8_mma_fp8", "w8a8_mma_bf16", "w8a8_wgmma", "w8a8_wgmma_pipe", "w8a8_wgmma_256",

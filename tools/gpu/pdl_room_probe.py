@@ -14,11 +14,8 @@ against its float64 reference (DecodeLayer.validate) and all are timed together 
 capped non-PDL ones do not (or lose), residency limits the overlap; if both lose, fewer warps stream slower and the
 cap costs more than the overlap buys.
 """
-import json
 import sys
 import time
-
-import torch
 
 from fp8lab.kernels import decode_layer as DL
 from fp8lab.kernels import gemv_v3 as V3
