@@ -235,6 +235,29 @@ def test_layer_report_functions():
     LR.plot_layer(data)
 
 
+def test_pdl_effect_pairs_each_fused_layer_with_its_pdl_twin():
+    """pdl_effect: time with PDL over time without, per format and point; the sentence counts only quartile-apart
+    differences as savings or costs."""
+    from fp8lab.kernels import layer_report as LR
+
+    def row(v, B, ctx, t, q=0.5):
+        return {"kernel": f"layer_{v}", "family": "layer", "variant": v, "batch": B, "context": ctx, "time_us": t,
+                "spread_us": {"q1": t - q, "q3": t + q}}
+    data = {"results": [row("fp8_fused", 1, 1024, 100.0), row("fp8_fused_pdl", 1, 1024, 95.0),       # saved, apart
+                        row("fp8_fused", 32, 32768, 800.0), row("fp8_fused_pdl", 32, 32768, 880.0),   # cost, apart
+                        row("nvfp4_fused", 1, 1024, 70.0), row("nvfp4_fused_pdl", 1, 1024, 70.4),     # overlap
+                        row("nvfp4_fused", 8, 1024, 80.0), row("fp8", 1, 1024, 120.0)]}               # no twin
+    rows = {(r["format"], r["batch"], r["context"]): r for r in LR.pdl_effect(data)}
+    assert set(rows) == {("fp8", 1, 1024), ("fp8", 32, 32768), ("nvfp4", 1, 1024)}
+    assert rows[("fp8", 1, 1024)]["pdl_over_plain"] == 0.95 and rows[("fp8", 1, 1024)]["apart"] is True
+    assert rows[("fp8", 32, 32768)]["pdl_over_plain"] == 1.1
+    assert rows[("nvfp4", 1, 1024)]["apart"] is False
+    s = LR.pdl_sentence(data)
+    assert s.startswith("PDL (time with / without, fused layers) saved time at 1 of 3 points")
+    assert "cost time at 1: fp8 B=32 32k (x1.100)" in s and s.endswith("1 within the quartile ranges.")
+    assert LR.pdl_sentence({"results": [row("fp8_fused", 1, 1024, 100.0)]}).startswith("No fused layer")
+
+
 def test_layer_bench_goals_read_the_runs_breakdown():
     """The goals a layer run stores say why a ceiling goal is missed from the same run's breakdown (a run once stored
     them without it: "no per-kernel breakdown recorded" beside a recorded breakdown)."""

@@ -13,7 +13,7 @@ from . import harness
 from .gemm_report import format_rows, goal_line, provenance_summary  # noqa: F401  (re-exported for the notebooks)
 
 __all__ = ["load", "layer_table", "layer_goals", "goal_lines", "goal_table", "breakdown_table", "layer_roofline_points",
-           "plot_layer", "format_rows", "provenance_summary"]
+           "pdl_effect", "pdl_sentence", "plot_layer", "format_rows", "provenance_summary"]
 
 DEFAULT_OUT = harness.REPO / "outputs" / "kernels" / "layer.json"
 GOAL_POINT = (1, 1024)  # batch, context
@@ -111,6 +111,40 @@ def breakdown_table(data: dict) -> list[dict]:
             rows.append({"step": key, "kernel": b["kernel"], "time_us": b["time_us"], "floor_us": b.get("floor_us"),
                          "of_copy": b.get("fraction_of_copy")})
     return rows
+
+
+def pdl_effect(data: dict) -> list[dict]:
+    """Per format and point, the fused layer launched with programmatic dependent launch against the same layer
+    without it (`{fmt}_fused_pdl` and `{fmt}_fused`): pdl_over_plain = time with PDL / time without (< 1: PDL saved
+    time), `apart`: whether the two quartile ranges are apart (None where a record has no spread)."""
+    from .bench_attention import quartiles_apart
+
+    by = {(r["variant"], r["batch"], r["context"]): r for r in _layer_rows(data)}
+    rows = []
+    for (v, B, ctx), plain in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+        if not v.endswith("_fused") or (f"{v}_pdl", B, ctx) not in by:
+            continue
+        pdl = by[(f"{v}_pdl", B, ctx)]
+        rows.append({"format": v[: -len("_fused")], "batch": B, "context": ctx, "fused_us": plain["time_us"],
+                     "fused_pdl_us": pdl["time_us"], "pdl_over_plain": pdl["time_us"] / plain["time_us"],
+                     "apart": quartiles_apart(plain, pdl)})
+    return rows
+
+
+def pdl_sentence(data: dict) -> str:
+    """Where PDL saved time and where it cost time (quartile ranges apart), from pdl_effect."""
+    rows = pdl_effect(data)
+    if not rows:
+        return "No fused layer was recorded both with and without PDL."
+    fmt = lambda r: (f"{r['format']} B={r['batch']} {r['context'] // 1024}k "  # noqa: E731
+                     f"(x{r['pdl_over_plain']:.3f})")
+    saved = [r for r in rows if r["pdl_over_plain"] < 1 and r["apart"]]
+    lost = [r for r in rows if r["pdl_over_plain"] > 1 and r["apart"]]
+    even = len(rows) - len(saved) - len(lost)
+    out = f"PDL (time with / without, fused layers) saved time at {len(saved)} of {len(rows)} points"
+    out += f"; it cost time at {len(lost)}: " + ", ".join(fmt(r) for r in lost) if lost else "; it cost time at none"
+    out += f"; {even} within the quartile ranges." if even else "."
+    return out
 
 
 def layer_roofline_points(data: dict, batches=None, context: int = 1024) -> list[dict]:

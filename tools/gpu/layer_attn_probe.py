@@ -1,6 +1,6 @@
 """Which attention configuration should the decode layer run at long caches? (a diagnosis, not a result)
 
-    python3 tools/gpu/layer_attn_probe.py OUT.json [B:CTX ...]      # default points 32:8192 32:32768 8:32768
+    python3 tools/gpu/layer_attn_probe.py OUT.json [B:CTX ...]      # default points 32:8192 32:32768 1:32768
 
 attention_fp8kv.v3_default picks (2, 2, 3) (COPY = 2: 4 KB bulk copies) where a cache holds >= V3_LONG_ROWS rows
 (B x Hk x tokens planned), else (2, 1, 4): the H200 sweeps at 32k had (2, 2, 3) ahead for the attention alone. The
@@ -10,8 +10,11 @@ the layers without PDL did not move. This probe builds the layer (DecodeLayer, a
 its attention step prepared in both configurations (the rule's and the other one; everything else identical), FP8 and
 NVFP4, fused with and without PDL; each layer is validated against its float64 reference, and all are timed together in
 interleaved rounds of CUDA graphs (harness.Bench.compare) beside the attention step alone in both configurations.
-Reading: if only the PDL layers lose with (2, 2, 3) while the attention alone wins or ties, the loss is in how the
-long configuration's kernel overlaps its neighbours under PDL, and the layer should ask for (2, 1, 4).
+Each PDL layer is also timed with one edge launched plainly, to say which overlap costs: `attn plain` launches the
+attention without PDL (it no longer starts under the RoPE/append kernel), `O plain` the O projection (it no longer
+starts under the attention). Reading: if only the PDL layers lose with (2, 2, 3) while the attention alone wins or
+ties, the loss is in how the long configuration's kernel overlaps its neighbours under PDL; the plain edge that wins
+it back names the overlap.
 """
 import sys
 import time
@@ -21,6 +24,7 @@ from fp8lab.kernels import decode_layer as DL
 from fp8lab.kernels import harness
 
 VARIANTS = ("fp8_fused", "fp8_fused_pdl", "nvfp4_fused", "nvfp4_fused_pdl")
+TWEAKS = {"": None, " attn plain": "attn", " O plain": "o"}  # PDL layers: one edge launched without PDL
 KEY = ("fp8cvt", 128, "g8")
 
 
@@ -44,6 +48,15 @@ def with_attention_config(layer, cfg: tuple) -> tuple:
     return tuple(new.info["config"])
 
 
+def plain_edge(layer, which: str) -> None:
+    """Launch one step of a PDL layer without PDL: "attn" the attention, "o" the step after it (the O projection)."""
+    i = attention_index(layer)
+    if which == "attn":
+        layer.steps[i].pdl_main = False
+    else:
+        layer.steps[i + 1].pdl = False
+
+
 def main(out: str, points) -> int:
     t0 = time.time()
     bench = harness.Bench("layer_attn_probe", out, "python3 tools/gpu/layer_attn_probe.py " + " ".join(sys.argv[1:]),
@@ -55,12 +68,14 @@ def main(out: str, points) -> int:
     wcache: dict = {}  # packed weights by (format, R, fused), caches by (type, B, Hk, L, D): shared by every layer
     for B, ctx in points:
         rule = AF.v3_default(*KEY, B, shape.kv_heads, ctx)
-        for v in VARIANTS:
+        for v, (tag, tweak) in [(v, tw) for v in VARIANTS for tw in TWEAKS.items() if v.endswith("_pdl") or not tw[1]]:
             for cfg in (short, long_):
-                name = f"B={B} ctx={ctx} {v} attn{cfg}"
+                name = f"B={B} ctx={ctx} {v}{tag} attn{cfg}"
                 try:
                     layer = DL.DecodeLayer(shape, master, v, B, ctx, max_context=ctx, weight_cache=wcache)
                     ran = with_attention_config(layer, cfg)
+                    if tweak:
+                        plain_edge(layer, tweak)
                 except Exception as e:
                     bench.notes.append({"kernel": name, "error": f"build failed: {type(e).__name__}: {str(e)[:300]}"})
                     print(f"  {name}: BUILD FAILED {e}", flush=True)
@@ -70,7 +85,7 @@ def main(out: str, points) -> int:
                 if not ok:
                     print(f"  {name}: VALIDATION FAILED", flush=True)
                     continue
-                meta[name] = dict(batch=B, context=ctx, variant=v, attn_config=list(ran), rule_config=list(rule),
+                meta[name] = dict(batch=B, context=ctx, variant=v + tag, attn_config=list(ran), rule_config=list(rule),
                                   is_rule=tuple(ran) == tuple(rule), what="layer")
                 timers[name] = lambda layer=layer: harness.graph_time_us([layer.step], min_calls=16, rep=20)
                 if v == "fp8_fused":  # the attention step alone, no PDL (as bench attention times it)
@@ -102,7 +117,7 @@ def parse_points(args) -> list:
     for a in args:
         b, _, c = a.partition(":")
         pts.append((int(b), int(c)))
-    return pts or [(32, 8192), (32, 32768), (8, 32768)]
+    return pts or [(32, 8192), (32, 32768), (1, 32768)]
 
 
 if __name__ == "__main__":
