@@ -699,6 +699,8 @@ if layer:
     print("\n".join(lr.goal_lines(layer)))
     print()
     print(lr.format_rows(lr.breakdown_table(layer)))
+    print()
+    print(lr.pdl_sentence(layer))
 """),
 ("md", r"""
 The same layer recorded on an H100 (`outputs/kernels/h100/layer.json`, where one was recorded), read the same way:
@@ -711,6 +713,7 @@ h100_layer = lr.load(LH / "layer.json") if LH else None
 if h100_layer:
     print("\n".join(gemm_report.provenance_lines(h100_layer)))
     print("\n".join(lr.goal_lines(h100_layer)))
+    print(lr.pdl_sentence(h100_layer))
 else:
     print("(no H100 layer run recorded)")
 """),
@@ -719,7 +722,11 @@ Reading the breakdown (the mechanisms): the GEMVs of a layer are small — the Q
 a few megabytes, where the fixed cost per call seen in the decode table above is a large share — so a layer's
 GEMVs read at a lower fraction of copy bandwidth than one big matrix does. The kernels that are not GEMVs (norms, RoPE
 with the cache append, the attention and its split merge) move few bytes and cost launch-sized times each; fusing
-removes some of them and PDL overlaps the rest, which is what the fused and `pdl` rows buy. NVFP4 gains less than
+removes some of them and PDL overlaps the rest, which is what the fused and `pdl` rows buy at short contexts. PDL is
+not free everywhere: the PDL lines above (`layer_report.pdl_effect`, time with PDL over time without, per point) count
+the points where it cost time and name them. One reading, not yet separated: where one long attention kernel dominates
+the layer, a neighbour's early start shares the GPU with its stream. `tools/gpu/layer_attn_probe.py` asks which edge
+costs (each launched without PDL in turn, with the attention in both of its configurations). NVFP4 gains less than
 its bytes promise for the same reasons as its GEMV (its arithmetic and its activation loads, measured in the decode
 gap section above).
 """),
