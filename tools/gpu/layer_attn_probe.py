@@ -91,6 +91,9 @@ def main(out: str, points) -> int:
                 if v == "fp8_fused":  # the attention step alone, no PDL (as bench attention times it)
                     step = layer.steps[attention_index(layer)]
                     aname = f"B={B} ctx={ctx} attention alone attn{cfg}"
+                    # the step is checked inside its layer: the layer's validation (its 'attn' stage) under this name
+                    bench.validate(aname, lambda layer=layer: layer.validate(),
+                                   lambda r, layer=layer: (r[0], {"rel_rms": r[1], "tolerance": layer.tolerance}))
                     meta[aname] = dict(batch=B, context=ctx, variant="attention", attn_config=list(ran),
                                        rule_config=list(rule), is_rule=tuple(ran) == tuple(rule), what="attention")
                     timers[aname] = lambda step=step: harness.graph_time_us([step], min_calls=16, rep=20)
