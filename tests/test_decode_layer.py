@@ -5,7 +5,6 @@ CPU part: the reference equals an independent float64 layer up to the bf16 round
 baseline (the same code the benchmark times) runs on the CPU and passes its own validation; the ceiling's bytes
 agree with fp8lab.bandwidth's whole-model count; bad arguments fail before any CUDA call.
 """
-import math
 
 import pytest
 import torch
@@ -163,6 +162,22 @@ def test_every_variant_validates(variant, batch, context):
 
 
 @gpu
+@pytest.mark.parametrize("pdl_attention", [False, True])
+def test_pdl_layers_launch_the_attention_as_pdl_attention_says(pdl_attention, monkeypatch):
+    """The *_pdl layers launch the attention plainly (DL.PDL_ATTENTION = False, the layer-attention probe's reading);
+    the PDL launch of the attention (it waits for rope_append inside) stays correct where it is asked for."""
+    from fp8lab.kernels import attention_fp8kv as AF
+
+    monkeypatch.setattr(DL, "PDL_ATTENTION", pdl_attention)
+    for variant in ("fp8_fused_pdl", "nvfp4_fused_norm_pdl"):
+        layer = DL.DecodeLayer(SMALL, DL.make_master(SMALL, seed=5), variant, batch=3, context=300, max_context=307)
+        attn = [s for s in layer.steps if isinstance(s, AF.Launch)]
+        assert len(attn) == 1 and attn[0].pdl_main is (pdl_attention and attn[0].info["version"] == 3)
+        ok, err = layer.validate()
+        assert ok, (variant, err)
+
+
+@gpu
 @pytest.mark.parametrize("variant", ["fp8_fused", "nvfp4_fused_pdl", "fp8"])
 def test_llama_shape_and_graph_replay(variant):
     """The real Llama-3-8B layer at batch 1, 1k context: validated, then captured in a CUDA graph; the replay gives
@@ -256,6 +271,27 @@ def test_pdl_effect_pairs_each_fused_layer_with_its_pdl_twin():
     assert s.startswith("PDL (time with / without, fused layers) saved time at 1 of 3 points")
     assert "cost time at 1: fp8 B=32 32k (x1.100)" in s and s.endswith("1 within the quartile ranges.")
     assert LR.pdl_sentence({"results": [row("fp8_fused", 1, 1024, 100.0)]}).startswith("No fused layer")
+
+
+def test_attention_launch_rows_pair_pdl_and_plain_in_the_rules_configuration():
+    from fp8lab.kernels import layer_report as LR
+
+    def row(B, ctx, v, cfg, t, rule=True):
+        return {"batch": B, "context": ctx, "variant": v, "attn_config": list(cfg), "is_rule": rule, "time_us": t,
+                "q1": t - 0.5, "q3": t + 0.5}
+    probe = {"rows": [row(32, 32768, "fp8_fused_pdl", (2, 2, 3), 950.0), row(32, 32768, "fp8_fused_pdl attn plain", (2, 2, 3), 855.0),
+                      row(32, 32768, "fp8_fused_pdl", (2, 1, 4), 850.0, rule=False),          # not the rule's: skipped
+                      row(32, 32768, "fp8_fused_pdl attn plain", (2, 1, 4), 849.0, rule=False),
+                      row(8, 1024, "fp8_fused_pdl", (2, 1, 4), 100.0), row(8, 1024, "fp8_fused_pdl attn plain", (2, 1, 4), 101.2),
+                      row(1, 1024, "nvfp4_fused_pdl", (2, 1, 4), 80.0), row(1, 1024, "nvfp4_fused_pdl attn plain", (2, 1, 4), 80.3),
+                      row(1, 1024, "fp8_fused", (2, 1, 4), 110.0)]}                           # no PDL: skipped
+    rows = LR.attention_launch_rows(probe, {"rows": []})
+    assert [(r["batch"], r["variant"]) for r in rows] == [(1, "nvfp4_fused_pdl"), (8, "fp8_fused_pdl"), (32, "fp8_fused_pdl")]
+    assert rows[2]["plain_over_pdl"] == 0.9 and rows[2]["apart"] and not rows[0]["apart"]
+    s = LR.attention_launch_sentence(rows)
+    assert s == ("Launching the attention plainly instead of with PDL: faster in 1 of 3 cases (time x0.900 to x0.900), "
+                 "slower in 1 (fp8_fused_pdl B=8 1k x1.012), within the quartiles in 1.")
+    assert LR.attention_launch_sentence([]) == "No layer-attention probe recorded."
 
 
 def test_layer_bench_goals_read_the_runs_breakdown():

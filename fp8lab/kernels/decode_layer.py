@@ -21,7 +21,7 @@ Variants (VARIANTS; what each one runs, kernel by kernel, is `describe(variant)`
                      its epilogue, the residual adds in the O and down projections' epilogues (RMSNorm stays a tiny
                      prologue kernel, RoPE+append too)
     *_fused_pdl      the same, launched with programmatic dependent launch (each kernel's weight loads start while
-                     the previous kernel finishes; launch_ex.py)
+                     the previous kernel finishes; launch_ex.py), except the attention (PDL_ATTENTION)
     *_fused_norm_pdl and both RMSNorms inside the QKV and gate|up GEMVs (each CTA normalizes the activations once into
                      shared memory: two launches fewer; batch <= 16, larger batches keep the norm kernel)
 
@@ -52,6 +52,12 @@ VARIANTS = ("bf16", "scaled_mm", "fp8", "fp8_fused", "fp8_fused_pdl", "fp8_fused
 #: relative RMS error a stage may have against the float64 reference: bf16 roundings (2**-9 each) through a few
 #: stages and E4M3 KV rounding stay well under it; a wrong tile, scale or k order is orders of magnitude above.
 STAGE_REL_RMS = 2.0 ** -6
+#: launch the attention itself with PDL in the *_pdl variants (it would wait for rope_append inside)? No: in the H100
+#: layer-attention probe (tools/gpu/layer_attn_probe.py, outputs/kernels/h100/layer_attn_probe*.json; 7 (batch,
+#: context) points x FP8 / NVFP4, the attention in the size rule's configuration) the plain launch was faster beyond
+#: the quartiles in 11 of 14 cases, from batch 1 at 1k to batch 32 at 32k (most, 5-10 %, at batch 32 with the long-cache
+#: configuration), tied in one and slower in two (batch 8, 1k: 1.2-1.4 %). The kernels after it keep PDL.
+PDL_ATTENTION = False
 def bf16_ulp(v: torch.Tensor) -> torch.Tensor:
     """float64 spacing of bf16 numbers at each |v| (8 significant bits: 2**(floor(log2 |v|) - 7)); 0 where v is 0.
 
@@ -125,12 +131,12 @@ def describe(variant: str) -> list[str]:
                "rope_append_fp8 (RoPE, E4M3 K/V appended)", "decode_attention FP8 KV (the default version and merge)",
                f"O: gemv_v3 {fmt} + residual epilogue",
                f"gate|up interleaved: ONE gemv_v3 {fmt} pass, RMSNorm fused, SiLU*mul epilogue",
-               f"down: gemv_v3 {fmt} + residual epilogue", "(lab kernels launched with programmatic dependent launch)"]
+               f"down: gemv_v3 {fmt} + residual epilogue", "(lab kernels launched with programmatic dependent launch, the attention plainly)"]
     elif "_fused" in variant:
         out += [f"O: gemv_v3 {fmt} + residual epilogue", "rmsnorm_bf16",
                 f"gate|up interleaved: ONE gemv_v3 {fmt} pass, SiLU*mul epilogue", f"down: gemv_v3 {fmt} + residual epilogue"]
         if variant.endswith("_pdl"):
-            out.append("(lab kernels launched with programmatic dependent launch)")
+            out.append("(lab kernels launched with programmatic dependent launch, the attention plainly)")
     else:
         out += [f"O: gemv_v3 {fmt}", "add_bf16", "rmsnorm_bf16", f"gate: gemv_v3 {fmt}", f"up: gemv_v3 {fmt}",
                 "silu_mul_bf16", f"down: gemv_v3 {fmt}", "add_bf16"]
@@ -442,7 +448,8 @@ class DecodeLayer:
                                         cp.int32(s.head_dim), cp.int32(self.L)))
         attn = attention_prepare(self.q, self.cache_k, self.cache_v, seq, k_scale=self.k_scale, v_scale=self.v_scale,
                                  out=self.attn3, check_values=False, max_seq_len=self.context)
-        attn.pdl_main = self.pdl and attn.info["version"] == 3  # version 3 waits for rope_append before reading
+        # version 3 can wait for rope_append before reading (PDL_ATTENTION says whether the layer asks it to)
+        attn.pdl_main = self.pdl and PDL_ATTENTION and attn.info["version"] == 3
         self.steps.append(attn)
         n_el = lambda t: t.numel()  # noqa: E731
         ew_grid = lambda n: (max(1, min(1024, -(-n // 2048))),)  # noqa: E731  8 elements x 256 threads per CTA

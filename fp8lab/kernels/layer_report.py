@@ -13,7 +13,7 @@ from . import harness
 from .gemm_report import format_rows, goal_line, provenance_summary  # noqa: F401  (re-exported for the notebooks)
 
 __all__ = ["load", "layer_table", "layer_goals", "goal_lines", "goal_table", "breakdown_table", "layer_roofline_points",
-           "pdl_effect", "pdl_sentence", "plot_layer", "format_rows", "provenance_summary"]
+           "pdl_effect", "pdl_sentence", "attention_launch_rows", "attention_launch_sentence", "plot_layer", "format_rows", "provenance_summary"]
 
 DEFAULT_OUT = harness.REPO / "outputs" / "kernels" / "layer.json"
 GOAL_POINT = (1, 1024)  # batch, context
@@ -145,6 +145,38 @@ def pdl_sentence(data: dict) -> str:
     out += f"; it cost time at {len(lost)}: " + ", ".join(fmt(r) for r in lost) if lost else "; it cost time at none"
     out += f"; {even} within the quartile ranges." if even else "."
     return out
+
+
+def attention_launch_rows(*probes: dict) -> list[dict]:
+    """From layer-attention probe records (tools/gpu/layer_attn_probe.py): per PDL layer and point, the attention in
+    the size rule's configuration launched with PDL against launched plainly (everything else as in the PDL layer):
+    plain_over_pdl < 1: the plain launch was faster; `apart`: whether the quartile ranges are apart."""
+    rows = [r for p in probes for r in (p.get("rows") or [])]
+    by = {(r["batch"], r["context"], r["variant"], tuple(r["attn_config"])): r for r in rows}
+    out = []
+    for (B, ctx, v, cfg), r in sorted(by.items()):
+        plain = by.get((B, ctx, f"{v} attn plain", cfg))
+        if not (v.endswith("_pdl") and r.get("is_rule") and plain):
+            continue
+        out.append({"batch": B, "context": ctx, "variant": v, "attn_config": cfg, "pdl_us": r["time_us"],
+                    "plain_us": plain["time_us"], "plain_over_pdl": plain["time_us"] / r["time_us"],
+                    "apart": plain["q3"] < r["q1"] or r["q3"] < plain["q1"]})
+    return out
+
+
+def attention_launch_sentence(rows: list[dict]) -> str:
+    """How often the plain attention launch beat the PDL one (attention_launch_rows), and where it lost."""
+    if not rows:
+        return "No layer-attention probe recorded."
+    faster = [r for r in rows if r["apart"] and r["plain_over_pdl"] < 1]
+    slower = [r for r in rows if r["apart"] and r["plain_over_pdl"] > 1]
+    lo, hi = (min(r["plain_over_pdl"] for r in faster), max(r["plain_over_pdl"] for r in faster)) if faster else (0, 0)
+    out = (f"Launching the attention plainly instead of with PDL: faster in {len(faster)} of {len(rows)} cases "
+           + (f"(time x{lo:.3f} to x{hi:.3f})" if faster else "") + f", slower in {len(slower)}")
+    if slower:
+        out += " (" + ", ".join(f"{r['variant']} B={r['batch']} {r['context'] // 1024}k x{r['plain_over_pdl']:.3f}"
+                                for r in slower) + ")"
+    return out + f", within the quartiles in {len(rows) - len(faster) - len(slower)}."
 
 
 def layer_roofline_points(data: dict, batches=None, context: int = 1024) -> list[dict]:

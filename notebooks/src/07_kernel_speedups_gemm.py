@@ -717,6 +717,18 @@ if h100_layer:
 else:
     print("(no H100 layer run recorded)")
 """),
+("code", r"""
+import json
+probes = [json.loads((LH / f).read_text()) for f in ("layer_attn_probe.json", "layer_attn_probe_short.json")
+          if LH and (LH / f).exists()]
+if probes:
+    for p in probes:
+        print("\n".join(gemm_report.provenance_lines(p)))
+    print(lr.format_rows(lr.attention_launch_rows(*probes)))
+    print(lr.attention_launch_sentence(lr.attention_launch_rows(*probes)))
+else:
+    print("(no layer-attention probe recorded)")
+"""),
 ("md", r"""
 Reading the breakdown (the mechanisms): the GEMVs of a layer are small — the QKV and O projections of one layer are
 a few megabytes, where the fixed cost per call seen in the decode table above is a large share — so a layer's
@@ -725,8 +737,10 @@ with the cache append, the attention and its split merge) move few bytes and cos
 removes some of them and PDL overlaps the rest, which is what the fused and `pdl` rows buy at short contexts. PDL is
 not free everywhere: the PDL lines above (`layer_report.pdl_effect`, time with PDL over time without, per point) count
 the points where it cost time and name them. One reading, not yet separated: where one long attention kernel dominates
-the layer, a neighbour's early start shares the GPU with its stream. `tools/gpu/layer_attn_probe.py` asks which edge
-costs (each launched without PDL in turn, with the attention in both of its configurations). NVFP4 gains less than
+the layer, a neighbour's early start shares the GPU with its stream. `tools/gpu/layer_attn_probe.py` asked which edge
+costs (each launched without PDL in turn, with the attention in both of its configurations): on an H100 it was the
+attention's own PDL launch, so the PDL layers now launch the attention plainly (`decode_layer.PDL_ATTENTION`; the
+probe's summary above). NVFP4 gains less than
 its bytes promise for the same reasons as its GEMV (its arithmetic and its activation loads, measured in the decode
 gap section above).
 """),
