@@ -19,6 +19,8 @@ it back names the overlap.
 import sys
 import time
 
+import layerprobe   # tools/gpu/layerprobe.py (this folder is on the path when the probe runs as a script)
+
 from fp8lab.kernels import attention_fp8kv as AF
 from fp8lab.kernels import decode_layer as DL
 from fp8lab.kernels import harness
@@ -37,13 +39,13 @@ def attention_index(layer) -> int:
 
 
 def with_attention_config(layer, cfg: tuple) -> tuple:
-    """Re-prepare the layer's attention step with `cfg` (same tensors, same PDL flag); returns the config it ran."""
+    """Re-prepare the layer's attention step with `cfg` (same tensors); in a PDL layer it is launched with PDL (the
+    question this probe asks, whatever decode_layer.PDL_ATTENTION makes the layer do); returns the config it ran."""
     i = attention_index(layer)
-    old = layer.steps[i]
     seq = layer._keep[0]
     new = AF.prepare(layer.q, layer.cache_k, layer.cache_v, seq, k_scale=layer.k_scale, v_scale=layer.v_scale,
                      out=layer.attn3, check_values=False, max_seq_len=layer.context, version=3, config=cfg)
-    new.pdl_main = old.pdl_main
+    new.pdl_main = layer.pdl and new.info["version"] == 3
     layer.steps[i] = new
     return tuple(new.info["config"])
 
@@ -71,32 +73,27 @@ def main(out: str, points) -> int:
         for v, (tag, tweak) in [(v, tw) for v in VARIANTS for tw in TWEAKS.items() if v.endswith("_pdl") or not tw[1]]:
             for cfg in (short, long_):
                 name = f"B={B} ctx={ctx} {v}{tag} attn{cfg}"
-                try:
+                def make(v=v, cfg=cfg, tweak=tweak):
                     layer = DL.DecodeLayer(shape, master, v, B, ctx, max_context=ctx, weight_cache=wcache)
-                    ran = with_attention_config(layer, cfg)
+                    with_attention_config(layer, cfg)
                     if tweak:
                         plain_edge(layer, tweak)
-                except Exception as e:
-                    bench.notes.append({"kernel": name, "error": f"build failed: {type(e).__name__}: {str(e)[:300]}"})
-                    print(f"  {name}: BUILD FAILED {e}", flush=True)
+                    return layer
+                layer = layerprobe.build(bench, name, make)
+                if layer is None:
                     continue
-                ok = bench.validate(name, lambda layer=layer: layer.validate(),
-                                    lambda r, layer=layer: (r[0], {"rel_rms": r[1], "tolerance": layer.tolerance}))
-                if not ok:
-                    print(f"  {name}: VALIDATION FAILED", flush=True)
-                    continue
+                ran = tuple(layer.steps[attention_index(layer)].info["config"])
                 meta[name] = dict(batch=B, context=ctx, variant=v + tag, attn_config=list(ran), rule_config=list(rule),
                                   is_rule=tuple(ran) == tuple(rule), what="layer")
-                timers[name] = lambda layer=layer: harness.graph_time_us([layer.step], min_calls=16, rep=20)
+                timers[name] = layerprobe.timer(layer.step)
                 if v == "fp8_fused":  # the attention step alone, no PDL (as bench attention times it)
                     step = layer.steps[attention_index(layer)]
                     aname = f"B={B} ctx={ctx} attention alone attn{cfg}"
                     # the step is checked inside its layer: the layer's validation (its 'attn' stage) under this name
-                    bench.validate(aname, lambda layer=layer: layer.validate(),
-                                   lambda r, layer=layer: (r[0], {"rel_rms": r[1], "tolerance": layer.tolerance}))
+                    layerprobe.validate(bench, aname, layer)
                     meta[aname] = dict(batch=B, context=ctx, variant="attention", attn_config=list(ran),
                                        rule_config=list(rule), is_rule=tuple(ran) == tuple(rule), what="attention")
-                    timers[aname] = lambda step=step: harness.graph_time_us([step], min_calls=16, rep=20)
+                    timers[aname] = layerprobe.timer(step)
                 print(f"  {name}: validated", flush=True)
     t = bench.compare(timers)
     rows = []

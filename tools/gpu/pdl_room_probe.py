@@ -17,6 +17,8 @@ cap costs more than the overlap buys.
 import sys
 import time
 
+import layerprobe   # tools/gpu/layerprobe.py (this folder is on the path when the probe runs as a script)
+
 from fp8lab.kernels import decode_layer as DL
 from fp8lab.kernels import gemv_v3 as V3
 from fp8lab.kernels import harness
@@ -45,21 +47,14 @@ def main(out: str, caps=(8, 6), B: int = 1, ctx: int = 1024) -> int:
         for W in (0,) + tuple(caps):
             cfg = {} if W == 0 else {g: capped(fmt, B, W) for g in GEMVS}
             name = f"{v} {'default' if W == 0 else f'{W} warps/SM'}"
-            try:
-                layer = DL.DecodeLayer(shape, master, v, B, ctx, max_context=ctx, weight_cache=wcache, gemv_config=cfg)
-            except Exception as e:
-                bench.notes.append({"kernel": name, "error": f"build failed: {type(e).__name__}: {str(e)[:300]}"})
-                print(f"  {name}: BUILD FAILED {e}", flush=True)
-                continue
-            ok = bench.validate(name, lambda layer=layer: layer.validate(),
-                                lambda r, layer=layer: (r[0], {"rel_rms": r[1], "tolerance": layer.tolerance}))
-            if not ok:
-                print(f"  {name}: VALIDATION FAILED", flush=True)
+            layer = layerprobe.build(bench, name, lambda cfg=cfg: DL.DecodeLayer(
+                shape, master, v, B, ctx, max_context=ctx, weight_cache=wcache, gemv_config=cfg))
+            if layer is None:
                 continue
             grids = {type(s).__name__ + str(i): getattr(s, "info", {}).get("config") for i, s in enumerate(layer.steps)}
             meta[name] = dict(variant=v, warps_per_sm=W or None, gemv_config={g: list(c) for g, c in cfg.items()},
                               launched={k: list(c) for k, c in grids.items() if c})
-            timers[name] = lambda layer=layer: harness.graph_time_us([layer.step], min_calls=16, rep=20)
+            timers[name] = layerprobe.timer(layer.step)
             print(f"  {name}: validated, launched {meta[name]['launched']}", flush=True)
     t = bench.compare(timers)
     ceil = {f: DL.ceiling_us(DL.layer_bytes(f"{f}_fused", B, ctx, DL.CONFIG)["total"], copy) for f in ("fp8", "nvfp4")}
