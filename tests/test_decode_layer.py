@@ -294,6 +294,17 @@ def test_attention_launch_rows_pair_pdl_and_plain_in_the_rules_configuration():
     assert LR.attention_launch_sentence([]) == "No layer-attention probe recorded."
 
 
+def test_load_attention_probes_reads_those_present(tmp_path):
+    import json
+
+    from fp8lab.kernels import layer_report as LR
+
+    assert LR.load_attention_probes(None) == [] and LR.load_attention_probes(tmp_path) == []
+    rec = {"provenance": {"device": "test"}, "results": [], "rows": [{"batch": 1}]}   # a recorded probe's shape
+    (tmp_path / "layer_attn_probe_short.json").write_text(json.dumps(rec))
+    assert LR.load_attention_probes(tmp_path) == [rec]
+
+
 def test_layer_bench_goals_read_the_runs_breakdown():
     """The goals a layer run stores say why a ceiling goal is missed from the same run's breakdown (a run once stored
     them without it: "no per-kernel breakdown recorded" beside a recorded breakdown)."""

@@ -9,14 +9,19 @@ the ceiling comparison, roofline points and a figure. Nothing here touches a GPU
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from . import harness
 from .gemm_report import format_rows, goal_line, provenance_summary  # noqa: F401  (re-exported for the notebooks)
 
 __all__ = ["load", "layer_table", "layer_goals", "goal_lines", "goal_table", "breakdown_table", "layer_roofline_points",
-           "pdl_effect", "pdl_sentence", "attention_launch_rows", "attention_launch_sentence", "plot_layer", "format_rows", "provenance_summary"]
+           "pdl_effect", "pdl_sentence", "attention_launch_rows", "attention_launch_sentence",
+           "load_attention_probes", "plot_layer", "format_rows", "provenance_summary"]
 
 DEFAULT_OUT = harness.REPO / "outputs" / "kernels" / "layer.json"
 GOAL_POINT = (1, 1024)  # batch, context
+#: the layer-attention probe's records (tools/gpu/layer_attn_probe.py: its default points, then the short-context ones)
+ATTENTION_PROBES = ("layer_attn_probe.json", "layer_attn_probe_short.json")
 
 
 def load(path=DEFAULT_OUT) -> dict:
@@ -121,7 +126,7 @@ def pdl_effect(data: dict) -> list[dict]:
 
     by = {(r["variant"], r["batch"], r["context"]): r for r in _layer_rows(data)}
     rows = []
-    for (v, B, ctx), plain in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
+    for (v, B, ctx), plain in sorted(by.items()):
         if not v.endswith("_fused") or (f"{v}_pdl", B, ctx) not in by:
             continue
         pdl = by[(f"{v}_pdl", B, ctx)]
@@ -136,21 +141,25 @@ def pdl_sentence(data: dict) -> str:
     rows = pdl_effect(data)
     if not rows:
         return "No fused layer was recorded both with and without PDL."
-    fmt = lambda r: (f"{r['format']} B={r['batch']} {r['context'] // 1024}k "  # noqa: E731
-                     f"(x{r['pdl_over_plain']:.3f})")
     saved = [r for r in rows if r["pdl_over_plain"] < 1 and r["apart"]]
     lost = [r for r in rows if r["pdl_over_plain"] > 1 and r["apart"]]
     even = len(rows) - len(saved) - len(lost)
     out = f"PDL (time with / without, fused layers) saved time at {len(saved)} of {len(rows)} points"
-    out += f"; it cost time at {len(lost)}: " + ", ".join(fmt(r) for r in lost) if lost else "; it cost time at none"
-    out += f"; {even} within the quartile ranges." if even else "."
-    return out
+    if lost:
+        out += f"; it cost time at {len(lost)}: " + ", ".join(
+            f"{r['format']} B={r['batch']} {r['context'] // 1024}k (x{r['pdl_over_plain']:.3f})" for r in lost)
+    else:
+        out += "; it cost time at none"
+    return out + (f"; {even} within the quartile ranges." if even else ".")
 
 
 def attention_launch_rows(*probes: dict) -> list[dict]:
     """From layer-attention probe records (tools/gpu/layer_attn_probe.py): per PDL layer and point, the attention in
     the size rule's configuration launched with PDL against launched plainly (everything else as in the PDL layer):
-    plain_over_pdl < 1: the plain launch was faster; `apart`: whether the quartile ranges are apart."""
+    plain_over_pdl < 1: the plain launch was faster; `apart`: whether the quartile ranges are apart (the probe's rows
+    carry q1 / q3 themselves)."""
+    from .bench_attention import quartiles_apart
+
     rows = [r for p in probes for r in (p.get("rows") or [])]
     by = {(r["batch"], r["context"], r["variant"], tuple(r["attn_config"])): r for r in rows}
     out = []
@@ -160,8 +169,13 @@ def attention_launch_rows(*probes: dict) -> list[dict]:
             continue
         out.append({"batch": B, "context": ctx, "variant": v, "attn_config": cfg, "pdl_us": r["time_us"],
                     "plain_us": plain["time_us"], "plain_over_pdl": plain["time_us"] / r["time_us"],
-                    "apart": plain["q3"] < r["q1"] or r["q3"] < plain["q1"]})
+                    "apart": quartiles_apart({"spread_us": plain}, {"spread_us": r})})
     return out
+
+
+def load_attention_probes(folder) -> list[dict]:
+    """The layer-attention probe records in `folder` (layer_attn_probe.json, layer_attn_probe_short.json), those present."""
+    return [load(Path(folder) / f) for f in ATTENTION_PROBES if (Path(folder) / f).exists()] if folder else []
 
 
 def attention_launch_sentence(rows: list[dict]) -> str:

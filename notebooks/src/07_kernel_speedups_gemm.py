@@ -718,14 +718,13 @@ else:
     print("(no H100 layer run recorded)")
 """),
 ("code", r"""
-import json
-probes = [json.loads((LH / f).read_text()) for f in ("layer_attn_probe.json", "layer_attn_probe_short.json")
-          if LH and (LH / f).exists()]
+probes = lr.load_attention_probes(LH)
 if probes:
     for p in probes:
         print("\n".join(gemm_report.provenance_lines(p)))
-    print(lr.format_rows(lr.attention_launch_rows(*probes)))
-    print(lr.attention_launch_sentence(lr.attention_launch_rows(*probes)))
+    launch_rows = lr.attention_launch_rows(*probes)
+    print(lr.format_rows(launch_rows))
+    print(lr.attention_launch_sentence(launch_rows))
 else:
     print("(no layer-attention probe recorded)")
 """),

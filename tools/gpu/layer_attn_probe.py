@@ -5,7 +5,7 @@
 attention_fp8kv.v3_default picks (2, 2, 3) (COPY = 2: 4 KB bulk copies) where a cache holds >= V3_LONG_ROWS rows
 (B x Hk x tokens planned), else (2, 1, 4): the H200 sweeps at 32k had (2, 2, 3) ahead for the attention alone. The
 first H100 layer recording with that rule (outputs/kernels/h100/layer.json at b92afa5, against
-h100/repeats/layer_d45d496.json before the rule) ran the PDL layers 4-9 % slower at B = 32, contexts 8k and 32k, while
+h100/repeats/layer_d45d496.json before the rule) ran the PDL layers 4-10 % slower at B = 32, contexts 8k and 32k, while
 the layers without PDL did not move. This probe builds the layer (DecodeLayer, as bench_layer does) at each point with
 its attention step prepared in both configurations (the rule's and the other one; everything else identical), FP8 and
 NVFP4, fused with and without PDL; each layer is validated against its float64 reference, and all are timed together in
@@ -38,16 +38,15 @@ def attention_index(layer) -> int:
     return idx[0]
 
 
-def with_attention_config(layer, cfg: tuple) -> tuple:
+def with_attention_config(layer, cfg: tuple) -> None:
     """Re-prepare the layer's attention step with `cfg` (same tensors); in a PDL layer it is launched with PDL (the
-    question this probe asks, whatever decode_layer.PDL_ATTENTION makes the layer do); returns the config it ran."""
+    question this probe asks, whatever decode_layer.PDL_ATTENTION makes the layer do)."""
     i = attention_index(layer)
     seq = layer._keep[0]
     new = AF.prepare(layer.q, layer.cache_k, layer.cache_v, seq, k_scale=layer.k_scale, v_scale=layer.v_scale,
                      out=layer.attn3, check_values=False, max_seq_len=layer.context, version=3, config=cfg)
     new.pdl_main = layer.pdl and new.info["version"] == 3
     layer.steps[i] = new
-    return tuple(new.info["config"])
 
 
 def plain_edge(layer, which: str) -> None:
