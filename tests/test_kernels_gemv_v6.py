@@ -1,0 +1,181 @@
+"""Version 6 of the W8A16 GEMV (gemv_v6.cu): bf16 activations split into two E4M3 terms, FP8 wgmma on the weights.
+
+CPU part: the split (fp8lab.kernels.gemv_v6.split_reference) keeps bf16's precision where it should and says where it
+cannot; the row layout (hi, lo per token, zero padding); the split's effect on y is small next to one bf16 rounding of
+x; the argument checks and the compiled list.
+GPU part (@gpu, sm_90 only): the split kernel equals split_reference bit for bit; the GEMV equals
+gemv_v6.reference within tolerances.matmul("wgmma", K) on poisoned outputs, per channel and 128 x 128 blocks, every
+compiled (MH, ST), small grids (tiles cut among several CTAs) and large; two calls give the same bits.
+"""
+import math
+
+import pytest
+import torch
+
+from fp8lab import formats
+from fp8lab.kernels import cuda_available
+from fp8lab.kernels import gemv_fp8 as F8
+from fp8lab.kernels import gemv_v6 as V6
+from fp8lab.kernels import reference as REF
+from fp8lab.kernels import tolerances
+
+
+def _cc():
+    from fp8lab.kernels import _cuda
+
+    return _cuda.device_cc() if cuda_available() else None
+
+
+def gpu(test):
+    """A GPU test that needs sm_90 (wgmma): marked `gpu`, skipped elsewhere."""
+    return pytest.mark.gpu(pytest.mark.skipif(_cc() != 90, reason="needs an sm_90 GPU (wgmma)")(test))
+
+
+def _x(M, K, seed=0, spread=True):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, K, generator=g)
+    if spread:  # magnitudes over many binades: some groups with a large outlier, some tiny values
+        x = x * torch.exp2(torch.randint(-12, 4, (M, K), generator=g).float())
+    return x.to(torch.bfloat16)
+
+
+# ---- CPU: the split ---------------------------------------------------------------------------------------------
+def test_split_layout_and_scales():
+    x = _x(3, 512)
+    x8, sx = V6.split_reference(x)
+    assert x8.shape == (8, 512) and x8.dtype == torch.uint8 and sx.shape == (3, 4)
+    hi, s = REF.quantize_group(x, 128)
+    assert torch.equal(x8[0:6:2], hi) and torch.equal(sx, s)   # the hi terms are the lab's group quantization
+    assert int(x8[6:].count_nonzero()) == 0                    # padding rows stay zero
+    assert V6.rows_for(1) == 8 and V6.rows_for(4) == 8 and V6.rows_for(5) == 16 and V6.rows_for(16) == 32
+
+
+def test_split_keeps_bf16_precision_for_normal_quotients():
+    x = _x(4, 1024, seed=1)
+    v = V6.split_values(x)
+    _, sx = V6.split_reference(x)
+    s = sx.double().repeat_interleave(128, dim=1)
+    q = x.double() / s
+    err = (v - x.double()).abs()
+    normal = q.abs() >= 2.0**-6   # E4M3's smallest normal
+    assert bool(normal.any()) and bool((~normal).any())
+    assert float((err[normal] / x.double().abs()[normal]).max()) <= 2.0**-8          # 8 significant bits
+    assert float((err[~normal] / s[~normal]).max()) <= 2.0**-14                      # both terms subnormal
+    # and it is not exact in general: the split is a rounding, which the lab reports
+    assert float(err.max()) > 0
+
+
+def test_split_worked_example():
+    x = torch.zeros(1, 128, dtype=torch.bfloat16)
+    x[0, 0], x[0, 1] = 448.0, 3.3     # amax 448 -> s = 1
+    x8, sx = V6.split_reference(x)
+    E = formats.E4M3.table().double()
+    assert float(sx[0, 0]) == 1.0
+    hi, lo = float(E[x8[0, 1].long()]), float(E[x8[1, 1].long()])
+    assert hi == 3.25 and lo == float(E[formats.E4M3.encode(torch.tensor([16 * (float(x[0, 1]) - 3.25)])).long()][0])
+    assert abs(hi + lo / 16 - float(x[0, 1])) <= 2.0**-8 * float(x[0, 1])
+
+
+def test_split_of_zero_and_nonfinite_groups():
+    x = torch.zeros(1, 256, dtype=torch.bfloat16)
+    x[0, 130] = float("nan")
+    x[0, 131] = 2.0
+    x8, sx = V6.split_reference(x)
+    assert float(sx[0, 0]) == 1.0 and int(x8[:2, :128].count_nonzero()) == 0   # an all-zero group: scale 1, codes 0
+    assert float(sx[0, 1]) == float(torch.tensor(2.0) / 448)                                        # NaN ignored by the amax
+    assert int(x8[0, 130]) & 0x7F == formats.E4M3.nan_code                       # and propagated in the codes
+
+
+def test_split_error_is_below_one_bf16_rounding():
+    g = torch.Generator().manual_seed(3)
+    w, scale = F8.random_codes(256, 1024, device="cpu", generator=g), torch.rand(256, generator=g) + 0.5
+    e = V6.split_error(_x(2, 1024, seed=4), w, scale)
+    assert e["max"] <= 2.0**-8 and e["rms"] <= e["max"]
+
+
+def test_reference_is_the_split_activations_times_the_weights():
+    g = torch.Generator().manual_seed(5)
+    x, w, scale = _x(2, 256, seed=6), F8.random_codes(128, 256, device="cpu", generator=g), torch.rand(128, generator=g)
+    ref = V6.reference(x, w, scale)
+    exact = F8.reference(x, w, scale)
+    assert ref.shape == (2, 128) and not torch.equal(ref, exact)
+    terms = x.double().abs() @ F8.dequant_weight(w, scale).abs().T
+    assert float(((ref - exact).abs() / terms).max()) <= 2.0**-8
+
+
+def test_rejects_bad_arguments():
+    x = torch.zeros(1, 256, dtype=torch.bfloat16)
+    w = torch.zeros(128, 256, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="M = 1..16"):
+        V6.prepare(torch.zeros(17, 256, dtype=torch.bfloat16), w, torch.ones(128))
+    with pytest.raises(TypeError, match="CUDA tensor"):
+        V6.prepare(x, w, torch.ones(128))
+    with pytest.raises(ValueError, match="multiple of 128"):
+        V6.split_reference(torch.zeros(1, 200, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="not compiled"):
+        V6.check_config((3, 3), 1, 128, "channel")
+    with pytest.raises(ValueError, match="multiple of 128"):
+        V6.check_config((2, 4), 1, 192, "channel")
+
+
+def test_compiled_list_is_the_define():
+    (d,) = V6.cuda_defines()
+    assert d.startswith("FP8LAB_GEMV_V6=") and d.count("GEMV6(") == len(V6.KERNELS)
+
+
+# ---- GPU ---------------------------------------------------------------------------------------------------------
+@gpu
+@pytest.mark.parametrize("M,K", [(1, 128), (3, 1024), (8, 4096), (16, 2048)])
+def test_split_kernel_is_bit_exact(M, K):
+    x = _x(M, K, seed=M).cuda()
+    x[0, :128] = 0                      # an all-zero group
+    x[-1, 5] = float("nan")
+    launch = V6.prepare(x, torch.zeros(128, K, dtype=torch.uint8, device="cuda"), torch.ones(128, device="cuda"))
+    launch.x8.fill_(0x55)
+    launch.x8[2 * M:].zero_()
+    launch()
+    torch.cuda.synchronize()
+    x8, sx = V6.split_reference(x)
+    assert torch.equal(launch.x8, x8)
+    assert torch.equal(launch.sx.view(torch.int32), sx.view(torch.int32))
+
+
+CASES = [(1, 128, 256, None, None), (1, 512, 1024, None, 3), (4, 1024, 2048, None, 132), (5, 256, 4096, None, 7),
+         (8, 2048, 1024, None, None), (16, 384, 3072, None, 5), (16, 4096, 4096, None, None), (2, 192, 512, (1, 8), 4),
+         (12, 640, 1024, (1, 8), None), (1, 1024, 4096, (2, 6), 17)]
+
+
+@gpu
+@pytest.mark.parametrize("mode", ["channel", "block"])
+@pytest.mark.parametrize("M,N,K,config,grid", CASES)
+def test_gemv_v6_matches_the_reference(mode, M, N, K, config, grid):
+    g = torch.Generator(device="cuda").manual_seed(M * 7 + N)
+    w = F8.random_codes(N, K, generator=g)
+    scale = (torch.rand(N, device="cuda", generator=g) + 0.5) * 1e-2 if mode == "channel" else \
+        (torch.rand(math.ceil(N / 128), K // 128, device="cuda", generator=g) + 0.5) * 1e-2
+    x = _x(M, K, seed=N).cuda()
+    launch = V6.prepare(x, w, scale, config=config, grid=grid)
+    launch.out.fill_(float("nan"))
+    y = launch().clone()
+    ref = V6.reference(x, w, scale)
+    terms = V6.split_values(x).abs() @ F8.dequant_weight(w, scale).abs().T
+    tol = tolerances.matmul("wgmma", K)
+    assert tol.worst(y, ref, terms) <= 1.0, launch.info
+    # repeatable: the same bits on a second call (split tiles are summed in piece order)
+    launch.out.fill_(float("nan"))
+    assert torch.equal(launch().view(torch.int16), y.view(torch.int16))
+
+
+@gpu
+def test_gemv_v6_is_close_to_the_exact_w8a16_answer():
+    M, N, K = 4, 1024, 4096
+    g = torch.Generator(device="cuda").manual_seed(11)
+    w, scale = F8.random_codes(N, K, generator=g), torch.rand(N, device="cuda", generator=g) + 0.5
+    x = _x(M, K, seed=12, spread=False).cuda()
+    y = V6.gemv_v6(x, w, scale)
+    exact = F8.reference(x, w, scale)
+    terms = x.double().abs() @ F8.dequant_weight(w, scale).abs().T
+    # the split (<= 2**-8 of sum |x w|, split_error) on top of the kernel's own tolerance
+    tol = tolerances.matmul("wgmma", K)
+    bound = tol.bound(exact, terms) + 2.0**-8 * terms
+    assert bool(((y.double() - exact).abs() <= bound).all())
