@@ -73,10 +73,22 @@ extern "C" __global__ void __launch_bounds__(128) gemv6_split(const u16* __restr
 }
 
 // ---- the GEMV -------------------------------------------------------------------------------------------------------
+// mbar_wait whose loop exit is a warp vote: the same for all lanes, so ptxas need not serialize a wgmma batch that is in
+// flight around it (a lane-dependent loop would make it insert a wait before the loop).
+__device__ __forceinline__ bool mbar_try(u32 bar, u32 parity) {
+    u32 ok;
+    asm volatile("{\n.reg .pred P1;\nmbarrier.try_wait.parity.shared::cta.b64 P1, [%1], %2;\nselp.u32 %0, 1, 0, P1;\n}\n"
+                 : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+    return ok != 0;
+}
+__device__ __forceinline__ void mbar_wait_uniform(u32 bar, u32 parity) {
+    while (!__all_sync(0xFFFFFFFFu, mbar_try(bar, parity))) {
+    }
+}
 // The CTA that owns unit u of U units cut into P equal ranges (range c = [c U / P, (c + 1) U / P)).
 __device__ __forceinline__ int v6_owner(long long u, long long U, long long P) { return (int)(((u + 1) * P - 1) / U); }
 
-template <int BLOCK, int NB, int MH, int ST>
+template <int BLOCK, int NB, int MH, int ST, int PIPE>
 __device__ __forceinline__ void gemv6_body(const TmaDesc* tmW, const TmaDesc* tmX, const float* __restrict__ sx,
                                            const float* __restrict__ wscale, u16* __restrict__ y, int M, int N, int K,
                                            float* __restrict__ ws, unsigned* __restrict__ cnt, int maxp) {
@@ -143,30 +155,24 @@ __device__ __forceinline__ void gemv6_body(const TmaDesc* tmW, const TmaDesc* tm
     pdl_wait();  // sx is the split kernel's output
     const int g = lane >> 2, q = lane & 3;
     float acc[MH][J][2];
-    float p[MH][R];
+    float pa[MH][R], pb[MH][R];  // two partial-sum buffers: unit u's wgmma runs while unit u - 1 is promoted (PIPE)
+    float sc[J], sn[J];          // activation scales of the unit being promoted and of the next one
     int s = 0;
     u32 ph = 0;
-    for (long long u = g0; u < g1; ++u) {
+    // this k-block's activation scale of token 4 j + q (0 past M: padding rows are zero anyway), times the weight
+    // block's scale in mode "block" (the tile's rows lie in one 128-row block: 64 MH divides 128)
+    auto load_scales = [&](float (&d)[J], long long u) {
         const int t = (int)(u / KB), kb = (int)(u - (long long)t * KB);
-        if (u == g0 || kb == 0) {
-#pragma unroll
-            for (int h = 0; h < MH; ++h)
-#pragma unroll
-                for (int j = 0; j < J; ++j) acc[h][j][0] = acc[h][j][1] = 0.f;
-        }
-        float sc[J];  // this k-block's activation scale of token 4 j + q (0 past M: padding rows are zero anyway)
+        const float wb = BLOCK ? __ldg(wscale + (size_t)((t * 64 * MH) >> 7) * KB + kb) : 1.f;
 #pragma unroll
         for (int j = 0; j < J; ++j) {
             const int tok = 4 * j + q;
-            sc[j] = tok < M ? __ldg(sx + (size_t)tok * KB + kb) : 0.f;
+            const float v = __ldg(sx + (size_t)(tok < M ? tok : 0) * KB + kb);  // no branch: wgmma may be in flight
+            d[j] = tok < M ? v * wb : 0.f;
         }
-        if (BLOCK) {  // 128 x 128 weight blocks: the tile's rows lie in one block (64 MH divides 128 or equals it)
-            const float wb = __ldg(wscale + (size_t)((t * 64 * MH) >> 7) * KB + kb);
-#pragma unroll
-            for (int j = 0; j < J; ++j) sc[j] *= wb;
-        }
-        mbar_wait(full0 + 8 * s, ph);
-        const u32 sA = base + s * STAGE, sB = sA + A_BYTES;
+    };
+    auto issue = [&](float (&p)[MH][R], int st) {
+        const u32 sA = base + st * STAGE, sB = sA + A_BYTES;
         const u64 db = make_desc(sB);
 #pragma unroll
         for (int h = 0; h < MH; ++h) fence_regs(p[h]);
@@ -178,11 +184,10 @@ __device__ __forceinline__ void gemv6_body(const TmaDesc* tmW, const TmaDesc* tm
             for (int k = 0; k < 4; ++k) wgmma_nb<NB>(p[h], da + 2 * k, db + 2 * k, k > 0);
         }
         wgmma_commit();
-        wgmma_wait<0>();
+    };
+    auto promote = [&](float (&p)[MH][R]) {
 #pragma unroll
         for (int h = 0; h < MH; ++h) fence_regs(p[h]);
-        if (lane == 0) mbar_arrive(empty0 + 8 * s);
-        if (++s == ST) { s = 0; ph ^= 1; }
 #pragma unroll
         for (int h = 0; h < MH; ++h)
 #pragma unroll
@@ -190,58 +195,135 @@ __device__ __forceinline__ void gemv6_body(const TmaDesc* tmW, const TmaDesc* tm
                 acc[h][j][0] = fmaf(fmaf(p[h][4 * j + 1], 0.0625f, p[h][4 * j]), sc[j], acc[h][j][0]);
                 acc[h][j][1] = fmaf(fmaf(p[h][4 * j + 3], 0.0625f, p[h][4 * j + 2]), sc[j], acc[h][j][1]);
             }
-        if (kb != KB - 1 && u != g1 - 1) continue;
-
-        // ---- the end of this CTA's piece of tile t ----
+    };
+    auto zero_acc = [&]() {
+#pragma unroll
+        for (int h = 0; h < MH; ++h)
+#pragma unroll
+            for (int j = 0; j < J; ++j) acc[h][j][0] = acc[h][j][1] = 0.f;
+    };
+    // The end of this CTA's piece of tile t: store (one piece) or fix up (several), then zero the accumulators.
+    auto finish = [&](int t) {
+        constexpr int NA = MH * J * 2;
+        float* a = &acc[0][0][0];
         const long long u0 = (long long)t * KB;
         const int first = v6_owner(u0, U, P), np = v6_owner(u0 + KB - 1, U, P) - first + 1;
-        float* a = &acc[0][0][0];
-        constexpr int NA = MH * J * 2;
+        bool store = np == 1;
         if (np > 1) {
             const int piece = (int)c - first;
             float* mine = ws + ((size_t)t * maxp + piece) * (NA * 128) + tid;
 #pragma unroll
             for (int i = 0; i < NA; ++i) __stcg(mine + i * 128, a[i]);
-            __threadfence();
-            named_sync(1, 128);
+            named_sync(1, 128);  // every thread's slot writes, ordered before thread 0's release
             bool last = false;
             if (tid == 0) {
-                last = atomicAdd(cnt + t, 1u) == (unsigned)(np - 1);
-                if (last) cnt[t] = 0u;  // the next launch finds it zero
+                last = arrive_release(reinterpret_cast<int*>(cnt) + t) == np - 1;
+                if (last) {
+                    acquire_after_arrival();  // every other piece's slots are visible to this CTA from here
+                    cnt[t] = 0u;              // the next launch finds it zero
+                }
             }
-            if (!named_sync_or(1, 128, last)) continue;
-            __threadfence();
-            const float* slots = ws + (size_t)t * maxp * (NA * 128) + tid;
+            store = named_sync_or(1, 128, last);
+            if (store) {  // the slots in piece order (the same bits whichever piece came last), 4 loads in flight
+                const float* slots = ws + (size_t)t * maxp * (NA * 128) + tid;
 #pragma unroll
-            for (int i = 0; i < NA; ++i) a[i] = __ldcg(slots + i * 128);
-            for (int pc = 1; pc < np; ++pc) {
+                for (int i = 0; i < NA; ++i) a[i] = 0.f;
+                for (int p0 = 0; p0 < np; p0 += 4) {
+                    float v[4][NA];
 #pragma unroll
-                for (int i = 0; i < NA; ++i) a[i] += __ldcg(slots + (size_t)pc * (NA * 128) + i * 128);
-            }
-        }
+                    for (int k = 0; k < 4; ++k)
 #pragma unroll
-        for (int h = 0; h < MH; ++h) {
-            const int row = t * 64 * MH + h * 64 + warp * 16 + g;
-            const float w0 = BLOCK ? 1.f : __ldg(wscale + row), w8 = BLOCK ? 1.f : __ldg(wscale + row + 8);
+                        for (int i = 0; i < NA; ++i)
+                            v[k][i] = p0 + k < np ? __ldcg(slots + (size_t)(p0 + k) * (NA * 128) + i * 128) : 0.f;
 #pragma unroll
-            for (int j = 0; j < J; ++j) {
-                const int tok = 4 * j + q;
-                if (tok < M) {
-                    y[(size_t)tok * N + row] = f32_to_bf16(acc[h][j][0] * w0);
-                    y[(size_t)tok * N + row + 8] = f32_to_bf16(acc[h][j][1] * w8);
+                    for (int k = 0; k < 4; ++k)
+#pragma unroll
+                        for (int i = 0; i < NA; ++i) a[i] += v[k][i];
                 }
             }
         }
+        if (store) {
+#pragma unroll
+            for (int h = 0; h < MH; ++h) {
+                const int row = t * 64 * MH + h * 64 + warp * 16 + g;
+                const float w0 = BLOCK ? 1.f : __ldg(wscale + row), w8 = BLOCK ? 1.f : __ldg(wscale + row + 8);
+#pragma unroll
+                for (int j = 0; j < J; ++j) {
+                    const int tok = 4 * j + q;
+                    if (tok < M) {
+                        y[(size_t)tok * N + row] = f32_to_bf16(acc[h][j][0] * w0);
+                        y[(size_t)tok * N + row + 8] = f32_to_bf16(acc[h][j][1] * w8);
+                    }
+                }
+            }
+        }
+        zero_acc();
+    };
+    auto ends_piece = [&](long long u) { return u == g1 - 1 || (u + 1) % KB == 0; };
+
+    zero_acc();
+    if (g0 < g1) load_scales(sn, g0);
+    if (!PIPE) {
+        for (long long u = g0; u < g1; ++u) {
+#pragma unroll
+            for (int j = 0; j < J; ++j) sc[j] = sn[j];
+            if (u + 1 < g1) load_scales(sn, u + 1);  // in flight while this unit waits and multiplies
+            mbar_wait(full0 + 8 * s, ph);
+            issue(pa, s);
+            wgmma_wait<0>();
+            if (lane == 0) mbar_arrive(empty0 + 8 * s);
+            if (++s == ST) { s = 0; ph ^= 1; }
+            promote(pa);
+            if (ends_piece(u)) finish((int)(u / KB));
+        }
+        return;
+    }
+    // PIPE: unit u's wgmma batch is issued before unit u - 1's is waited for and promoted (two buffers, the loop
+    // unrolled by two so that each buffer is a fixed set of registers).
+    int sp = 0;  // the stage of the unit in flight
+    auto step = [&](long long u, float (&pc)[MH][R], float (&pp)[MH][R]) {
+        mbar_wait_uniform(full0 + 8 * s, ph);  // unit u - 1's batch may be in flight: a warp-uniform loop
+        issue(pc, s);
+        if (u > g0) {
+            wgmma_wait<1>();  // unit u - 1's batch is done
+            mbar_arrive_if(empty0 + 8 * sp, lane == 0);  // predicated, no branch while unit u's batch is in flight
+#pragma unroll
+            for (int j = 0; j < J; ++j) sc[j] = sn[j];
+            load_scales(sn, u);
+            promote(pp);
+            if (ends_piece(u - 1)) {  // (uniform) the fix-up's branches run with no wgmma in flight
+                wgmma_wait<0>();
+                finish((int)((u - 1) / KB));
+            }
+        } else {
+            load_scales(sn, u);  // (already loaded: keeps the two paths alike)
+        }
+        sp = s;
+        if (++s == ST) { s = 0; ph ^= 1; }
+    };
+    long long u = g0;
+    for (; u + 1 < g1; u += 2) {
+        step(u, pa, pb);
+        step(u + 1, pb, pa);
+    }
+    if (u < g1) step(u++, pa, pb);
+    if (g1 > g0) {  // the last unit: in pb if the count was even, else in pa
+        wgmma_wait<0>();
+        if (lane == 0) mbar_arrive(empty0 + 8 * sp);
+#pragma unroll
+        for (int j = 0; j < J; ++j) sc[j] = sn[j];
+        if (((g1 - g0) & 1) == 0) promote(pb); else promote(pa);
+        finish((int)((g1 - 1) / KB));
     }
 }
 
-// One kernel per (mode, NB, MH, ST); the list is gemv_v6.KERNELS (passed as -DFP8LAB_GEMV_V6=GEMV6(0,8,2,4)...).
-#define GEMV6(BL, NB, MH, ST)                                                                                          \
-    extern "C" __global__ void __launch_bounds__(160) gemv6_##BL##_n##NB##_m##MH##_s##ST(                             \
+// One kernel per (mode, NB, MH, ST, PIPE); the list is gemv_v6.KERNELS (-DFP8LAB_GEMV_V6=GEMV6(0,8,2,4,1)...).
+#define GEMV6(BL, NB, MH, ST, PI)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(160) gemv6_##BL##_n##NB##_m##MH##_s##ST##_p##PI(                     \
         const __grid_constant__ TmaDesc tmW, const __grid_constant__ TmaDesc tmX, const float* __restrict__ sx,       \
         const float* __restrict__ wscale, u16* __restrict__ y, int M, int N, int K, float* __restrict__ ws,          \
         unsigned* __restrict__ cnt, int maxp) {                                                                        \
-        gemv6_body<BL, NB, MH, ST>(&tmW, &tmX, sx, wscale, y, M, N, K, ws, cnt, maxp);                                 \
+        gemv6_body<BL, NB, MH, ST, PI>(&tmW, &tmX, sx, wscale, y, M, N, K, ws, cnt, maxp);                                 \
     }
 #ifdef FP8LAB_GEMV_V6
 FP8LAB_GEMV_V6

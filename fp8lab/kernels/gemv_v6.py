@@ -28,8 +28,10 @@ from . import _cuda
 from . import gemv_fp8 as F8
 from . import reference as reference_values
 
-#: compiled (block scales 0/1, NB activation rows, MH m64 sub-tiles per stage, ST stages)
-KERNELS = {(bl, nb, mh, st) for bl in (0, 1) for nb in (8, 16, 32) for (mh, st) in ((1, 8), (2, 4), (2, 6))}
+#: compiled (block scales 0/1, NB activation rows, MH m64 sub-tiles per stage, ST stages, PIPE: the next unit's wgmma
+#: issued before this one's promotion)
+KERNELS = {(bl, nb, mh, st, pi) for bl in (0, 1) for nb in (8, 16, 32) for (mh, st) in ((1, 8), (2, 4), (2, 6))
+           for pi in (0, 1)}
 THREADS = 160  # one consumer warpgroup + one producer warp
 
 
@@ -44,8 +46,8 @@ def rows_for(M: int) -> int:
     return 8 if M <= 4 else 16 if M <= 8 else 32
 
 
-def kernel_name(block: bool, nb: int, mh: int, st: int) -> str:
-    return f"gemv6_{int(block)}_n{nb}_m{mh}_s{st}"
+def kernel_name(block: bool, nb: int, mh: int, st: int, pipe: int) -> str:
+    return f"gemv6_{int(block)}_n{nb}_m{mh}_s{st}_p{pipe}"
 
 
 def smem_bytes(nb: int, mh: int, st: int) -> int:
@@ -94,9 +96,9 @@ def split_error(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> dict:
 
 
 # ---- the launch ---------------------------------------------------------------------------------------------------
-def default_config(M: int, N: int) -> tuple[int, int]:
-    """(MH, ST): 128-row tiles with 4 stages where N allows, else 64-row tiles with 8."""
-    return (2, 4) if N % 128 == 0 else (1, 8)
+def default_config(M: int, N: int) -> tuple[int, int, int]:
+    """(MH, ST, PIPE): 128-row tiles with 4 stages where N allows, else 64-row tiles with 8; pipelined."""
+    return (2, 4, 1) if N % 128 == 0 else (1, 8, 1)
 
 
 class Launch:
@@ -120,14 +122,14 @@ class Launch:
         return self.out
 
 
-def check_config(config, M: int, N: int, mode: str) -> tuple[int, int]:
-    mh, st = config
-    if (0, rows_for(M), mh, st) not in KERNELS:
-        have = sorted({(m, s) for _, _, m, s in KERNELS})
-        raise ValueError(f"version 6 config (MH, ST) = {config} is not compiled; compiled: {have}")
+def check_config(config, M: int, N: int, mode: str) -> tuple[int, int, int]:
+    have = sorted({k[2:] for k in KERNELS})
+    if not (isinstance(config, tuple) and len(config) == 3 and (mode == "block", rows_for(M), *config) in KERNELS):
+        raise ValueError(f"version 6 config (MH, ST, PIPE) = {config} is not compiled; compiled: {have}")
+    mh = config[0]
     if N % (64 * mh):
         raise ValueError(f"N = {N} is not a multiple of {64 * mh}: MH = {mh} takes {64 * mh}-row tiles")
-    return mh, st
+    return config
 
 
 def prepare(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tuple | None = None,
@@ -138,7 +140,7 @@ def prepare(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tu
     mode, M, N, K = F8.check_args(x, w, scale)
     if _cuda.device_cc() != 90:
         raise RuntimeError(f"version 6 needs sm_90a (wgmma); this GPU is sm_{_cuda.device_cc()}")
-    mh, st = check_config(config or default_config(M, N), M, N, mode)
+    mh, st, pipe = check_config(config or default_config(M, N), M, N, mode)
     nb, KB = rows_for(M), K // 128
     w = F8._fp8_codes(w, "w").contiguous()
     x = x.contiguous()
@@ -152,12 +154,14 @@ def prepare(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tu
     cp = _cuda._cupy()
     mod = _cuda.load_module("gemv_v6.cu")
     fsplit = mod.get_function("gemv6_split")
-    fn = mod.get_function(kernel_name(mode == "block", nb, mh, st))
+    fn = mod.get_function(kernel_name(mode == "block", nb, mh, st, pipe))
     smem = smem_bytes(nb, mh, st)
     fn.max_dynamic_shared_size_bytes = smem
-    P = grid or tma.sm_count() * launch_ex.resident_ctas(fn, THREADS, smem)
     T = N // (64 * mh)
     U = T * KB
+    # at most one CTA per unit: then every CTA's range is non-empty, and a tile's pieces are exactly the CTAs from
+    # the owner of its first unit to the owner of its last (the fix-up counts that many arrivals)
+    P = min(grid or tma.sm_count() * launch_ex.resident_ctas(fn, THREADS, smem), U)
     owner = lambda u: ((u + 1) * P - 1) // U  # noqa: E731  (the kernel's v6_owner)
     maxp = max(owner(t * KB + KB - 1) - owner(t * KB) + 1 for t in range(T))
     NA = mh * (nb // 8) * 2
@@ -172,8 +176,8 @@ def prepare(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tu
     launch = Launch(split, gemv, out)
     launch.keep = (x, w, scale, x8, sx, ws, cnt)  # the maps hold raw addresses
     launch.x8, launch.sx = x8, sx
-    launch.info = {"grid": P, "tiles": T, "units": U, "maxp": maxp, "smem": smem, "config": (mh, st), "nb": nb,
-                   "kernel": kernel_name(mode == "block", nb, mh, st)}
+    launch.info = {"grid": P, "tiles": T, "units": U, "maxp": maxp, "smem": smem, "config": (mh, st, pipe), "nb": nb,
+                   "kernel": kernel_name(mode == "block", nb, mh, st, pipe)}
     return launch
 
 

@@ -24,7 +24,8 @@ from fp8lab.kernels import harness, tolerances
 DEFAULT_SHAPES = "14336x4096,4096x14336,18944x3584,3584x18944,28672x8192"
 shapes = [tuple(int(v) for v in s.split("x")) for s in (sys.argv[1] if len(sys.argv) > 1 else DEFAULT_SHAPES).split(",")]
 Ms = [int(v) for v in (sys.argv[2] if len(sys.argv) > 2 else "1,16").split(",")]
-configs = [tuple(int(v) for v in c.split(":")) for c in (sys.argv[3] if len(sys.argv) > 3 else "2:4,2:6,1:8").split(",")]
+# MH:ST:PIPE[:grid]
+configs = [tuple(int(v) for v in c.split(":")) for c in (sys.argv[3] if len(sys.argv) > 3 else "2:4:0,2:4:1,2:6:0,1:8:0").split(",")]
 out_path = sys.argv[4] if len(sys.argv) > 4 else None
 
 copy_gbps = harness.copy_bandwidth_gbps()
@@ -62,7 +63,7 @@ for N, K in shapes:
             calls["v3 default"] = ls3
         for cfg in configs:
             try:
-                ls = [V6.prepare(x, w, sch, config=cfg) for w in w8]
+                ls = [V6.prepare(x, w, sch, config=cfg[:3], grid=cfg[3] if len(cfg) > 3 else None) for w in w8]
             except ValueError as e:
                 print(f"  v6 {cfg}: {e}")
                 continue
@@ -72,8 +73,9 @@ for N, K in shapes:
             print(f"  v6 {cfg}: grid {info['grid']} tiles {info['tiles']} units {info['units']} maxp {info['maxp']} "
                   f"smem {info['smem']} err/tol {e6:.2f}")
             if e6 <= 1.0:
-                calls[f"v6 {cfg[0]}:{cfg[1]}"] = ls
-                calls[f"v6 {cfg[0]}:{cfg[1]} gemv only"] = [l.gemv_only for l in ls]
+                name = "v6 " + ":".join(map(str, cfg))
+                calls[name] = ls
+                calls[name + " gemv only"] = [l.gemv_only for l in ls]
         res = harness.interleave({k: (lambda fs=fs: harness.graph_time_us(fs, rep=30)) for k, fs in calls.items()},
                                  rounds=5)
         sm = res["_scaled_mm tensorwise"].median
