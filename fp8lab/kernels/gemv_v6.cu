@@ -73,22 +73,10 @@ extern "C" __global__ void __launch_bounds__(128) gemv6_split(const u16* __restr
 }
 
 // ---- the GEMV -------------------------------------------------------------------------------------------------------
-// mbar_wait whose loop exit is a warp vote: the same for all lanes, so ptxas need not serialize a wgmma batch that is in
-// flight around it (a lane-dependent loop would make it insert a wait before the loop).
-__device__ __forceinline__ bool mbar_try(u32 bar, u32 parity) {
-    u32 ok;
-    asm volatile("{\n.reg .pred P1;\nmbarrier.try_wait.parity.shared::cta.b64 P1, [%1], %2;\nselp.u32 %0, 1, 0, P1;\n}\n"
-                 : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
-    return ok != 0;
-}
-__device__ __forceinline__ void mbar_wait_uniform(u32 bar, u32 parity) {
-    while (!__all_sync(0xFFFFFFFFu, mbar_try(bar, parity))) {
-    }
-}
 // The CTA that owns unit u of U units cut into P equal ranges (range c = [c U / P, (c + 1) U / P)).
 __device__ __forceinline__ int v6_owner(long long u, long long U, long long P) { return (int)(((u + 1) * P - 1) / U); }
 
-template <int BLOCK, int NB, int MH, int ST, int PIPE>
+template <int BLOCK, int NB, int MH, int ST>
 __device__ __forceinline__ void gemv6_body(const TmaDesc* tmW, const TmaDesc* tmX, const float* __restrict__ sx,
                                            const float* __restrict__ wscale, u16* __restrict__ y, int M, int N, int K,
                                            float* __restrict__ ws, unsigned* __restrict__ cnt, int maxp) {
@@ -155,7 +143,7 @@ __device__ __forceinline__ void gemv6_body(const TmaDesc* tmW, const TmaDesc* tm
     pdl_wait();  // sx is the split kernel's output
     const int g = lane >> 2, q = lane & 3;
     float acc[MH][J][2];
-    float pa[MH][R], pb[MH][R];  // two partial-sum buffers: unit u's wgmma runs while unit u - 1 is promoted (PIPE)
+    float pa[MH][R];             // one unit's partial sums
     float sc[J], sn[J];          // activation scales of the unit being promoted and of the next one
     int s = 0;
     u32 ph = 0;
@@ -263,67 +251,27 @@ __device__ __forceinline__ void gemv6_body(const TmaDesc* tmW, const TmaDesc* tm
 
     zero_acc();
     if (g0 < g1) load_scales(sn, g0);
-    if (!PIPE) {
-        for (long long u = g0; u < g1; ++u) {
-#pragma unroll
-            for (int j = 0; j < J; ++j) sc[j] = sn[j];
-            if (u + 1 < g1) load_scales(sn, u + 1);  // in flight while this unit waits and multiplies
-            mbar_wait(full0 + 8 * s, ph);
-            issue(pa, s);
-            wgmma_wait<0>();
-            if (lane == 0) mbar_arrive(empty0 + 8 * s);
-            if (++s == ST) { s = 0; ph ^= 1; }
-            promote(pa);
-            if (ends_piece(u)) finish((int)(u / KB));
-        }
-        return;
-    }
-    // PIPE: unit u's wgmma batch is issued before unit u - 1's is waited for and promoted (two buffers, the loop
-    // unrolled by two so that each buffer is a fixed set of registers).
-    int sp = 0;  // the stage of the unit in flight
-    auto step = [&](long long u, float (&pc)[MH][R], float (&pp)[MH][R]) {
-        mbar_wait_uniform(full0 + 8 * s, ph);  // unit u - 1's batch may be in flight: a warp-uniform loop
-        issue(pc, s);
-        if (u > g0) {
-            wgmma_wait<1>();  // unit u - 1's batch is done
-            mbar_arrive_if(empty0 + 8 * sp, lane == 0);  // predicated, no branch while unit u's batch is in flight
-#pragma unroll
-            for (int j = 0; j < J; ++j) sc[j] = sn[j];
-            load_scales(sn, u);
-            promote(pp);
-            if (ends_piece(u - 1)) {  // (uniform) the fix-up's branches run with no wgmma in flight
-                wgmma_wait<0>();
-                finish((int)((u - 1) / KB));
-            }
-        } else {
-            load_scales(sn, u);  // (already loaded: keeps the two paths alike)
-        }
-        sp = s;
-        if (++s == ST) { s = 0; ph ^= 1; }
-    };
-    long long u = g0;
-    for (; u + 1 < g1; u += 2) {
-        step(u, pa, pb);
-        step(u + 1, pb, pa);
-    }
-    if (u < g1) step(u++, pa, pb);
-    if (g1 > g0) {  // the last unit: in pb if the count was even, else in pa
-        wgmma_wait<0>();
-        if (lane == 0) mbar_arrive(empty0 + 8 * sp);
+    for (long long u = g0; u < g1; ++u) {
 #pragma unroll
         for (int j = 0; j < J; ++j) sc[j] = sn[j];
-        if (((g1 - g0) & 1) == 0) promote(pb); else promote(pa);
-        finish((int)((g1 - 1) / KB));
+        if (u + 1 < g1) load_scales(sn, u + 1);  // in flight while this unit waits and multiplies
+        mbar_wait(full0 + 8 * s, ph);
+        issue(pa, s);
+        wgmma_wait<0>();
+        if (lane == 0) mbar_arrive(empty0 + 8 * s);
+        if (++s == ST) { s = 0; ph ^= 1; }
+        promote(pa);
+        if (ends_piece(u)) finish((int)(u / KB));
     }
 }
 
-// One kernel per (mode, NB, MH, ST, PIPE); the list is gemv_v6.KERNELS (-DFP8LAB_GEMV_V6=GEMV6(0,8,2,4,1)...).
-#define GEMV6(BL, NB, MH, ST, PI)                                                                                      \
-    extern "C" __global__ void __launch_bounds__(160) gemv6_##BL##_n##NB##_m##MH##_s##ST##_p##PI(                     \
+// One kernel per (mode, NB, MH, ST); the list is gemv_v6.KERNELS (-DFP8LAB_GEMV_V6=GEMV6(0,8,2,4)...).
+#define GEMV6(BL, NB, MH, ST)                                                                                          \
+    extern "C" __global__ void __launch_bounds__(160) gemv6_##BL##_n##NB##_m##MH##_s##ST(                             \
         const __grid_constant__ TmaDesc tmW, const __grid_constant__ TmaDesc tmX, const float* __restrict__ sx,       \
         const float* __restrict__ wscale, u16* __restrict__ y, int M, int N, int K, float* __restrict__ ws,          \
         unsigned* __restrict__ cnt, int maxp) {                                                                        \
-        gemv6_body<BL, NB, MH, ST, PI>(&tmW, &tmX, sx, wscale, y, M, N, K, ws, cnt, maxp);                                 \
+        gemv6_body<BL, NB, MH, ST>(&tmW, &tmX, sx, wscale, y, M, N, K, ws, cnt, maxp);                                 \
     }
 #ifdef FP8LAB_GEMV_V6
 FP8LAB_GEMV_V6

@@ -28,10 +28,8 @@ from . import _cuda
 from . import gemv_fp8 as F8
 from . import reference as reference_values
 
-#: compiled (block scales 0/1, NB activation rows, MH m64 sub-tiles per stage, ST stages, PIPE: the next unit's wgmma
-#: issued before this one's promotion)
-KERNELS = {(bl, nb, mh, st, pi) for bl in (0, 1) for nb in (8, 16, 32) for (mh, st) in ((1, 8), (2, 4), (2, 6))
-           for pi in (0, 1)}
+#: compiled (block scales 0/1, NB activation rows, MH m64 sub-tiles per stage, ST stages)
+KERNELS = {(bl, nb, mh, st) for bl in (0, 1) for nb in (8, 16, 32) for (mh, st) in ((1, 4), (1, 8), (2, 4), (2, 6), (2, 8))}
 THREADS = 160  # one consumer warpgroup + one producer warp
 
 
@@ -46,8 +44,8 @@ def rows_for(M: int) -> int:
     return 8 if M <= 4 else 16 if M <= 8 else 32
 
 
-def kernel_name(block: bool, nb: int, mh: int, st: int, pipe: int) -> str:
-    return f"gemv6_{int(block)}_n{nb}_m{mh}_s{st}_p{pipe}"
+def kernel_name(block: bool, nb: int, mh: int, st: int) -> str:
+    return f"gemv6_{int(block)}_n{nb}_m{mh}_s{st}"
 
 
 def smem_bytes(nb: int, mh: int, st: int) -> int:
@@ -96,9 +94,9 @@ def split_error(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> dict:
 
 
 # ---- the launch ---------------------------------------------------------------------------------------------------
-def default_config(M: int, N: int) -> tuple[int, int, int]:
-    """(MH, ST, PIPE): 128-row tiles with 4 stages where N allows, else 64-row tiles with 8; pipelined."""
-    return (2, 4, 1) if N % 128 == 0 else (1, 8, 1)
+def default_config(M: int, N: int) -> tuple[int, int]:
+    """(MH, ST): 128-row tiles with 4 stages where N allows, else 64-row tiles with 8."""
+    return (2, 4) if N % 128 == 0 else (1, 8)
 
 
 class Launch:
@@ -122,10 +120,10 @@ class Launch:
         return self.out
 
 
-def check_config(config, M: int, N: int, mode: str) -> tuple[int, int, int]:
+def check_config(config, M: int, N: int, mode: str) -> tuple[int, int]:
     have = sorted({k[2:] for k in KERNELS})
-    if not (isinstance(config, tuple) and len(config) == 3 and (mode == "block", rows_for(M), *config) in KERNELS):
-        raise ValueError(f"version 6 config (MH, ST, PIPE) = {config} is not compiled; compiled: {have}")
+    if not (isinstance(config, tuple) and len(config) == 2 and (mode == "block", rows_for(M), *config) in KERNELS):
+        raise ValueError(f"version 6 config (MH, ST) = {config} is not compiled; compiled: {have}")
     mh = config[0]
     if N % (64 * mh):
         raise ValueError(f"N = {N} is not a multiple of {64 * mh}: MH = {mh} takes {64 * mh}-row tiles")
@@ -140,7 +138,7 @@ def prepare(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tu
     mode, M, N, K = F8.check_args(x, w, scale)
     if _cuda.device_cc() != 90:
         raise RuntimeError(f"version 6 needs sm_90a (wgmma); this GPU is sm_{_cuda.device_cc()}")
-    mh, st, pipe = check_config(config or default_config(M, N), M, N, mode)
+    mh, st = check_config(config or default_config(M, N), M, N, mode)
     nb, KB = rows_for(M), K // 128
     w = F8._fp8_codes(w, "w").contiguous()
     x = x.contiguous()
@@ -154,7 +152,7 @@ def prepare(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tu
     cp = _cuda._cupy()
     mod = _cuda.load_module("gemv_v6.cu")
     fsplit = mod.get_function("gemv6_split")
-    fn = mod.get_function(kernel_name(mode == "block", nb, mh, st, pipe))
+    fn = mod.get_function(kernel_name(mode == "block", nb, mh, st))
     smem = smem_bytes(nb, mh, st)
     fn.max_dynamic_shared_size_bytes = smem
     T = N // (64 * mh)
@@ -176,8 +174,8 @@ def prepare(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tu
     launch = Launch(split, gemv, out)
     launch.keep = (x, w, scale, x8, sx, ws, cnt)  # the maps hold raw addresses
     launch.x8, launch.sx = x8, sx
-    launch.info = {"grid": P, "tiles": T, "units": U, "maxp": maxp, "smem": smem, "config": (mh, st, pipe), "nb": nb,
-                   "kernel": kernel_name(mode == "block", nb, mh, st, pipe)}
+    launch.info = {"grid": P, "tiles": T, "units": U, "maxp": maxp, "smem": smem, "config": (mh, st), "nb": nb,
+                   "kernel": kernel_name(mode == "block", nb, mh, st)}
     return launch
 
 

@@ -24,8 +24,9 @@ from fp8lab.kernels import harness, tolerances
 DEFAULT_SHAPES = "14336x4096,4096x14336,18944x3584,3584x18944,28672x8192"
 shapes = [tuple(int(v) for v in s.split("x")) for s in (sys.argv[1] if len(sys.argv) > 1 else DEFAULT_SHAPES).split(",")]
 Ms = [int(v) for v in (sys.argv[2] if len(sys.argv) > 2 else "1,16").split(",")]
-# MH:ST:PIPE[:grid]
-configs = [tuple(int(v) for v in c.split(":")) for c in (sys.argv[3] if len(sys.argv) > 3 else "2:4:0,2:4:1,2:6:0,1:8:0").split(",")]
+# MH:ST[:grid], grid a number or T (one CTA per tile: no tile is cut, no fix-up)
+configs = [tuple(v if v == "T" else int(v) for v in c.split(":"))
+           for c in (sys.argv[3] if len(sys.argv) > 3 else "2:4,2:6,1:8,2:4:T,1:8:T").split(",")]
 out_path = sys.argv[4] if len(sys.argv) > 4 else None
 
 copy_gbps = harness.copy_bandwidth_gbps()
@@ -63,7 +64,8 @@ for N, K in shapes:
             calls["v3 default"] = ls3
         for cfg in configs:
             try:
-                ls = [V6.prepare(x, w, sch, config=cfg[:3], grid=cfg[3] if len(cfg) > 3 else None) for w in w8]
+                grid = (N // (64 * cfg[0]) if cfg[2] == "T" else cfg[2]) if len(cfg) > 2 else None
+                ls = [V6.prepare(x, w, sch, config=cfg[:2], grid=grid) for w in w8]
             except ValueError as e:
                 print(f"  v6 {cfg}: {e}")
                 continue
