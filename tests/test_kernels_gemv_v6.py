@@ -112,10 +112,10 @@ def test_rejects_bad_arguments():
         V6.prepare(x, w, torch.ones(128))
     with pytest.raises(ValueError, match="multiple of 128"):
         V6.split_reference(torch.zeros(1, 200, dtype=torch.bfloat16))
-    with pytest.raises(ValueError, match="not compiled"):
-        V6.check_config((3, 3), 1, 128, "channel")
+    with pytest.raises(ValueError, match="must be compiled"):
+        V6.check_config((3, 3, 0), 1, 128, "channel")
     with pytest.raises(ValueError, match="multiple of 128"):
-        V6.check_config((2, 4), 1, 192, "channel")
+        V6.check_config((2, 4, 1), 1, 192, "channel")
 
 
 def test_compiled_list_is_the_define():
@@ -141,10 +141,11 @@ def test_split_kernel_is_bit_exact(M, K):
 
 
 CASES = [(1, 128, 256, None, None), (1, 512, 1024, None, 3), (4, 1024, 2048, None, 132), (5, 256, 4096, None, 7),
-         (8, 2048, 1024, None, None), (16, 384, 3072, None, 5), (16, 4096, 4096, None, None), (2, 192, 512, (1, 8), 4),
-         (12, 640, 1024, (1, 4), None), (1, 1024, 4096, (2, 6), 17), (3, 1024, 3072, (2, 8), 9),
-         (16, 1024, 2048, (2, 6), None), (1, 256, 1024, (2, 4), 1), (9, 512, 512, (1, 8), 2),
-         (1, 2048, 2048, (2, 8), 16), (8, 1024, 1024, (1, 4), 16)]
+         (8, 2048, 1024, None, None), (16, 384, 3072, None, 5), (16, 4096, 4096, None, None), (2, 192, 512, (1, 8, 1), 4),
+         (12, 640, 1024, (1, 4, 0), None), (1, 1024, 4096, (2, 6, 1), 17), (3, 1024, 3072, (2, 8, 1), 9),
+         (16, 1024, 2048, (2, 6, 2), None), (1, 256, 1024, (2, 4, 1), 1), (9, 512, 512, (1, 8, 0), 2),
+         (1, 2048, 2048, (2, 8, 1), 16), (8, 1024, 1024, (1, 4, 3), None), (1, 19968, 512, (1, 2, 0), None),
+         (16, 1536, 1024, (2, 3, 0), None), (4, 768, 2048, (1, 3, 2), None), (2, 1024, 512, (2, 2, 1), None)]
 
 
 @gpu
@@ -156,7 +157,7 @@ def test_gemv_v6_matches_the_reference(mode, M, N, K, config, grid):
     scale = (torch.rand(N, device="cuda", generator=g) + 0.5) * 1e-2 if mode == "channel" else \
         (torch.rand(math.ceil(N / 128), K // 128, device="cuda", generator=g) + 0.5) * 1e-2
     x = _x(M, K, seed=N).cuda()
-    launch = V6.prepare(x, w, scale, config=config, grid=grid)
+    launch = V6.prepare(x, w, scale, config=config, grid=grid, pdl=bool(M % 2))
     launch.out.fill_(float("nan"))
     y = launch().clone()
     ref = V6.reference(x, w, scale)

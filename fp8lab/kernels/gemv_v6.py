@@ -22,6 +22,8 @@ Limits: sm_90a only (wgmma); K % 128 == 0; N % 64 == 0 (N % 128 for 128-row tile
 """
 from __future__ import annotations
 
+import ctypes
+
 import torch
 
 from . import _cuda
@@ -29,7 +31,8 @@ from . import gemv_fp8 as F8
 from . import reference as reference_values
 
 #: compiled (block scales 0/1, NB activation rows, MH m64 sub-tiles per stage, ST stages)
-KERNELS = {(bl, nb, mh, st) for bl in (0, 1) for nb in (8, 16, 32) for (mh, st) in ((1, 4), (1, 8), (2, 4), (2, 6), (2, 8))}
+KERNELS = {(bl, nb, mh, st) for bl in (0, 1) for nb in (8, 16, 32)
+           for (mh, st) in ((1, 2), (1, 3), (1, 4), (1, 8), (2, 2), (2, 3), (2, 4), (2, 6), (2, 8))}
 THREADS = 160  # one consumer warpgroup + one producer warp
 
 
@@ -94,36 +97,60 @@ def split_error(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor) -> dict:
 
 
 # ---- the launch ---------------------------------------------------------------------------------------------------
-def default_config(M: int, N: int) -> tuple[int, int]:
-    """(MH, ST): 128-row tiles with 4 stages where N allows, else 64-row tiles with 8."""
-    return (2, 4) if N % 128 == 0 else (1, 8)
+def default_config(M: int, N: int, sms: int = 132) -> tuple[int, int, int]:
+    """(MH, ST, G): whole 64-row tiles, one CTA each (G = 0: no tile is cut, no fix-up) where there are enough of them
+    to fill the GPU (N / 64 >= 1.5 SMs); otherwise 128-row tiles cut stream-K over one CTA per SM (G = 1).
+
+        default_config(1, 14336) -> (1, 4, 0)     default_config(1, 4096) -> (2, 4, 1)
+    """
+    return (1, 4, 0) if N % 64 == 0 and N // 64 >= 1.5 * sms else (2, 4, 1)
+
+
+def _launch_ex(fn_ptr: int, grid: int, block: int, params, smem: int, stream: int, pdl: bool) -> None:
+    """cuLaunchKernelEx with prebuilt params (launch_ex's structures; the TMA maps go by value as 128-byte buffers)."""
+    from . import launch_ex
+
+    attr = launch_ex._Attr()
+    attr.id = launch_ex.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    attr.value.i = 1
+    cfg = launch_ex._Config(grid, 1, 1, block, 1, 1, int(smem), ctypes.c_void_p(int(stream)),
+                            ctypes.pointer(attr) if pdl else None, 1 if pdl else 0)
+    rc = launch_ex._driver().cuLaunchKernelEx(ctypes.byref(cfg), ctypes.c_void_p(fn_ptr), params, None)
+    if rc != 0:
+        raise RuntimeError(f"cuLaunchKernelEx failed with CUresult {rc}")
 
 
 class Launch:
-    """split + GEMV on torch's current stream (capturable in a CUDA graph); `gemv_only()` launches the GEMV alone
-    (on the split activations of the last call)."""
+    """split + GEMV on torch's current stream (capturable in a CUDA graph). The GEMV is launched with programmatic
+    dependent launch (pdl=True): its CTAs start while the split runs and copy weights until they need the split's
+    output. gemv_only() launches the GEMV alone (on the split activations of the last call), split_only() the split."""
 
-    def __init__(self, split, gemv, out):
-        self.split, self.gemv, self.out = split, gemv, out
+    def __init__(self, split, fn_ptr, grid, params, smem, out, pdl=True):
+        self.split, self.fn_ptr, self.grid, self.params, self.smem, self.out = split, fn_ptr, grid, params, smem, out
+        self.pdl = pdl
 
-    def __call__(self) -> torch.Tensor:
+    def split_only(self) -> torch.Tensor:
         cp = _cuda._cupy()
         with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
             self.split[0](*self.split[1:])
-            self.gemv[0](*self.gemv[1:])
         return self.out
 
-    def gemv_only(self) -> torch.Tensor:
-        cp = _cuda._cupy()
-        with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-            self.gemv[0](*self.gemv[1:])
+    def gemv_only(self, pdl: bool | None = None) -> torch.Tensor:
+        _launch_ex(self.fn_ptr, self.grid, THREADS, self.params[0], self.smem, torch.cuda.current_stream().cuda_stream,
+                   self.pdl if pdl is None else pdl)
         return self.out
 
+    def __call__(self) -> torch.Tensor:
+        self.split_only()
+        return self.gemv_only()
 
-def check_config(config, M: int, N: int, mode: str) -> tuple[int, int]:
+
+def check_config(config, M: int, N: int, mode: str) -> tuple[int, int, int]:
     have = sorted({k[2:] for k in KERNELS})
-    if not (isinstance(config, tuple) and len(config) == 2 and (mode == "block", rows_for(M), *config) in KERNELS):
-        raise ValueError(f"version 6 config (MH, ST) = {config} is not compiled; compiled: {have}")
+    if not (isinstance(config, tuple) and len(config) == 3 and (mode == "block", rows_for(M), *config[:2]) in KERNELS
+            and isinstance(config[2], int) and 0 <= config[2] <= 8):
+        raise ValueError(f"version 6 config (MH, ST, G) = {config}: (MH, ST) must be compiled ({have}) and G = 0 (a "
+                         f"CTA per tile) or 1..8 (stream-K over G CTAs per SM)")
     mh = config[0]
     if N % (64 * mh):
         raise ValueError(f"N = {N} is not a multiple of {64 * mh}: MH = {mh} takes {64 * mh}-row tiles")
@@ -131,17 +158,19 @@ def check_config(config, M: int, N: int, mode: str) -> tuple[int, int]:
 
 
 def prepare(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tuple | None = None,
-            out: torch.Tensor | None = None, grid: int | None = None) -> Launch:
-    """Validate, allocate the split buffers and the stream-K workspace, encode the tensor maps; returns a Launch."""
+            out: torch.Tensor | None = None, grid: int | None = None, pdl: bool = True) -> Launch:
+    """Validate, allocate the split buffers and the stream-K workspace, encode the tensor maps; returns a Launch.
+    config (MH, ST, G), default default_config; grid: the number of CTAs (overrides G)."""
     from . import launch_ex, tma
 
     mode, M, N, K = F8.check_args(x, w, scale)
     if _cuda.device_cc() != 90:
         raise RuntimeError(f"version 6 needs sm_90a (wgmma); this GPU is sm_{_cuda.device_cc()}")
-    mh, st = check_config(config or default_config(M, N), M, N, mode)
+    sms = tma.sm_count()
+    mh, st, G = check_config(config or default_config(M, N, sms), M, N, mode)
     nb, KB = rows_for(M), K // 128
     w = F8._fp8_codes(w, "w").contiguous()
-    x = x.contiguous()
+    x, scale = x.contiguous(), scale.contiguous()
     if out is None:
         out = torch.empty((M, N), dtype=torch.bfloat16, device=x.device)
     elif out.shape != (M, N) or out.dtype != torch.bfloat16 or not out.is_contiguous():
@@ -157,24 +186,28 @@ def prepare(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tu
     fn.max_dynamic_shared_size_bytes = smem
     T = N // (64 * mh)
     U = T * KB
-    # at most one CTA per unit: then every CTA's range is non-empty, and a tile's pieces are exactly the CTAs from
-    # the owner of its first unit to the owner of its last (the fix-up counts that many arrivals)
-    P = min(grid or tma.sm_count() * launch_ex.resident_ctas(fn, THREADS, smem), U)
+    # stream-K: at most the resident CTAs (a piece never waits for another, but the grid should run in one wave) and
+    # at most one per unit: then every CTA's range is non-empty, and a tile's pieces are exactly the CTAs from the
+    # owner of its first unit to the owner of its last (the fix-up counts that many arrivals). G = 0: one per tile.
+    if grid is None:
+        grid = T if G == 0 else sms * min(G, launch_ex.resident_ctas(fn, THREADS, smem))
+    P = min(grid, U)
     owner = lambda u: ((u + 1) * P - 1) // U  # noqa: E731  (the kernel's v6_owner)
     maxp = max(owner(t * KB + KB - 1) - owner(t * KB) + 1 for t in range(T))
     NA = mh * (nb // 8) * 2
     ws = torch.empty(max(1, T * maxp * NA * 128 if maxp > 1 else 1), dtype=torch.float32, device=x.device)
     cnt = torch.zeros(T, dtype=torch.int32, device=x.device)
     mW, mX = tma.map_2d(N, K, 1, 64 * mh, 128), tma.map_2d(nb, K, 1, nb, 128)
-    dW, dX = (tma.kernel_arg(tma.encode(m, t.data_ptr())) for m, t in ((mW, w), (mX, x8)))
+    descs = [(ctypes.c_ubyte * tma.DESC_BYTES).from_buffer_copy(tma.encode(m, t.data_ptr())) for m, t in
+             ((mW, w), (mX, x8))]
+    vals = descs + [ctypes.c_void_p(t.data_ptr()) for t in (sx, scale, out)] + \
+        [ctypes.c_int32(v) for v in (M, N, K)] + [ctypes.c_void_p(t.data_ptr()) for t in (ws, cnt)] + [ctypes.c_int32(maxp)]
+    params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in vals])
     split = (fsplit, (KB, M), (128,), (_cuda.as_cupy(x), _cuda.as_cupy(x8), _cuda.as_cupy(sx), cp.int32(M), cp.int32(K)))
-    gemv = (lambda *a: fn(*a, shared_mem=smem), (P,), (THREADS,),
-            (dW, dX, _cuda.as_cupy(sx), _cuda.as_cupy(scale.contiguous()), _cuda.as_cupy(out), cp.int32(M), cp.int32(N),
-             cp.int32(K), _cuda.as_cupy(ws), _cuda.as_cupy(cnt), cp.int32(maxp)))
-    launch = Launch(split, gemv, out)
-    launch.keep = (x, w, scale, x8, sx, ws, cnt)  # the maps hold raw addresses
+    launch = Launch(split, launch_ex.function_pointer(fn), P, (params, vals), smem, out, pdl)
+    launch.keep = (x, w, scale, x8, sx, ws, cnt)  # the maps and params hold raw addresses
     launch.x8, launch.sx = x8, sx
-    launch.info = {"grid": P, "tiles": T, "units": U, "maxp": maxp, "smem": smem, "config": (mh, st), "nb": nb,
+    launch.info = {"grid": P, "tiles": T, "units": U, "maxp": maxp, "smem": smem, "config": (mh, st, G), "nb": nb,
                    "kernel": kernel_name(mode == "block", nb, mh, st)}
     return launch
 

@@ -24,9 +24,9 @@ from fp8lab.kernels import harness, tolerances
 DEFAULT_SHAPES = "14336x4096,4096x14336,18944x3584,3584x18944,28672x8192"
 shapes = [tuple(int(v) for v in s.split("x")) for s in (sys.argv[1] if len(sys.argv) > 1 else DEFAULT_SHAPES).split(",")]
 Ms = [int(v) for v in (sys.argv[2] if len(sys.argv) > 2 else "1,16").split(",")]
-# MH:ST[:grid], grid a number or T (one CTA per tile: no tile is cut, no fix-up)
-configs = [tuple(v if v == "T" else int(v) for v in c.split(":"))
-           for c in (sys.argv[3] if len(sys.argv) > 3 else "2:4,2:6,1:8,2:4:T,1:8:T").split(",")]
+# MH:ST:G[:grid]: G = 0 one CTA per tile (no tile is cut, no fix-up), G >= 1 stream-K over G CTAs per SM; "default"
+configs = [c if c == "default" else tuple(int(v) for v in c.split(":"))
+           for c in (sys.argv[3] if len(sys.argv) > 3 else "default,1:4:0,2:4:1").split(",")]
 out_path = sys.argv[4] if len(sys.argv) > 4 else None
 
 copy_gbps = harness.copy_bandwidth_gbps()
@@ -64,20 +64,23 @@ for N, K in shapes:
             calls["v3 default"] = ls3
         for cfg in configs:
             try:
-                grid = (N // (64 * cfg[0]) if cfg[2] == "T" else cfg[2]) if len(cfg) > 2 else None
-                ls = [V6.prepare(x, w, sch, config=cfg[:2], grid=grid) for w in w8]
+                conf = None if cfg == "default" else cfg[:3]
+                ls = [V6.prepare(x, w, sch, config=conf, grid=cfg[3] if conf and len(cfg) > 3 else None) for w in w8]
             except ValueError as e:
                 print(f"  v6 {cfg}: {e}")
                 continue
             ls[0].out.fill_(float("nan"))
             e6 = tolerances.matmul("wgmma", K).worst(ls[0]().clone(), ref6, terms6)
             info = ls[0].info
-            print(f"  v6 {cfg}: grid {info['grid']} tiles {info['tiles']} units {info['units']} maxp {info['maxp']} "
-                  f"smem {info['smem']} err/tol {e6:.2f}")
+            print(f"  v6 {cfg}: {info['config']} grid {info['grid']} tiles {info['tiles']} units {info['units']} "
+                  f"maxp {info['maxp']} smem {info['smem']} err/tol {e6:.2f}")
             if e6 <= 1.0:
-                name = "v6 " + ":".join(map(str, cfg))
+                name = "v6 " + (cfg if cfg == "default" else ":".join(map(str, cfg)))
                 calls[name] = ls
+                calls[name + " no PDL"] = [(lambda l=l: (l.split_only(), l.gemv_only(pdl=False))) for l in ls]
                 calls[name + " gemv only"] = [l.gemv_only for l in ls]
+                if "v6 split only" not in calls:
+                    calls["v6 split only"] = [l.split_only for l in ls]
         res = harness.interleave({k: (lambda fs=fs: harness.graph_time_us(fs, rep=30)) for k, fs in calls.items()},
                                  rounds=5)
         sm = res["_scaled_mm tensorwise"].median
