@@ -5,7 +5,8 @@ cannot; the row layout (hi, lo per token, zero padding); the split's effect on y
 x; the argument checks and the compiled list.
 GPU part (@gpu, sm_90 only): the split kernel equals split_reference bit for bit; the GEMV equals
 gemv_v6.reference within tolerances.matmul("wgmma", K) on poisoned outputs, per channel and 128 x 128 blocks, every
-compiled (MH, ST), small grids (tiles cut among several CTAs) and large; two calls give the same bits.
+compiled (MH, ST), small grids (tiles cut among several CTAs) and large, the split fused into the GEMV and as its own
+kernel; two calls give the same bits.
 """
 import math
 
@@ -27,7 +28,7 @@ def _cc():
 
 
 def gpu(test):
-    """A GPU test that needs sm_90 (wgmma): marked `gpu`, skipped elsewhere."""
+    """A GPU test that needs sm_90 (wgmma): marked `gpu`, skipped elsewhere."""  # noqa: D401
     return pytest.mark.gpu(pytest.mark.skipif(_cc() != 90, reason="needs an sm_90 GPU (wgmma)")(test))
 
 
@@ -41,12 +42,18 @@ def _x(M, K, seed=0, spread=True):
 
 # ---- CPU: the split ---------------------------------------------------------------------------------------------
 def test_split_layout_and_scales():
+    from fp8lab import scaling
+
     x = _x(3, 512)
     x8, sx = V6.split_reference(x)
     assert x8.shape == (8, 512) and x8.dtype == torch.uint8 and sx.shape == (3, 4)
-    hi, s = REF.quantize_group(x, 128)
-    assert torch.equal(x8[0:6:2], hi) and torch.equal(sx, s)   # the hi terms are the lab's group quantization
-    assert int(x8[6:].count_nonzero()) == 0                    # padding rows stay zero
+    amax = x.float().abs().view(3, 4, 128).amax(-1)
+    e = scaling.mx_scale_exponent(amax, formats.E4M3, "ceil")
+    assert torch.equal(sx, torch.exp2(e.float()))                    # powers of two: MX's "ceil" rule per 128-group
+    q = x.float() / sx.repeat_interleave(128, 1)
+    assert float(q.abs().max()) <= 256                               # never near E4M3's 448: no saturation
+    assert torch.equal(x8[0:6:2], formats.E4M3.encode(q))             # hi: q rounded to E4M3
+    assert int(x8[6:].count_nonzero()) == 0                          # padding rows stay zero
     assert V6.rows_for(1) == 8 and V6.rows_for(4) == 8 and V6.rows_for(5) == 16 and V6.rows_for(16) == 32
 
 
@@ -67,23 +74,24 @@ def test_split_keeps_bf16_precision_for_normal_quotients():
 
 def test_split_worked_example():
     x = torch.zeros(1, 128, dtype=torch.bfloat16)
-    x[0, 0], x[0, 1] = 448.0, 3.3     # amax 448 -> s = 1
+    x[0, 0], x[0, 1] = 256.0, 3.3     # amax 256 -> e = ceil(log2 256) - 8 = 0
     x8, sx = V6.split_reference(x)
     E = formats.E4M3.table().double()
     assert float(sx[0, 0]) == 1.0
     hi, lo = float(E[x8[0, 1].long()]), float(E[x8[1, 1].long()])
-    assert hi == 3.25 and lo == float(E[formats.E4M3.encode(torch.tensor([16 * (float(x[0, 1]) - 3.25)])).long()][0])
-    assert abs(hi + lo / 16 - float(x[0, 1])) <= 2.0**-8 * float(x[0, 1])
+    assert hi == 3.25 and lo == 0.75 and hi + lo / 16 == float(x[0, 1])   # 3.296875: every bit of the bf16
 
 
 def test_split_of_zero_and_nonfinite_groups():
-    x = torch.zeros(1, 256, dtype=torch.bfloat16)
+    x = torch.zeros(1, 384, dtype=torch.bfloat16)
     x[0, 130] = float("nan")
     x[0, 131] = 2.0
+    x[0, 260], x[0, 261] = float("inf"), 1.0
     x8, sx = V6.split_reference(x)
-    assert float(sx[0, 0]) == 1.0 and int(x8[:2, :128].count_nonzero()) == 0   # an all-zero group: scale 1, codes 0
-    assert float(sx[0, 1]) == float(torch.tensor(2.0) / 448)                                        # NaN ignored by the amax
-    assert int(x8[0, 130]) & 0x7F == formats.E4M3.nan_code                       # and propagated in the codes
+    assert float(sx[0, 0]) == 2.0**-127 and int(x8[:2, :128].count_nonzero()) == 0   # all zero: E8M0's smallest
+    assert float(sx[0, 1]) == 2.0**-7                                                # NaN ignored: amax 2 -> e = -7
+    assert int(x8[0, 130]) == int(x8[1, 130]) == formats.E4M3.nan_code              # and propagated in both terms
+    assert float(sx[0, 2]) == 2.0**-8 and int(x8[0, 260]) == 0x7E                  # Inf ignored, then saturated
 
 
 def test_split_error_is_below_one_bf16_rounding():
@@ -130,10 +138,13 @@ def test_split_kernel_is_bit_exact(M, K):
     x = _x(M, K, seed=M).cuda()
     x[0, :128] = 0                      # an all-zero group
     x[-1, 5] = float("nan")
-    launch = V6.prepare(x, torch.zeros(128, K, dtype=torch.uint8, device="cuda"), torch.ones(128, device="cuda"))
+    x[-1, 300 % K] = float("-inf")
+    x[0, 129 % K] = 1e-39               # a subnormal bf16
+    launch = V6.prepare(x, torch.zeros(128, K, dtype=torch.uint8, device="cuda"), torch.ones(128, device="cuda"),
+                        fused=False)
     launch.x8.fill_(0x55)
     launch.x8[2 * M:].zero_()
-    launch()
+    launch.split_only()
     torch.cuda.synchronize()
     x8, sx = V6.split_reference(x)
     assert torch.equal(launch.x8, x8)
@@ -149,15 +160,20 @@ CASES = [(1, 128, 256, None, None), (1, 512, 1024, None, 3), (4, 1024, 2048, Non
 
 
 @gpu
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize("mode", ["channel", "block"])
 @pytest.mark.parametrize("M,N,K,config,grid", CASES)
-def test_gemv_v6_matches_the_reference(mode, M, N, K, config, grid):
+def test_gemv_v6_matches_the_reference(mode, M, N, K, config, grid, fused):
     g = torch.Generator(device="cuda").manual_seed(M * 7 + N)
     w = F8.random_codes(N, K, generator=g)
     scale = (torch.rand(N, device="cuda", generator=g) + 0.5) * 1e-2 if mode == "channel" else \
         (torch.rand(math.ceil(N / 128), K // 128, device="cuda", generator=g) + 0.5) * 1e-2
     x = _x(M, K, seed=N).cuda()
-    launch = V6.prepare(x, w, scale, config=config, grid=grid, pdl=bool(M % 2))
+    if K >= 512:
+        x[0, 130:140] = 0               # assorted groups: partly zero, one tiny, one with a NaN-free outlier
+        x[-1, 256:384] = x[-1, 256:384] * 1e-30
+        x[M // 2, 400] = 3e4
+    launch = V6.prepare(x, w, scale, config=config, grid=grid, pdl=bool(M % 2), fused=fused)
     launch.out.fill_(float("nan"))
     y = launch().clone()
     ref = V6.reference(x, w, scale)

@@ -7,12 +7,13 @@ narrows the (few) activations instead, so the weights can stay FP8 all the way i
 reads them from shared memory, where TMA copied them; no instruction touches a weight byte). To keep bf16's precision,
 each activation becomes two E4M3 numbers per 128-wide k-block:
 
-    s = amax / 448 (fp8lab.scaling's rule),  q = x / s,  hi = e4m3(q),  lo = e4m3(16 (q - hi)),  x ~= s (hi + lo / 16)
+    e = ceil(log2 amax) - 8 (fp8lab.scaling.mx_scale_exponent, rule "ceil": a power of two, so x / 2**e is exact and
+    never above 256),  q = x / 2**e,  hi = e4m3(q),  lo = e4m3(16 (q - hi)),  x ~= 2**e (hi + lo / 16)
 
-Worked example (one 128-element group whose amax is 448, so s = 1): x = 3.3 -> q = 3.3, hi = 3.25 (E4M3 steps are
-0.25 in [2, 4)), q - hi = 0.05 -> lo = e4m3(0.8) = 0.8125, hi + lo / 16 = 3.30078: the 8 significant bits of a bf16.
+Worked example (one 128-element group whose amax is 256, so 2**e = 1): x = 3.3 (bf16 3.296875) -> hi = 3.25 (E4M3
+steps are 0.25 in [2, 4)), 16 (q - hi) = 0.75 -> lo = 0.75 (exact), hi + lo / 16 = 3.296875: every bit of the bf16.
 
-    x8, sx = split_reference(x)          # [NB, K] uint8 (row 2m = hi of token m, 2m + 1 = lo), fp32 [M, K / 128]
+    x8, sx = split_reference(x)          # [NB, K] uint8 (row 2m = hi of token m, 2m + 1 = lo), fp32 2**e [M, K / 128]
     split_values(x)                      # float64 [M, K]: s (hi + lo / 16), what the tensor cores multiply
     reference(x, w, scale)               # float64 y of the split activations (the kernel's answer up to fp32 sums)
 
@@ -31,8 +32,8 @@ from . import gemv_fp8 as F8
 from . import reference as reference_values
 
 #: compiled (block scales 0/1, NB activation rows, MH m64 sub-tiles per stage, ST stages)
-KERNELS = {(bl, nb, mh, st) for bl in (0, 1) for nb in (8, 16, 32)
-           for (mh, st) in ((1, 2), (1, 3), (1, 4), (1, 8), (2, 2), (2, 3), (2, 4), (2, 6), (2, 8))}
+KERNELS = {(bl, nb, mh, st, fx) for bl in (0, 1) for nb in (8, 16, 32)
+           for (mh, st) in ((1, 2), (1, 3), (1, 4), (1, 8), (2, 2), (2, 3), (2, 4), (2, 6), (2, 8)) for fx in (0, 1)}
 THREADS = 160  # one consumer warpgroup + one producer warp
 
 
@@ -47,8 +48,8 @@ def rows_for(M: int) -> int:
     return 8 if M <= 4 else 16 if M <= 8 else 32
 
 
-def kernel_name(block: bool, nb: int, mh: int, st: int) -> str:
-    return f"gemv6_{int(block)}_n{nb}_m{mh}_s{st}"
+def kernel_name(block: bool, nb: int, mh: int, st: int, fused: bool = True) -> str:
+    return f"gemv6_{int(block)}_n{nb}_m{mh}_s{st}_x{int(fused)}"
 
 
 def smem_bytes(nb: int, mh: int, st: int) -> int:
@@ -57,20 +58,25 @@ def smem_bytes(nb: int, mh: int, st: int) -> int:
 
 # ---- the split (CPU or GPU; the kernel is checked against it bit for bit) ------------------------------------------
 def split_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x8 uint8 [NB, K], sx fp32 [M, K / 128]): hi = quantize_group(x, 128) (the lab's scale rule, on x's device),
-    lo = e4m3(16 (x / s - hi)); rows 2M .. NB - 1 are zero."""
-    from fp8lab.formats import E4M3
+    """(x8 uint8 [NB, K], sx fp32 [M, K / 128]) on x's device: per 128-wide group, e = scaling.mx_scale_exponent(amax,
+    E4M3, "ceil") of the group's finite amax, q = x / 2**e (exact), hi = e4m3(q), lo = e4m3(16 (q - hi)); row 2m of
+    x8 holds token m's hi codes, row 2m + 1 its lo codes, rows 2M .. NB - 1 are zero; sx = 2**e."""
+    from fp8lab import scaling
+    from fp8lab.formats import E4M3, E8M0
 
     M, K = x.shape
     if K % 128:
         raise ValueError(f"K = {K} is not a multiple of 128: the split works in 128-wide k-blocks")
-    hi, sx = reference_values.quantize_group(x, 128)
-    q = x.float() / sx.repeat_interleave(128, dim=1)
-    r = q - E4M3.table().float().to(x.device)[hi.long()]
-    lo = E4M3.encode(r * 16.0)
+    xf = x.float()
+    amax = torch.where(torch.isfinite(xf), xf.abs(), torch.zeros_like(xf)).view(M, K // 128, 128).amax(dim=-1)
+    e = scaling.mx_scale_exponent(amax, E4M3, "ceil")
+    sx = E8M0.decode((e + E8M0.bias).to(torch.uint8)).float().to(x.device)
+    q = xf * torch.exp2(-e.float()).repeat_interleave(128, dim=1)        # exact: powers of two
+    hi = E4M3.encode(q)
+    lo = E4M3.encode((q - E4M3.table().float().to(x.device)[hi.long()]) * 16.0)
     x8 = torch.zeros(rows_for(M), K, dtype=torch.uint8, device=x.device)
     x8[0:2 * M:2], x8[1:2 * M:2] = hi, lo
-    return x8, sx.float()
+    return x8, sx
 
 
 def split_values(x: torch.Tensor) -> torch.Tensor:
@@ -121,18 +127,21 @@ def _launch_ex(fn_ptr: int, grid: int, block: int, params, smem: int, stream: in
 
 
 class Launch:
-    """split + GEMV on torch's current stream (capturable in a CUDA graph). The GEMV is launched with programmatic
-    dependent launch (pdl=True): its CTAs start while the split runs and copy weights until they need the split's
-    output. gemv_only() launches the GEMV alone (on the split activations of the last call), split_only() the split."""
+    """The GEMV (fused: one kernel) or split + GEMV on torch's current stream (capturable in a CUDA graph). The GEMV is
+    launched with programmatic dependent launch (pdl=True): its CTAs start while the previous kernel (the split)
+    finishes and copy weights until they need its output. gemv_only() launches the GEMV alone, split_only() the
+    split kernel alone."""
 
     def __init__(self, split, fn_ptr, grid, params, smem, out, pdl=True):
         self.split, self.fn_ptr, self.grid, self.params, self.smem, self.out = split, fn_ptr, grid, params, smem, out
         self.pdl = pdl
 
     def split_only(self) -> torch.Tensor:
+        """The split kernel alone (x8, sx: what the unfused GEMV reads; a fused launch does not need it)."""
+        sp = self.split or self.split_kernel
         cp = _cuda._cupy()
         with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-            self.split[0](*self.split[1:])
+            sp[0](*sp[1:])
         return self.out
 
     def gemv_only(self, pdl: bool | None = None) -> torch.Tensor:
@@ -141,13 +150,14 @@ class Launch:
         return self.out
 
     def __call__(self) -> torch.Tensor:
-        self.split_only()
+        if self.split is not None:
+            self.split_only()
         return self.gemv_only()
 
 
 def check_config(config, M: int, N: int, mode: str) -> tuple[int, int, int]:
-    have = sorted({k[2:] for k in KERNELS})
-    if not (isinstance(config, tuple) and len(config) == 3 and (mode == "block", rows_for(M), *config[:2]) in KERNELS
+    have = sorted({k[2:4] for k in KERNELS})
+    if not (isinstance(config, tuple) and len(config) == 3 and (mode == "block", rows_for(M), *config[:2], 1) in KERNELS
             and isinstance(config[2], int) and 0 <= config[2] <= 8):
         raise ValueError(f"version 6 config (MH, ST, G) = {config}: (MH, ST) must be compiled ({have}) and G = 0 (a "
                          f"CTA per tile) or 1..8 (stream-K over G CTAs per SM)")
@@ -158,9 +168,10 @@ def check_config(config, M: int, N: int, mode: str) -> tuple[int, int, int]:
 
 
 def prepare(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tuple | None = None,
-            out: torch.Tensor | None = None, grid: int | None = None, pdl: bool = True) -> Launch:
+            out: torch.Tensor | None = None, grid: int | None = None, pdl: bool = True, fused: bool = True) -> Launch:
     """Validate, allocate the split buffers and the stream-K workspace, encode the tensor maps; returns a Launch.
-    config (MH, ST, G), default default_config; grid: the number of CTAs (overrides G)."""
+    config (MH, ST, G), default default_config; grid: the number of CTAs (overrides G). fused: the GEMV splits x
+    itself (one kernel); False: gemv6_split first, then the GEMV reads its output by TMA (two kernels)."""
     from . import launch_ex, tma
 
     mode, M, N, K = F8.check_args(x, w, scale)
@@ -181,7 +192,7 @@ def prepare(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tu
     cp = _cuda._cupy()
     mod = _cuda.load_module("gemv_v6.cu")
     fsplit = mod.get_function("gemv6_split")
-    fn = mod.get_function(kernel_name(mode == "block", nb, mh, st))
+    fn = mod.get_function(kernel_name(mode == "block", nb, mh, st, fused))
     smem = smem_bytes(nb, mh, st)
     fn.max_dynamic_shared_size_bytes = smem
     T = N // (64 * mh)
@@ -200,15 +211,17 @@ def prepare(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tu
     mW, mX = tma.map_2d(N, K, 1, 64 * mh, 128), tma.map_2d(nb, K, 1, nb, 128)
     descs = [(ctypes.c_ubyte * tma.DESC_BYTES).from_buffer_copy(tma.encode(m, t.data_ptr())) for m, t in
              ((mW, w), (mX, x8))]
-    vals = descs + [ctypes.c_void_p(t.data_ptr()) for t in (sx, scale, out)] + \
+    vals = descs + [ctypes.c_void_p(t.data_ptr()) for t in (x, sx, scale, out)] + \
         [ctypes.c_int32(v) for v in (M, N, K)] + [ctypes.c_void_p(t.data_ptr()) for t in (ws, cnt)] + [ctypes.c_int32(maxp)]
     params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in vals])
-    split = (fsplit, (KB, M), (128,), (_cuda.as_cupy(x), _cuda.as_cupy(x8), _cuda.as_cupy(sx), cp.int32(M), cp.int32(K)))
-    launch = Launch(split, launch_ex.function_pointer(fn), P, (params, vals), smem, out, pdl)
+    split = (fsplit, (KB, -(-M // 4)), (128,), (_cuda.as_cupy(x), _cuda.as_cupy(x8), _cuda.as_cupy(sx), cp.int32(M),
+                                                 cp.int32(K)))
+    launch = Launch(None if fused else split, launch_ex.function_pointer(fn), P, (params, vals), smem, out, pdl)
+    launch.split_kernel = split
     launch.keep = (x, w, scale, x8, sx, ws, cnt)  # the maps and params hold raw addresses
     launch.x8, launch.sx = x8, sx
     launch.info = {"grid": P, "tiles": T, "units": U, "maxp": maxp, "smem": smem, "config": (mh, st, G), "nb": nb,
-                   "kernel": kernel_name(mode == "block", nb, mh, st)}
+                   "fused": fused, "kernel": kernel_name(mode == "block", nb, mh, st, fused)}
     return launch
 
 

@@ -63,24 +63,26 @@ for N, K in shapes:
         if e3 <= 1.0:
             calls["v3 default"] = ls3
         for cfg in configs:
-            try:
-                conf = None if cfg == "default" else cfg[:3]
-                ls = [V6.prepare(x, w, sch, config=conf, grid=cfg[3] if conf and len(cfg) > 3 else None) for w in w8]
-            except ValueError as e:
-                print(f"  v6 {cfg}: {e}")
-                continue
-            ls[0].out.fill_(float("nan"))
-            e6 = tolerances.matmul("wgmma", K).worst(ls[0]().clone(), ref6, terms6)
-            info = ls[0].info
-            print(f"  v6 {cfg}: {info['config']} grid {info['grid']} tiles {info['tiles']} units {info['units']} "
-                  f"maxp {info['maxp']} smem {info['smem']} err/tol {e6:.2f}")
-            if e6 <= 1.0:
-                name = "v6 " + (cfg if cfg == "default" else ":".join(map(str, cfg)))
-                calls[name] = ls
-                calls[name + " no PDL"] = [(lambda l=l: (l.split_only(), l.gemv_only(pdl=False))) for l in ls]
-                calls[name + " gemv only"] = [l.gemv_only for l in ls]
-                if "v6 split only" not in calls:
-                    calls["v6 split only"] = [l.split_only for l in ls]
+            conf = None if cfg == "default" else cfg[:3]
+            for fused in (True, False):
+                try:
+                    # fused: one kernel, launched plainly (no overlap with the previous call); split: gemv6_split,
+                    # then the GEMV with PDL (the pair launched as one call would be)
+                    ls = [V6.prepare(x, w, sch, config=conf, grid=cfg[3] if conf and len(cfg) > 3 else None,
+                                     fused=fused, pdl=not fused) for w in w8]
+                except ValueError as e:
+                    print(f"  v6 {cfg}: {e}")
+                    break
+                ls[0].out.fill_(float("nan"))
+                e6 = tolerances.matmul("wgmma", K).worst(ls[0]().clone(), ref6, terms6)
+                info = ls[0].info
+                name = ("v6 fused " if fused else "v6 split+gemv ") + (cfg if cfg == "default" else ":".join(map(str, cfg)))
+                print(f"  {name}: {info['config']} grid {info['grid']} tiles {info['tiles']} units {info['units']} "
+                      f"maxp {info['maxp']} smem {info['smem']} err/tol {e6:.2f}")
+                if e6 <= 1.0:
+                    calls[name] = ls
+                    if not fused and "v6 split only" not in calls:
+                        calls["v6 split only"] = [l.split_only for l in ls]
         res = harness.interleave({k: (lambda fs=fs: harness.graph_time_us(fs, rep=30)) for k, fs in calls.items()},
                                  rounds=5)
         sm = res["_scaled_mm tensorwise"].median
