@@ -17,7 +17,6 @@ from fp8lab import formats
 from fp8lab.kernels import cuda_available
 from fp8lab.kernels import gemv_fp8 as F8
 from fp8lab.kernels import gemv_v6 as V6
-from fp8lab.kernels import reference as REF
 from fp8lab.kernels import tolerances
 
 

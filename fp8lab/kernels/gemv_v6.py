@@ -29,7 +29,6 @@ import torch
 
 from . import _cuda
 from . import gemv_fp8 as F8
-from . import reference as reference_values
 
 #: compiled (block scales 0/1, NB activation rows, MH m64 sub-tiles per stage, ST stages)
 KERNELS = {(bl, nb, mh, st, fx) for bl in (0, 1) for nb in (8, 16, 32)
