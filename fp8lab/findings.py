@@ -1173,3 +1173,35 @@ def frontier_findings(rows: list[dict]) -> list[str]:
                    f"{ci(f(m, 'delta_pct'), f(m, 'ci95_low'), f(m, 'ci95_high'))}{pr}; clearly better at no more bytes than: "
                    f"{', '.join(f'`{b}`' for b in beats) or 'no uniform point'}.")
     return out or ["No mixed point in this run."]
+
+
+def v6_sentence(rows: list[dict], device: str | None = None) -> str:
+    """What a version-6 run says (rows: fp8lab.kernels.gemm_report.v6_table), rendered from its numbers: per M the range
+    of version 6 (split kernel + GEMV) and of version 3 against `_scaled_mm` tensorwise in the same rounds, where
+    version 6 beat version 3, what fusing the split did, and how far the split moved y."""
+    if not rows:
+        return "This run holds no timing of version 6."
+    parts = []
+    for M in sorted({r["M"] for r in rows}):
+        rs = [r for r in rows if r["M"] == M]
+        v3 = [r["v3"] for r in rs if r["v3"] is not None]
+        parts.append(f"at M = {M} version 6 ran {ratio_range([r['v6'] for r in rs], 3)}x `_scaled_mm` tensorwise"
+                     + (f" (version 3: {ratio_range(v3, 3)}x)" if v3 else ""))
+    n = len({(r["N"], r["K"]) for r in rows})
+    both = [r for r in rows if r["v3"] is not None]
+    wins = [r for r in both if r["v6"] > r["v3"]]
+    met = [r for r in rows if r["v6_lo"] >= 1.0]
+    text = (f"On the {device or 'recorded GPU'}, over {n} shape{'s' if n != 1 else ''} (the split kernel and the GEMV "
+            f"timed as one call, bf16 activations in, against `_scaled_mm` with activations already in FP8): "
+            + "; ".join(parts) + f". Version 6 was the faster of the two at {len(wins)} of {len(both)} points, and at "
+            f"least as fast as `_scaled_mm` (by the quartiles) at {len(met)} of {len(rows)}. ")
+    fused = [r["v6_fused"] for r in rows if r["v6_fused"] is not None]
+    if fused:
+        slower = sum(1 for r in rows if r["v6_fused"] is not None and r["v6_fused"] < r["v6"])
+        text += (f"Fusing the split into the GEMV ran {ratio_range(fused, 3)}x `_scaled_mm`, slower than the two-kernel "
+                 f"call at {slower} of {len(fused)} points: every CTA re-splits the groups it reads. ")
+    errs = [r["split_error"] for r in rows if r["split_error"] is not None]
+    if errs:
+        text += (f"The split moved y from the exact W8A16 answer by at most {max(errs):.1e} of sum |x w| "
+                 f"(one bf16 rounding of x can move it by up to {2.0**-9:.1e}).")
+    return text

@@ -197,3 +197,42 @@ def test_gemv_v6_is_close_to_the_exact_w8a16_answer():
     tol = tolerances.matmul("wgmma", K)
     bound = tol.bound(exact, terms) + 2.0**-8 * terms
     assert bool(((y.double() - exact).abs() <= bound).all())
+
+
+# ---- CPU: the report of a probe run (gemm_report.v6_table, findings.v6_sentence) ----------------------------------
+def _probe_doc():
+    rows, checks = [], []
+    for (N, K, M, sm, v3, v6, fz) in [(4096, 1024, 1, 20.0, 19.0, 21.0, 25.0), (8192, 1024, 1, 40.0, 41.0, 38.0, 50.0),
+                                      (4096, 1024, 16, 22.0, 25.0, 24.0, 40.0)]:
+        for name, t in (("_scaled_mm tensorwise", sm), ("v3 default", v3), ("v6 split+gemv default", v6),
+                        ("v6 split+gemv 1:2:0", v6 * 1.1), ("v6 fused default", fz), ("v6 split only", 1.5)):
+            rows.append({"N": N, "K": K, "M": M, "variant": name, "median_us": t, "q1_us": t * 0.99, "q3_us": t * 1.01,
+                         "vs_scaled_mm": sm / t, "of_copy": N * K / 4e3 / t})
+        checks.append({"N": N, "K": K, "M": M, "split_error": {"max": 1e-9, "rms": 1e-10},
+                       "err_over_tol": {"v3 default": 0.5, "v6 split+gemv default": 0.4, "v6 fused default": 0.3,
+                                        "not timed": 7.0}})
+    return {"rows": rows, "checks": checks}
+
+
+def test_v6_table_reads_a_probe_run():
+    from fp8lab.kernels import gemm_report
+
+    rows = gemm_report.v6_table(_probe_doc())
+    assert [(r["N"], r["M"]) for r in rows] == [(4096, 1), (8192, 1), (4096, 16)]   # by M, then size
+    r = rows[1]
+    assert r["v6"] == round(40 / 38, 3) and r["v3"] == round(40 / 41, 3) and r["v6_fused"] == 0.8
+    assert r["v6_lo"] == round(40 * 0.99 / (38 * 1.01), 3) and r["v6_hi"] == round(40 * 1.01 / (38 * 0.99), 3)
+    assert r["best"] == "default" and r["split_us"] == 1.5 and r["err_over_tol"] == 0.5   # untimed variants ignored
+    assert gemm_report.v6_table({}) == []
+
+
+def test_v6_sentence_renders_the_numbers():
+    from fp8lab import findings
+    from fp8lab.kernels import gemm_report
+
+    text = findings.v6_sentence(gemm_report.v6_table(_probe_doc()), "TEST GPU")
+    assert "TEST GPU" in text and "over 2 shapes" in text
+    assert f"{20 / 21:.3f}–{40 / 38:.3f}x" in text                      # M = 1 range of version 6
+    assert "faster of the two at 2 of 3 points" in text                  # 21 < 19? no; 38 < 41 yes; 24 < 25 yes
+    assert "at 1 of 3" in text and "slower than the two-kernel call at 3 of 3" in text
+    assert findings.v6_sentence([]) == "This run holds no timing of version 6."

@@ -1016,3 +1016,43 @@ def plot_prefill(data: dict, path=None, kernels=("wgmma_tma", "wgmma_ws", "scale
     if path:
         fig.savefig(path, dpi=110)
     return fig
+
+
+# ---- version 6: the split activations (tools/gpu/v6_probe.py) -----------------------------------------------------
+V6_MAIN, V6_FUSED = "v6 split+gemv default", "v6 fused default"
+
+
+def v6_table(data: dict) -> list[dict]:
+    """Rows of a version-6 run (tools/gpu/v6_probe.py), one per (N, K, M): `_scaled_mm` tensorwise's median time and
+    each variant's speed relative to it in the same rounds (x > 1: faster). 'v6' is the default call (gemv6_split, then
+    the PDL-launched GEMV), 'v6_fused' the split inside the GEMV, 'v6_best' the fastest split+gemv config timed;
+    'v6_lo'/'v6_hi' bound v6's ratio by the quartiles of both times (q1 / q3 each way); 'of_copy' is v6's weight
+    bytes over its time against the run's copy bandwidth; 'err_over_tol' the worst validation of the timed variants
+    (<= 1 passed) and 'split_error' how far the split moved y (max, in units of sum |x w|)."""
+    by = {}
+    for r in data.get("rows", []):
+        by.setdefault((r["N"], r["K"], r["M"]), {})[r["variant"]] = r
+    checks = {(c["N"], c["K"], c["M"]): c for c in data.get("checks", [])}
+    rows = []
+    for (N, K, M), v in sorted(by.items(), key=lambda kv: (kv[0][2], kv[0][0] * kv[0][1], kv[0])):
+        sm, main = v.get("_scaled_mm tensorwise"), v.get(V6_MAIN)
+        if not sm or not main:
+            continue
+        splits = {n: r for n, r in v.items() if n.startswith("v6 split+gemv")}
+        best_name, best = max(splits.items(), key=lambda kv: kv[1]["vs_scaled_mm"])
+        c = checks.get((N, K, M), {})
+        errs = [e for n, e in c.get("err_over_tol", {}).items() if n in v]
+        fused, v3, split = v.get(V6_FUSED), v.get("v3 default"), v.get("v6 split only")
+        rows.append({
+            "N": N, "K": K, "M": M, "MB": round(N * K / 1e6, 1), "scaled_mm_us": round(sm["median_us"], 2),
+            "v3": round(v3["vs_scaled_mm"], 3) if v3 else None,
+            "v6": round(main["vs_scaled_mm"], 3),
+            "v6_lo": round(sm["q1_us"] / main["q3_us"], 3), "v6_hi": round(sm["q3_us"] / main["q1_us"], 3),
+            "v6_fused": round(fused["vs_scaled_mm"], 3) if fused else None,
+            "v6_best": round(best["vs_scaled_mm"], 3), "best": best_name.replace("v6 split+gemv ", ""),
+            "split_us": round(split["median_us"], 2) if split else None,
+            "of_copy": round(main["of_copy"], 3),
+            "err_over_tol": round(max(errs), 2) if errs else None,
+            "split_error": (c.get("split_error") or {}).get("max"),
+        })
+    return rows

@@ -17,8 +17,13 @@ steps are 0.25 in [2, 4)), 16 (q - hi) = 0.75 -> lo = 0.75 (exact), hi + lo / 16
     split_values(x)                      # float64 [M, K]: s (hi + lo / 16), what the tensor cores multiply
     reference(x, w, scale)               # float64 y of the split activations (the kernel's answer up to fp32 sums)
 
-The kernel is checked against `reference` with tolerances.matmul("wgmma", K); how far the split moves y from the exact
-W8A16 answer (gemv_fp8.reference) is measured, not assumed (`split_error`).
+Because the scale is a power of two and q - hi is exact, hi + lo / 16 holds all 8 significant bits of a bf16 whenever
+lo is a normal E4M3 number: the split is exact except for values far below their group's largest (subnormal terms).
+The kernel is checked against `reference` with tolerances.matmul("wgmma", K); how far the split moves y from the
+exact W8A16 answer (gemv_fp8.reference) is measured, not assumed (`split_error`).
+
+Two ways to run it, both kept and timed: the split as its own small kernel (gemv6_split) followed by the GEMV
+(the default), or fused into the GEMV's consumer warpgroup (prepare(..., fused=True)).
 Limits: sm_90a only (wgmma); K % 128 == 0; N % 64 == 0 (N % 128 for 128-row tiles).
 """
 from __future__ import annotations
@@ -167,10 +172,12 @@ def check_config(config, M: int, N: int, mode: str) -> tuple[int, int, int]:
 
 
 def prepare(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tuple | None = None,
-            out: torch.Tensor | None = None, grid: int | None = None, pdl: bool = True, fused: bool = True) -> Launch:
+            out: torch.Tensor | None = None, grid: int | None = None, pdl: bool = True, fused: bool = False) -> Launch:
     """Validate, allocate the split buffers and the stream-K workspace, encode the tensor maps; returns a Launch.
-    config (MH, ST, G), default default_config; grid: the number of CTAs (overrides G). fused: the GEMV splits x
-    itself (one kernel); False: gemv6_split first, then the GEMV reads its output by TMA (two kernels)."""
+    config (MH, ST, G), default default_config; grid: the number of CTAs (overrides G). fused=False (the default):
+    gemv6_split first, then the GEMV reads its output by TMA (two kernels, the second PDL-launched); fused=True: the
+    GEMV splits x itself, one unit ahead (one kernel; every CTA splits every k-block it reads, so the work grows
+    with the CTA count: tools/gpu/v6_probe.py times both)."""
     from . import launch_ex, tma
 
     mode, M, N, K = F8.check_args(x, w, scale)

@@ -425,6 +425,37 @@ keep such tables per GPU and shape. Things to try: add an S to a shape by hand (
 4, 4, 8))`) and time it with `fp8lab.kernels.harness.graph_time_us`.
 """),
 ("md", r"""
+### Version 6: narrow the activations instead of widening the weights
+
+Versions 1–5 widen every FP8 weight to bf16 in registers before `mma.sync`: a few instructions per 16-byte word, on
+every byte of the matrix. `_scaled_mm` does none of that: cuBLASLt copies the weights to shared memory (TMA) and the
+FP8 tensor cores (`wgmma`) read them there. Hopper's FP8 `wgmma` needs *both* operands in FP8, so version 6
+(`fp8lab.kernels.gemv_v6`) turns the few bf16 activations into FP8 instead, without losing their precision: per token
+and 128-wide k-block, a power-of-two scale 2**e (the MX "ceil" rule of `fp8lab.scaling`, so nothing saturates), then
+two E4M3 terms, `hi = e4m3(x / 2**e)` and `lo = e4m3(16 (x / 2**e - hi))`. The tensor cores multiply both rows
+(one m64nNk32 `wgmma` per 32 k, N = 2 per token) and the promotion adds `hi + lo / 16`. A bf16 has 8 significant
+bits and each term holds 4, so the split is exact unless a value sits so far below its group's largest that `lo`
+goes subnormal; the table's `split_error` is what it moved y, measured. The weights never pass through a register.
+
+Two ways to call it, timed side by side: a small split kernel followed by the GEMV (PDL-launched, so its weight
+copies start while the split runs), and the split fused into the GEMV's consumer warpgroup. The GEMV itself runs one
+CTA per whole tile where there are enough tiles, and stream-K otherwise. The comparison is deliberately strict:
+version 6 is timed from bf16 activations, `_scaled_mm` from activations already in FP8.
+What it cannot show: the H200 unless a run there is recorded (each GPU's run is read on its own), and what fusing
+the split into the previous kernel (RMSNorm) would save inside a decode layer.
+"""),
+("code", r"""
+nb.show_recorded(gemm_report.probe_reports("v6_probe.json", gemm_report.v6_table, findings.v6_sentence),
+                 bg.format_rows, "(no version-6 run recorded yet: python3 tools/gpu/v6_probe.py <shapes> 1,16 default "
+                                 "outputs/kernels/v6_probe.json on a GPU)")
+"""),
+("md", r"""
+Reading it: `v6` is the two-kernel call, `v6_lo`–`v6_hi` its ratio by the quartiles, `v6_best` the fastest grid timed,
+`split_us` the split kernel alone. Things to try: `gemv_v6.split_values(x) - x` on your own activations (where is the
+split not exact?); `gemv_v6.prepare(x, w, s, config=(2, 3, 0))` against the default; time `fused=True` at M = 1 and 16
+and count how often each CTA re-splits the same group.
+"""),
+("md", r"""
 ## Prefill: the W8A8 block-scaled GEMM, step by step
 
 Prefill is compute-bound, and on the H200 only `wgmma` multiplies FP8 on the tensor cores. The lab's block-scaled
