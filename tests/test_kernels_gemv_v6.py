@@ -125,6 +125,13 @@ def test_rejects_bad_arguments():
         V6.check_config((2, 4, 1), 1, 192, "channel")
 
 
+def test_default_grid_and_split_placement():
+    assert V6.default_config(1, 14336, 132) == (1, 4, 0)          # 224 whole 64-row tiles: one CTA each
+    assert V6.default_config(1, 4096, 132) == (2, 4, 1)           # 64 tiles: too few, stream-K over the SMs
+    assert V6.fused_default(1, 1) and V6.fused_default(4, 2)
+    assert not V6.fused_default(5, 1) and not V6.fused_default(1, 0)
+
+
 def test_compiled_list_is_the_define():
     (d,) = V6.cuda_defines()
     assert d.startswith("FP8LAB_GEMV_V6=") and d.count("GEMV6(") == len(V6.KERNELS)
@@ -206,12 +213,13 @@ def _probe_doc():
                                       (4096, 1024, 16, 22.0, 25.0, 24.0, 40.0)]:
         for name, t in (("_scaled_mm tensorwise", sm), ("v3 default", v3), ("v6 split+gemv default", v6),
                         ("v6 split+gemv 1:2:0", v6 * 1.1), ("v6 fused default", fz), ("v6 split only", 1.5)):
-            rows.append({"N": N, "K": K, "M": M, "variant": name, "median_us": t, "q1_us": t * 0.99, "q3_us": t * 1.01,
-                         "vs_scaled_mm": sm / t, "of_copy": N * K / 4e3 / t})
+            rows.append({"family": "v6", "N": N, "K": K, "M": M, "variant": name, "median_us": t, "q1_us": t * 0.99,
+                         "q3_us": t * 1.01, "vs_scaled_mm": sm / t, "of_copy": N * K / 4e3 / t})
         checks.append({"N": N, "K": K, "M": M, "split_error": {"max": 1e-9, "rms": 1e-10},
                        "err_over_tol": {"v3 default": 0.5, "v6 split+gemv default": 0.4, "v6 fused default": 0.3,
                                         "not timed": 7.0}})
-    return {"rows": rows, "checks": checks}
+    rows.append({"family": "other", "N": 1, "K": 1, "M": 1, "variant": "v6 split+gemv default"})  # not this probe's
+    return {"results": rows, "checks": checks}
 
 
 def test_v6_table_reads_a_probe_run():

@@ -1030,8 +1030,9 @@ def v6_table(data: dict) -> list[dict]:
     bytes over its time against the run's copy bandwidth; 'err_over_tol' the worst validation of the timed variants
     (<= 1 passed) and 'split_error' how far the split moved y (max, in units of sum |x w|)."""
     by = {}
-    for r in data.get("rows", []):
-        by.setdefault((r["N"], r["K"], r["M"]), {})[r["variant"]] = r
+    for r in data.get("results", []):
+        if r.get("family") == "v6":
+            by.setdefault((r["N"], r["K"], r["M"]), {})[r["variant"]] = r
     checks = {(c["N"], c["K"], c["M"]): c for c in data.get("checks", [])}
     rows = []
     for (N, K, M), v in sorted(by.items(), key=lambda kv: (kv[0][2], kv[0][0] * kv[0][1], kv[0])):

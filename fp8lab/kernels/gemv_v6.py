@@ -22,8 +22,8 @@ lo is a normal E4M3 number: the split is exact except for values far below their
 The kernel is checked against `reference` with tolerances.matmul("wgmma", K); how far the split moves y from the
 exact W8A16 answer (gemv_fp8.reference) is measured, not assumed (`split_error`).
 
-Two ways to run it, both kept and timed: the split as its own small kernel (gemv6_split) followed by the GEMV
-(the default), or fused into the GEMV's consumer warpgroup (prepare(..., fused=True)).
+Two ways to run it, both kept and timed: the split as its own small kernel (gemv6_split) followed by the GEMV, or
+fused into the GEMV's consumer warpgroup (prepare(..., fused=True)); fused_default picks per call.
 Limits: sm_90a only (wgmma); K % 128 == 0; N % 64 == 0 (N % 128 for 128-row tiles).
 """
 from __future__ import annotations
@@ -116,6 +116,16 @@ def default_config(M: int, N: int, sms: int = 132) -> tuple[int, int, int]:
     return (1, 4, 0) if N % 64 == 0 and N // 64 >= 1.5 * sms else (2, 4, 1)
 
 
+def fused_default(M: int, G: int) -> bool:
+    """Split inside the GEMV where that work is small: a stream-K grid (G >= 1: about one CTA per SM, so each group is
+    split by few CTAs) and at most 4 tokens (one group per consumer warp). Elsewhere the split kernel goes first.
+    (In the H100 probe the fused call beat the two-kernel one only at the stream-K shapes at M = 1.)
+
+        fused_default(1, 1) -> True     fused_default(16, 1) -> False     fused_default(1, 0) -> False
+    """
+    return G >= 1 and M <= 4
+
+
 def _launch_ex(fn_ptr: int, grid: int, block: int, params, smem: int, stream: int, pdl: bool) -> None:
     """cuLaunchKernelEx with prebuilt params (launch_ex's structures; the TMA maps go by value as 128-byte buffers)."""
     from . import launch_ex
@@ -172,12 +182,12 @@ def check_config(config, M: int, N: int, mode: str) -> tuple[int, int, int]:
 
 
 def prepare(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tuple | None = None,
-            out: torch.Tensor | None = None, grid: int | None = None, pdl: bool = True, fused: bool = False) -> Launch:
+            out: torch.Tensor | None = None, grid: int | None = None, pdl: bool = True, fused: bool | None = None) -> Launch:
     """Validate, allocate the split buffers and the stream-K workspace, encode the tensor maps; returns a Launch.
-    config (MH, ST, G), default default_config; grid: the number of CTAs (overrides G). fused=False (the default):
-    gemv6_split first, then the GEMV reads its output by TMA (two kernels, the second PDL-launched); fused=True: the
-    GEMV splits x itself, one unit ahead (one kernel; every CTA splits every k-block it reads, so the work grows
-    with the CTA count: tools/gpu/v6_probe.py times both)."""
+    config (MH, ST, G), default default_config; grid: the number of CTAs (overrides G). fused=False: gemv6_split
+    first, then the GEMV reads its output by TMA (two kernels, the second PDL-launched); fused=True: the GEMV splits x
+    itself, one unit ahead (one kernel; every CTA splits every k-block it reads, so the work grows with the CTA count
+    and the tokens: tools/gpu/v6_probe.py times both); None: fused_default."""
     from . import launch_ex, tma
 
     mode, M, N, K = F8.check_args(x, w, scale)
@@ -185,6 +195,8 @@ def prepare(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tu
         raise RuntimeError(f"version 6 needs sm_90a (wgmma); this GPU is sm_{_cuda.device_cc()}")
     sms = tma.sm_count()
     mh, st, G = check_config(config or default_config(M, N, sms), M, N, mode)
+    if fused is None:
+        fused = fused_default(M, G)
     nb, KB = rows_for(M), K // 128
     w = F8._fp8_codes(w, "w").contiguous()
     x, scale = x.contiguous(), scale.contiguous()
@@ -242,4 +254,4 @@ def weight_bytes(N: int, K: int) -> int:
 
 
 __all__ = ["gemv_v6", "prepare", "split_reference", "split_values", "reference", "split_error", "KERNELS",
-           "rows_for", "default_config"]
+           "rows_for", "default_config", "fused_default"]

@@ -1,22 +1,21 @@
-"""Version 6 (split activations, FP8 wgmma on TMA-copied weights) against version 3 and the anchors (exploratory).
+"""Version 6 (split activations, FP8 wgmma on TMA-copied weights) against version 3 and the anchors.
 
-    python tools/gpu/v6_probe.py [shapes NxK,...] [M,...] [configs MH:ST,...] [out.json]
+    python tools/gpu/v6_probe.py [shapes NxK,...] [M,...] [configs] [out.json]
 
-FP8 per-channel weights in rotating sets (> 4x the L2). Every launch is validated first on a poisoned output:
-version 6 against gemv_v6.reference (tolerances.matmul("wgmma", K)), version 3 against gemv_fp8.reference; the split's
-own distance from the exact W8A16 answer is printed (gemv_v6.split_error). Then bf16 F.linear, `_scaled_mm`
-tensorwise (M padded to 16, activations already FP8: the anchor a user would pick), version 3 at its default, and
-version 6 (split + GEMV, and the GEMV alone) at each config, interleaved (harness.interleave, CUDA graphs), median
-and quartiles. Napkin math first: the weight bytes over the run's copy bandwidth. Exploratory: the numbers are
-printed (and written to out.json with provenance when given), not a committed record until a recording run."""
-import json
+configs: comma-separated "default" or MH:ST:G[:grid] (G = 0 one CTA per whole tile, no fix-up; G >= 1 stream-K over
+G CTAs per SM; grid overrides the CTA count). FP8 per-channel weights in rotating sets (> 4x the L2). Through the
+lab's harness.Bench: every kernel validated first on a poisoned output (version 6 against gemv_v6.reference with
+tolerances.matmul("wgmma", K), version 3 against gemv_fp8.reference), then timed in interleaved rounds (CUDA graphs,
+median and quartiles) with bf16 F.linear and `_scaled_mm` tensorwise (activations already FP8, M padded to 16: the
+anchor a user would pick). Version 6 runs two ways per config: the split fused into the GEMV (one kernel, plain
+launch) and gemv6_split + the PDL-launched GEMV; the split kernel alone is timed too. Napkin math first: the weight
+bytes over the run's copy bandwidth. Results: family "v6" records (variant, N, K, M, time and quartiles,
+vs_scaled_mm, of_copy) plus "checks" (validation and split error per point); gemm_report.v6_table reads them."""
 import math
-import os
 import sys
 
 import torch
 
-from fp8lab import provenance
 from fp8lab.kernels import gemv_fp8 as F8
 from fp8lab.kernels import gemv_v3 as V3
 from fp8lab.kernels import gemv_v6 as V6
@@ -25,15 +24,17 @@ from fp8lab.kernels import harness, tolerances
 DEFAULT_SHAPES = "14336x4096,4096x14336,18944x3584,3584x18944,28672x8192"
 shapes = [tuple(int(v) for v in s.split("x")) for s in (sys.argv[1] if len(sys.argv) > 1 else DEFAULT_SHAPES).split(",")]
 Ms = [int(v) for v in (sys.argv[2] if len(sys.argv) > 2 else "1,16").split(",")]
-# MH:ST:G[:grid]: G = 0 one CTA per tile (no tile is cut, no fix-up), G >= 1 stream-K over G CTAs per SM; "default"
 configs = [c if c == "default" else tuple(int(v) for v in c.split(":"))
-           for c in (sys.argv[3] if len(sys.argv) > 3 else "default,1:4:0,2:4:1").split(",")]
-out_path = sys.argv[4] if len(sys.argv) > 4 else None
+           for c in (sys.argv[3] if len(sys.argv) > 3 else "default,1:2:0,2:3:0").split(",")]
+out_path = sys.argv[4] if len(sys.argv) > 4 else "/dev/null"
 
-git = provenance.git_state()  # the tree as the run starts
+bench = harness.Bench("v6", out_path, "tools/gpu/v6_probe.py " + " ".join(sys.argv[1:]))
+bench.trust("bf16 F.linear", "anchor: timed for its speed, bf16 cuBLAS on the same shape")
+bench.trust("_scaled_mm tensorwise", "anchor: timed for its speed, its FP8 activations made outside the timing")
 copy_gbps = harness.copy_bandwidth_gbps()
+bench.ceilings["copy_gbps"] = copy_gbps
 print(f"copy bandwidth (read + write) {copy_gbps:.0f} GB/s on {torch.cuda.get_device_name()}")
-rows, checks = [], []
+checks = []
 for N, K in shapes:
     torch.manual_seed(0)
     sets = max(3, math.ceil(4 * 50e6 / (N * K)))
@@ -48,6 +49,7 @@ for N, K in shapes:
     for M in Ms:
         x = torch.randn(M, K, device="cuda").to(torch.bfloat16)
         xm = torch.zeros(max(16, M), K, device="cuda").to(torch.float8_e4m3fn)
+        xm[:M] = x.float().clamp(-448, 448).to(torch.float8_e4m3fn)
         wd = F8.dequant_weight(w8[0], sch)
         ref3, terms3 = F8.reference(x, w8[0], sch), x.double().abs() @ wd.abs().T
         ref6, terms6 = V6.reference(x, w8[0], sch), V6.split_values(x).abs() @ wd.abs().T
@@ -60,12 +62,21 @@ for N, K in shapes:
             "_scaled_mm tensorwise": [lambda w=w: torch._scaled_mm(xm, w.view(torch.float8_e4m3fn).t(), scale_a=one,
                                                                   scale_b=one, out_dtype=torch.bfloat16) for w in w8],
         }
+        point = f" {N}x{K} M={M}"
+
+        def gate(name, ls, ref, terms, kernel):
+            tol = tolerances.matmul(kernel, K)
+            err = {}
+
+            def check_fn(y):
+                err["e"] = tol.worst(y.clone(), ref, terms)
+                return err["e"] <= 1.0, {"err_over_tol": err["e"]}
+            ok = bench.validate(name + point, run=ls[0], check=check_fn, outputs=[ls[0].out])
+            check["err_over_tol"][name] = err.get("e")
+            return ok
+
         ls3 = [V3.prepare(x, p, version=3) for p in packs]
-        ls3[0].out.fill_(float("nan"))
-        e3 = tolerances.matmul("gemv_fp8", K).worst(ls3[0]().clone(), ref3, terms3)
-        print(f"  v3 default: err/tol {e3:.2f}")
-        check["err_over_tol"]["v3 default"] = e3
-        if e3 <= 1.0:
+        if gate("v3 default", ls3, ref3, terms3, "gemv_fp8"):
             calls["v3 default"] = ls3
         for cfg in configs:
             conf = None if cfg == "default" else cfg[:3]
@@ -78,31 +89,32 @@ for N, K in shapes:
                 except ValueError as e:
                     print(f"  v6 {cfg}: {e}")
                     break
-                ls[0].out.fill_(float("nan"))
-                e6 = tolerances.matmul("wgmma", K).worst(ls[0]().clone(), ref6, terms6)
-                info = ls[0].info
                 name = ("v6 fused " if fused else "v6 split+gemv ") + (cfg if cfg == "default" else ":".join(map(str, cfg)))
-                check["err_over_tol"][name] = e6
+                info = ls[0].info
                 print(f"  {name}: {info['config']} grid {info['grid']} tiles {info['tiles']} units {info['units']} "
-                      f"maxp {info['maxp']} smem {info['smem']} err/tol {e6:.2f}")
-                if e6 <= 1.0:
+                      f"maxp {info['maxp']} smem {info['smem']}")
+                if gate(name, ls, ref6, terms6, "wgmma"):
                     calls[name] = ls
                     if not fused and "v6 split only" not in calls:
                         calls["v6 split only"] = [l.split_only for l in ls]
-        res = harness.interleave({k: (lambda fs=fs: harness.graph_time_us(fs, rep=30)) for k, fs in calls.items()},
-                                 rounds=5)
-        sm = res["_scaled_mm tensorwise"].median
-        for k, r in res.items():
+                        bench.validate("v6 split only" + point, run=lambda l=ls[0]: l.split_only(),
+                                       check=lambda _, l=ls[0], x=x: (torch.equal(l.x8, V6.split_reference(x)[0]), {}),
+                                       outputs=[ls[0].x8])
+        timers = {k + point: (lambda fs=fs: harness.graph_time_us(fs, rep=30)) for k, fs in calls.items()}
+        res = bench.compare(timers)
+        sm = res["_scaled_mm tensorwise" + point]
+        for k in calls:
+            r = res[k + point]
             print(f"  {k:28s} {r.median:7.1f} us [{r.q1:.1f}, {r.q3:.1f}]  {wbytes / r.median / 1e6:.2f} TB/s "
-                  f"{ideal / r.median:.3f} of copy  x{sm / r.median:.3f} of _scaled_mm")
-            rows.append({"N": N, "K": K, "M": M, "variant": k, "median_us": r.median, "q1_us": r.q1, "q3_us": r.q3,
-                         "vs_scaled_mm": sm / r.median, "of_copy": ideal / r.median})
-if out_path:
-    doc = {"provenance": provenance.provenance("tools/gpu/v6_probe.py " + " ".join(sys.argv[1:]), cuda=True, git=git),
-           "copy_gbps": copy_gbps, "rows": rows, "checks": checks,
-           "notes": "version 6 (activations split into two E4M3 terms, FP8 wgmma on TMA-copied weights) vs version 3 and "
-                    "the anchors; every variant validated (err_over_tol <= 1) before it was timed"}
-    tmp = out_path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-    os.replace(tmp, out_path)  # never a half-written file
+                  f"{ideal / r.median:.3f} of copy  x{sm.median / r.median:.3f} of _scaled_mm")
+            bench.record(harness.Result(kernel=k, shape=f"{N}x{K}", dtype="e4m3", time_us=r.median, bytes=wbytes,
+                                        anchor="_scaled_mm tensorwise", anchor_time_us=sm.median, copy_gbps=copy_gbps,
+                                        extra={"family": "v6", "variant": k, "N": N, "K": K, "M": M,
+                                               "median_us": r.median, "q1_us": r.q1, "q3_us": r.q3,
+                                               "vs_scaled_mm": sm.median / r.median, "of_copy": ideal / r.median}),
+                         r)
+bench.extra["checks"] = checks
+bench.notes.append("version 6 (activations split into two E4M3 terms, FP8 wgmma on TMA-copied weights) against "
+                   "version 3 and the anchors; every variant validated before it was timed")
+if out_path != "/dev/null":
+    print("wrote", bench.write())
