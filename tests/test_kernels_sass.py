@@ -32,13 +32,13 @@ NATIVE = {"nvfp4_hw.cu": E2M1_CVT_REFUSED, "gemv_nvfp4_hw.cu": E2M1_CVT_REFUSED,
 # sm_89 has no clusters at all (the front end refuses __cluster_dims__); sm_120/121 have no wgmma/setmaxnreg, but for
 # gemm_w8a8_tma.cu ptxas' log there is filled by its advisory on TMA multicast before the errors
 _HOPPER_ONLY = "wgmma|setmaxnreg|__cluster_dims__ is not supported|'.multicast::cluster' modifier"
-REFUSAL = {"gemm_w8a8_wgmma.cu": _HOPPER_ONLY, "gemm_w8a8_tma.cu": _HOPPER_ONLY,
+REFUSAL = {"gemm_w8a8_wgmma.cu": _HOPPER_ONLY, "gemm_w8a8_tma.cu": _HOPPER_ONLY, "gemv_v6.cu": _HOPPER_ONLY,
            "gemv_v4.cu": r"Feature 'cp.async.bulk' requires .target sm_90 or higher",
            "gemv_v5.cu": r"Feature 'cp.async.bulk' requires .target sm_90 or higher",
            "attention_decode_v3.cu": r"Feature 'cp.async.bulk' requires .target sm_90 or higher", **NATIVE}
 # (source, arch) pairs that must NOT build, each with its reason; everything else must build.
-NOT_BUILDABLE = {(f, cc): "wgmma / setmaxnreg exist only on sm_90a" for f in ("gemm_w8a8_wgmma.cu", "gemm_w8a8_tma.cu")
-                 for cc in ARCHS if cc != 90}
+NOT_BUILDABLE = {(f, cc): "wgmma / setmaxnreg exist only on sm_90a"
+                 for f in ("gemm_w8a8_wgmma.cu", "gemm_w8a8_tma.cu", "gemv_v6.cu") for cc in ARCHS if cc != 90}
 NOT_BUILDABLE.update({(f, cc): "the E2M1 conversions exist only on sm_100a / sm_120a / sm_121a"
                       for f in ("nvfp4_hw.cu", "gemv_nvfp4_hw.cu") for cc in ARCHS if cc not in (120, 121)})
 NOT_BUILDABLE.update({("gemm_w4a4.cu", cc): "the block-scaled FP4 mma.sync exists only on sm_120a / sm_121a"
