@@ -82,7 +82,7 @@ SOURCES = {s.file: s for s in (
            key_kernels=("gemv5_fp8c_r1_nt1_c4_d3_e0_n0", "gemv5_fp8b_r1_nt1_c4_d3_e0_n0", "gemv5_nvfp4_r1_nt1_c4_d3_e0_n0")),
     Source("gemv_v6.cu", arch_specific=frozenset({90}), only=frozenset({90}),
            why="FP8 wgmma (the weights multiplied from shared memory) exists only on sm_90a",
-           defines="fp8lab.kernels.gemv_v6:cuda_defines", key_kernels=("gemv6_split", "gemv6_0_n8_m2_s4")),
+           defines="fp8lab.kernels.gemv_v6:cuda_defines", key_kernels=("gemv6_split", "gemv6_0_n8_m1_s4_x0", "gemv6_0_n8_m2_s4_x1")),
     Source("decode_layer.cu", key_kernels=("rmsnorm_bf16", "rope_append_fp8", "silu_mul_bf16", "add_bf16")),
     Source("gemv_nvfp4_hw.cu", arch_specific=frozenset(E2M1_CVT_ARCHS), only=frozenset(E2M1_CVT_ARCHS),
            why="cvt.rn.f16x2.e2m1x2 exists only on sm_100a / sm_120a / sm_121a",
