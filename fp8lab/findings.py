@@ -1199,7 +1199,8 @@ def v6_sentence(rows: list[dict], device: str | None = None) -> str:
     if fused:
         slower = sum(1 for r in rows if r["v6_fused"] is not None and r["v6_fused"] < r["v6"])
         text += (f"Fusing the split into the GEMV ran {ratio_range(fused, 3)}x `_scaled_mm`, slower than the two-kernel "
-                 f"call at {slower} of {len(fused)} points: every CTA re-splits the groups it reads. ")
+                 f"call at {slower} of {len(fused)} points (a plausible reading, not separated by this run: every CTA "
+                 f"re-splits the groups it reads, on its consumer warpgroup's path between two units). ")
     errs = [r["split_error"] for r in rows if r["split_error"] is not None]
     if errs:
         text += (f"The split moved y from the exact W8A16 answer by at most {max(errs):.1e} of sum |x w| "
