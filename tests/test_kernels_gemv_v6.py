@@ -27,7 +27,7 @@ def _cc():
 
 
 def gpu(test):
-    """A GPU test that needs sm_90 (wgmma): marked `gpu`, skipped elsewhere."""  # noqa: D401
+    """A GPU test that needs sm_90 (wgmma): marked `gpu`, skipped elsewhere."""
     return pytest.mark.gpu(pytest.mark.skipif(_cc() != 90, reason="needs an sm_90 GPU (wgmma)")(test))
 
 
@@ -130,6 +130,24 @@ def test_default_grid_and_split_placement():
     assert V6.default_config(1, 4096, 132) == (2, 4, 1)           # 64 tiles: too few, stream-K over the SMs
     assert V6.fused_default(1, 1) and V6.fused_default(4, 2)
     assert not V6.fused_default(5, 1) and not V6.fused_default(1, 0)
+
+
+@pytest.mark.parametrize("T,KB,grid", [(112, 32, 132), (224, 32, 224), (1, 2, 396), (16, 8, 396), (7, 3, 5),
+                                       (64, 112, 132), (13, 1, 4), (3, 5, 15)])
+def test_grid_plan_counts_every_ctas_piece(T, KB, grid):
+    """The kernel's owner of unit u, ((u + 1) P - 1) // U, against the CTAs' ranges written out: every CTA holds >= 1
+    unit, and maxp is the most distinct CTAs any tile's units fall in."""
+    P, maxp = V6.grid_plan(T, KB, grid)
+    U = T * KB
+    assert P == min(grid, U)
+    ranges = [(c * U // P, (c + 1) * U // P) for c in range(P)]
+    assert all(u1 > u0 for u0, u1 in ranges)
+    holders = [{c for c, (u0, u1) in enumerate(ranges) for u in range(t * KB, (t + 1) * KB) if u0 <= u < u1}
+               for t in range(T)]
+    assert maxp == max(len(h) for h in holders)
+    owner = lambda u: ((u + 1) * P - 1) // U  # noqa: E731 - gemv_v6.cu's v6_owner
+    assert all(min(h) == owner(t * KB) and max(h) == owner(t * KB + KB - 1) and len(h) == max(h) - min(h) + 1
+               for t, h in enumerate(holders))
 
 
 def test_compiled_list_is_the_define():

@@ -122,7 +122,9 @@ extern "C" __global__ void __launch_bounds__(128) gemv6_split(const u16* __restr
 }
 
 // ---- the GEMV -------------------------------------------------------------------------------------------------------
-// The CTA that owns unit u of U units cut into P equal ranges (range c = [c U / P, (c + 1) U / P)).
+// The CTA that owns unit u of U units cut into P equal ranges (range c = [c U / P, (c + 1) U / P)): the stream-K owner
+// of gemv_v3_common.cuh's v3_owner (grains of one unit) and gemm_w8a8_tma.cu's streamk_owner; gemv_v6.grid_plan is its
+// Python side (through gemv_v3.streamk_plan).
 __device__ __forceinline__ int v6_owner(long long u, long long U, long long P) { return (int)(((u + 1) * P - 1) / U); }
 
 template <int BLOCK, int NB, int MH, int ST, int FX>

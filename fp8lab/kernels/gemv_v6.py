@@ -116,6 +116,21 @@ def default_config(M: int, N: int, sms: int = 132) -> tuple[int, int, int]:
     return (1, 4, 0) if N % 64 == 0 and N // 64 >= 1.5 * sms else (2, 4, 1)
 
 
+def grid_plan(T: int, KB: int, grid: int) -> tuple[int, int]:
+    """(P, maxp): the CTAs launched for T tiles of KB units on `grid` CTAs, and the most pieces a tile is cut into (the
+    fix-up's slots per tile). P = min(grid, T KB): at most one CTA per unit, so every CTA's range [c U / P, (c + 1) U / P)
+    is non-empty and a tile's pieces are exactly the CTAs from the owner of its first unit to the owner of its last
+    (the kernel's fix-up counts that many arrivals). The ranges and owners are gemv_v3.streamk_plan's (grains of one
+    unit, the CTAs as its warps).
+
+        grid_plan(112, 32, 132) -> (132, 3)     grid_plan(224, 32, 224) -> (224, 1)   # one CTA per whole tile
+    """
+    from .gemv_v3 import streamk_plan
+
+    P = min(grid, T * KB)
+    return P, streamk_plan(T, KB, P)["smax"]
+
+
 def fused_default(M: int, G: int) -> bool:
     """Split inside the GEMV where that work is small: a stream-K grid (G >= 1: about one CTA per SM, so each group is
     split by few CTAs) and at most 4 tokens (one group per consumer warp). Elsewhere the split kernel goes first.
@@ -127,7 +142,9 @@ def fused_default(M: int, G: int) -> bool:
 
 
 def _launch_ex(fn_ptr: int, grid: int, block: int, params, smem: int, stream: int, pdl: bool) -> None:
-    """cuLaunchKernelEx with prebuilt params (launch_ex's structures; the TMA maps go by value as 128-byte buffers)."""
+    """cuLaunchKernelEx with prebuilt params (launch_ex's structures; the TMA maps go by value as 128-byte buffers,
+    which launch_ex.launch's marshalling does not take: teaching it would change a source the recorded GEMM and GEMV
+    runs are digested against, gemm_report.SOURCES)."""
     from . import launch_ex
 
     attr = launch_ex._Attr()
@@ -146,16 +163,15 @@ class Launch:
     finishes and copy weights until they need its output. gemv_only() launches the GEMV alone, split_only() the
     split kernel alone."""
 
-    def __init__(self, split, fn_ptr, grid, params, smem, out, pdl=True):
-        self.split, self.fn_ptr, self.grid, self.params, self.smem, self.out = split, fn_ptr, grid, params, smem, out
-        self.pdl = pdl
+    def __init__(self, split, fused, fn_ptr, grid, params, smem, out, pdl=True):
+        self.split, self.fused, self.fn_ptr, self.grid, self.params = split, fused, fn_ptr, grid, params
+        self.smem, self.out, self.pdl = smem, out, pdl
 
     def split_only(self) -> torch.Tensor:
         """The split kernel alone (x8, sx: what the unfused GEMV reads; a fused launch does not need it)."""
-        sp = self.split or self.split_kernel
         cp = _cuda._cupy()
         with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-            sp[0](*sp[1:])
+            self.split[0](*self.split[1:])
         return self.out
 
     def gemv_only(self, pdl: bool | None = None) -> torch.Tensor:
@@ -164,7 +180,7 @@ class Launch:
         return self.out
 
     def __call__(self) -> torch.Tensor:
-        if self.split is not None:
+        if not self.fused:
             self.split_only()
         return self.gemv_only()
 
@@ -215,14 +231,9 @@ def prepare(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tu
     fn.max_dynamic_shared_size_bytes = smem
     T = N // (64 * mh)
     U = T * KB
-    # stream-K: at most the resident CTAs (a piece never waits for another, but the grid should run in one wave) and
-    # at most one per unit: then every CTA's range is non-empty, and a tile's pieces are exactly the CTAs from the
-    # owner of its first unit to the owner of its last (the fix-up counts that many arrivals). G = 0: one per tile.
     if grid is None:
         grid = T if G == 0 else sms * min(G, launch_ex.resident_ctas(fn, THREADS, smem))
-    P = min(grid, U)
-    owner = lambda u: ((u + 1) * P - 1) // U  # noqa: E731  (the kernel's v6_owner)
-    maxp = max(owner(t * KB + KB - 1) - owner(t * KB) + 1 for t in range(T))
+    P, maxp = grid_plan(T, KB, grid)
     NA = mh * (nb // 8) * 2
     ws = torch.empty(max(1, T * maxp * NA * 128 if maxp > 1 else 1), dtype=torch.float32, device=x.device)
     cnt = torch.zeros(T, dtype=torch.int32, device=x.device)
@@ -234,8 +245,7 @@ def prepare(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tu
     params = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in vals])
     split = (fsplit, (KB, -(-M // 4)), (128,), (_cuda.as_cupy(x), _cuda.as_cupy(x8), _cuda.as_cupy(sx), cp.int32(M),
                                                  cp.int32(K)))
-    launch = Launch(None if fused else split, launch_ex.function_pointer(fn), P, (params, vals), smem, out, pdl)
-    launch.split_kernel = split
+    launch = Launch(split, fused, launch_ex.function_pointer(fn), P, (params, vals), smem, out, pdl)
     launch.keep = (x, w, scale, x8, sx, ws, cnt)  # the maps and params hold raw addresses
     launch.x8, launch.sx = x8, sx
     launch.info = {"grid": P, "tiles": T, "units": U, "maxp": maxp, "smem": smem, "config": (mh, st, G), "nb": nb,
@@ -249,9 +259,5 @@ def gemv_v6(x: torch.Tensor, w: torch.Tensor, scale: torch.Tensor, *, config: tu
     return prepare(x, w, scale, config=config, out=out)()
 
 
-def weight_bytes(N: int, K: int) -> int:
-    return N * K
-
-
 __all__ = ["gemv_v6", "prepare", "split_reference", "split_values", "reference", "split_error", "KERNELS",
-           "rows_for", "default_config", "fused_default"]
+           "rows_for", "default_config", "fused_default", "grid_plan"]
