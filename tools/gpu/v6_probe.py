@@ -1,6 +1,6 @@
 """Version 6 (split activations, FP8 wgmma on TMA-copied weights) against version 3 and the anchors.
 
-    python tools/gpu/v6_probe.py [shapes NxK,...] [M,...] [configs] [out.json]
+    python tools/gpu/v6_probe.py [shapes NxK,...] [M,...] [configs] [out.json] [both|split]
 
 configs: comma-separated "default" or MH:ST:G[:grid] (G = 0 one CTA per whole tile, no fix-up; G >= 1 stream-K over
 G CTAs per SM; grid overrides the CTA count). FP8 per-channel weights in rotating sets (> 4x the L2). Through the
@@ -8,7 +8,8 @@ lab's harness.Bench: every kernel validated first on a poisoned output (version 
 tolerances.matmul("wgmma", K), version 3 against gemv_fp8.reference), then timed in interleaved rounds (CUDA graphs,
 median and quartiles) with bf16 F.linear and `_scaled_mm` tensorwise (activations already FP8, M padded to 16: the
 anchor a user would pick). Version 6 runs two ways per config: the split fused into the GEMV (one kernel, plain
-launch) and gemv6_split + the PDL-launched GEMV; the split kernel alone is timed too. Napkin math first: the weight
+launch) and gemv6_split + the PDL-launched GEMV (mode "split": the second way only, for a tuning sweep over many
+configs); the split kernel alone is timed too. Napkin math first: the weight
 bytes over the run's copy bandwidth. Results: family "v6" records (variant, N, K, M, time and quartiles,
 vs_scaled_mm, of_copy) plus "checks" (validation and split error per point); gemm_report.v6_table reads them."""
 import math
@@ -27,6 +28,9 @@ Ms = [int(v) for v in (sys.argv[2] if len(sys.argv) > 2 else "1,16").split(",")]
 configs = [c if c == "default" else tuple(int(v) for v in c.split(":"))
            for c in (sys.argv[3] if len(sys.argv) > 3 else "default,1:2:0,2:3:0").split(",")]
 out_path = sys.argv[4] if len(sys.argv) > 4 else "/dev/null"
+mode = sys.argv[5] if len(sys.argv) > 5 else "both"
+if mode not in ("both", "split"):
+    sys.exit(f"mode {mode!r}: expected 'both' or 'split'")
 
 bench = harness.Bench("v6", out_path, "tools/gpu/v6_probe.py " + " ".join(sys.argv[1:]))
 copy_gbps = harness.copy_bandwidth_gbps()
@@ -81,7 +85,7 @@ for N, K in shapes:
             calls["v3 default"] = ls3
         for cfg in configs:
             conf = None if cfg == "default" else cfg[:3]
-            for fused in (True, False):
+            for fused in ((True, False) if mode == "both" else (False,)):
                 try:
                     # fused: one kernel, launched plainly (no overlap with the previous call); split: gemv6_split,
                     # then the GEMV with PDL (the pair launched as one call would be)
