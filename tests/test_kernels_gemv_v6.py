@@ -252,6 +252,17 @@ def test_v6_table_reads_a_probe_run():
     assert gemm_report.v6_table({}) == []
 
 
+def test_v6_configs_ranks_each_point():
+    from fp8lab.kernels import gemm_report
+
+    rows = gemm_report.v6_configs(_probe_doc())
+    assert [(r["N"], r["M"]) for r in rows] == [(4096, 1), (8192, 1), (4096, 16)]
+    r = rows[0]   # 1:2:0 took 1.1x the default's time: the default is the best
+    assert r["best"] == "default" and r["default"] == round(20 / 21, 3) and r["gain"] == 1.0
+    assert r["configs"] == {"1:2:0": round(20 / 23.1, 3), "default": round(20 / 21, 3)}   # split+gemv only
+    assert gemm_report.v6_configs({}) == []
+
+
 def test_v6_sentence_renders_the_numbers():
     from fp8lab import findings
     from fp8lab.kernels import gemm_report

@@ -1057,3 +1057,21 @@ def v6_table(data: dict) -> list[dict]:
             "split_error": (c.get("split_error") or {}).get("max"),
         })
     return rows
+
+
+def v6_configs(data: dict) -> list[dict]:
+    """A version-6 tuning run (tools/gpu/v6_probe.py ... split): per (N, K, M), every split+gemv configuration's
+    speed against `_scaled_mm` tensorwise in the same rounds ('MH:ST:G' -> x, > 1 faster), the default's name and
+    ratio, the fastest configuration and its ratio, and by how much it beat the default (best / default)."""
+    by = {}
+    for r in data.get("results", []):
+        if r.get("family") == "v6" and r.get("variant", "").startswith("v6 split+gemv "):
+            by.setdefault((r["N"], r["K"], r["M"]), {})[r["variant"].replace("v6 split+gemv ", "")] = r["vs_scaled_mm"]
+    rows = []
+    for (N, K, M), v in sorted(by.items(), key=lambda kv: (kv[0][2], kv[0][0] * kv[0][1], kv[0])):
+        best = max(v, key=v.get)
+        d = v.get("default")
+        rows.append({"N": N, "K": K, "M": M, "default": round(d, 3) if d else None, "best": best,
+                     "best_x": round(v[best], 3), "gain": round(v[best] / d, 3) if d else None,
+                     "configs": {k: round(x, 3) for k, x in sorted(v.items())}})
+    return rows
