@@ -84,7 +84,9 @@ def recorded(folder: str, *files: str, prov: str | None = "provenance.json", qui
     """The committed folder `outputs/<folder>` if every one of `files` is there, else None.
 
     Prints the provenance line of the run (from `prov` inside the folder, or from the first file when it is a
-    JSON holding a "provenance" key), or one clear line saying what is not recorded yet — never a traceback.
+    JSON holding a "provenance" key), or one clear line saying what is not recorded yet — never a traceback. A kernel
+    record that carries its sources' digest gets a second line: whether it timed the kernel sources of this tree
+    (gemm_report.sources_state).
 
     recorded("kv_drift_8k", "kv_drift.csv") -> Path(".../outputs/kv_drift_8k") or None
     """
@@ -97,11 +99,18 @@ def recorded(folder: str, *files: str, prov: str | None = "provenance.json", qui
         return None
     if not quiet:
         src = base / prov if prov and (base / prov).is_file() else (base / files[0] if files else None)
+        sources = None
         try:
             line = provenance_line(src) if src is not None and src.suffix == ".json" else "(no provenance recorded)"
+            if src is not None and src.suffix == ".json":
+                data = json.loads(src.read_text(encoding="utf-8"))
+                if isinstance(data, dict) and (data.get("sources_sha256_12")
+                                               or (data.get("provenance") or {}).get("sources_sha256_12")):
+                    from fp8lab.kernels.gemm_report import sources_state   # a kernel record: did it time this tree?
+                    sources = sources_state(data)
         except (OSError, ValueError) as e:
             line = f"(provenance unreadable: {e})"
-        print(f"{rel(base)}: {line}")
+        print(f"{rel(base)}: {line}" + (f"\n  sources: {sources}" if sources else ""))
     return base
 
 

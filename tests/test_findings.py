@@ -94,6 +94,11 @@ def test_latest_kernels_and_roofline_points():
     data["results"].append(dict(kernel="gemv_x_v3", family="decode", M=1, N=8, K=8, flops=128, bytes=64, time_us=0.8,
                                 tflops=2.5))
     assert [p["kernel"] for p in findings.kernel_roofline_points(data, Ms=(1,))] == ["bf16_cublas", "gemv_x_v2"]
+    # a PDL launch of a kernel (the same kernel overlapping its neighbour) adds no second star, even when faster
+    data["results"].append(dict(kernel="gemv_x_v2", family="decode", M=1, N=8, K=8, flops=128, bytes=64, time_us=0.4,
+                                tflops=5.0, pdl=True))
+    pts = findings.kernel_roofline_points(data, Ms=(1,))
+    assert [p["kernel"] for p in pts] == ["bf16_cublas", "gemv_x_v2"] and pts[1]["tflops"] == 4.0
 
 
 # ---- fp8lab.notebook ---------------------------------------------------------------------------------------
@@ -111,6 +116,25 @@ def test_recorded_prints_commit_and_tree_state(tmp_path, monkeypatch, capsys):
     assert nb.recorded("run", "r.csv") == tmp_path / "run"
     out = capsys.readouterr().out
     assert "commit 0123456789ab (DIRTY tree)" in out
+
+
+def test_recorded_says_whether_a_kernel_record_timed_this_tree(tmp_path, monkeypatch, capsys):
+    from fp8lab.kernels import harness
+
+    monkeypatch.setattr(nb, "OUTPUTS", tmp_path)
+    (tmp_path / "k").mkdir()
+    dig = harness.source_digest(("ptx.cuh",))
+    prov = {"git_commit": "abcdef0123456789", "dirty": False, "date": "2026-12-01", "command": "x", "device": "GPU"}
+    for name, d in (("same.json", dig), ("old.json", {"ptx.cuh": "0" * 12})):
+        (tmp_path / "k" / name).write_text(json.dumps({"provenance": prov, "sources_sha256_12": d, "results": []}))
+    nb.recorded("k", "same.json", prov=None)
+    assert "sources: the kernel sources of this tree" in capsys.readouterr().out
+    nb.recorded("k", "old.json", prov=None)
+    out = capsys.readouterr().out
+    assert "sources: differ from this tree: ptx.cuh (changed since abcdef0" in out and "git diff abcdef0" in out
+    (tmp_path / "k" / "plain.json").write_text(json.dumps({"provenance": prov, "results": []}))
+    nb.recorded("k", "plain.json", prov=None)
+    assert "sources:" not in capsys.readouterr().out       # a record without a digest: the one provenance line
 
 
 def test_provenance_line_reads_nested_records_and_collapses_whitespace():

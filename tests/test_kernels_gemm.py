@@ -973,7 +973,7 @@ def test_recorded_runs_and_provenance_lines(tmp_path):
     assert [r["provenance"]["device"] for r in runs] == ["GPU A", "GPU C"]
     lines = R.provenance_lines(runs[0])
     assert lines[0] == f"{'device':24s} GPU A" and f"{'command':24s} x y" in lines
-    assert len(lines) == len(R.provenance_summary(runs[0]))
+    assert len(lines) == len(R.provenance_summary(runs[0])) - 1 and lines[-1].endswith("not recorded with this run")
     assert R.recorded_runs("nope.json", folders=(a, b, c)) == []
     # earlier recordings of the same file kept in <folder>/repeats/<stem>_<commit>.json, after the committed one
     (a / "repeats").mkdir()
@@ -1147,3 +1147,12 @@ def test_segments_table_best_and_sentence():
     assert "No segment split pays" in findings.segments_sentence(best[1:])
     assert "at every shape timed" in findings.segments_sentence(best[:1])
     assert findings.segments_sentence([]) == "This run holds no timing of a split in whole segments."
+
+
+def test_decode_table_names_the_pdl_launch_apart():
+    """The same kernel timed plainly and with programmatic dependent launch: two rows, the second named '(pdl)'."""
+    from fp8lab.kernels import gemm_report as R
+
+    base = dict(family="decode", kernel="gemv3_fp8c_x", M=1, N=64, K=64, bytes=4096, flops=8192, gbps=1.0)
+    rows = R.decode_table({"results": [dict(base, time_us=2.0), dict(base, time_us=1.5, pdl=True)], "ceilings": {}})
+    assert [(r["kernel"], r["time_us"]) for r in rows] == [("gemv3_fp8c_x", 2.0), ("gemv3_fp8c_x (pdl)", 1.5)]

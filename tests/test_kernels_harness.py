@@ -165,7 +165,8 @@ def test_source_digest_follows_includes_and_records_compare_their_own_files():
     rec["sources_sha256_12"] = {**dig, "ptx.cuh": "0" * 12}
     s = GR.provenance_summary(rec)
     assert s["sources_match_this_tree"] is False and s["sources_differing"] == ["ptx.cuh"]
-    assert "differ from this tree: ptx.cuh" in BA.format_provenance(rec)
+    assert "differ from this tree: ptx.cuh (changed since abc1234: " in BA.format_provenance(rec)
+    assert "git diff abc1234 -- fp8lab/kernels/ptx.cuh" in GR.provenance_lines(rec)[-1]
     assert "not recorded with this run" in BA.format_provenance({"provenance": {}})
     assert "not recorded with this run" in BA.format_provenance({})  # no provenance at all: lines, not a KeyError
     # whatever names a record carries, only plain files of fp8lab/kernels are read

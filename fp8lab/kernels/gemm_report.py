@@ -57,7 +57,8 @@ def decode_table(data: dict) -> list[dict]:
     """Rows of the decode results: our time, the anchors, ratios, and the roofline from the run's own ceilings.
 
     Memory roof = the best read bandwidth seen in the run (copy test or any decode kernel); compute roof =
-    the bf16 8192^3 rate (every decode kernel here multiplies in bf16 or on FP8 tensor cores, both faster)."""
+    the bf16 8192^3 rate (every decode kernel here multiplies in bf16 or on FP8 tensor cores, both faster). A launch
+    with programmatic dependent launch (the same kernel, overlapping its neighbour) is named '<kernel> (pdl)'."""
     ceil = data.get("ceilings", {})
     dec = [r for r in data["results"] if r.get("family") == "decode"]
     # The copy test counts read + write; a pure read stream goes faster (cuBLAS' bf16 GEMV reads at more than
@@ -66,7 +67,8 @@ def decode_table(data: dict) -> list[dict]:
     rate = ceil.get("bf16_gemm_tflops_8192")
     rows = []
     for r in dec:
-        row = {"kernel": r["kernel"], "M": r["M"], "N": r["N"], "K": r["K"], "time_us": r["time_us"],
+        row = {"kernel": r["kernel"] + (" (pdl)" if r.get("pdl") else ""), "M": r["M"], "N": r["N"], "K": r["K"],
+               "time_us": r["time_us"],
                "GB/s": r.get("gbps"), "weight_x_copy": r.get("weight_fraction_of_copy"), "x_vs_bf16": r.get("speedup"),
                "x_vs_scaled_mm_tensorwise": r.get("speedup_vs_scaled_mm_tensorwise"),
                "x_vs_scaled_mm_blockwise": r.get("speedup_vs_scaled_mm_blockwise")}
@@ -792,11 +794,23 @@ def provenance_rows(data: dict, keys=("git_commit", "device", "date", "command",
     """A record's provenance as aligned 'key  value' lines (either schema), then whether the kernel sources the
     record names still match this tree."""
     p = provenance.flat(data.get("provenance") or {})
+    return [f"{k:11s} {p.get(k) or '-'}" for k in keys] + [f"{'sources':11s} {sources_state(data)}"]
+
+
+def sources_state(data: dict) -> str:
+    """Whether a record timed the kernel sources of this tree, in words a reader can act on: 'the kernel sources of
+    this tree', 'not recorded with this run', or 'differ from this tree: a.cu, b.py (changed since <commit>: these
+    rows time the code as it was then; git diff <commit> -- <paths> shows the change)'."""
     s = provenance_summary(data)
-    state = ("not recorded with this run" if s["sources_match_this_tree"] is None else
-             "the kernel sources of this tree" if s["sources_match_this_tree"] else
-             "differ from this tree: " + ", ".join(s["sources_differing"]))
-    return [f"{k:11s} {p.get(k) or '-'}" for k in keys] + [f"{'sources':11s} {state}"]
+    if s["sources_match_this_tree"] is None:
+        return "not recorded with this run"
+    if s["sources_match_this_tree"]:
+        return "the kernel sources of this tree"
+    c = str(s.get("git_commit") or "")[:7] or "the recorded commit"
+    diff = s["sources_differing"]
+    paths = " ".join(f"fp8lab/kernels/{f}" for f in diff) if len(diff) <= 3 else "fp8lab/kernels"
+    return (f"differ from this tree: {', '.join(s['sources_differing'])} (changed since {c}: these rows time the code "
+            f"as it was then; git diff {c} -- {paths} shows the change)")
 
 
 def prefill_repeats(runs: list[dict], kernel: str = "wgmma_tma", min_m: int = 0) -> list[dict]:
@@ -854,8 +868,11 @@ def decode_gap_sass_rows(data: dict, ops=("LDG", "HMMA", "HMUL2", "LOP3")) -> li
 
 
 def provenance_lines(data: dict) -> list[str]:
-    """provenance_summary as aligned 'key value' lines (whitespace in a value collapsed), for printing."""
-    return [f"{k:24s} {' '.join(str(v).split())}" for k, v in provenance_summary(data).items()]
+    """provenance_summary as aligned 'key value' lines (whitespace in a value collapsed), for printing; its two
+    source-digest entries as one 'sources' line in words (sources_state)."""
+    skip = ("sources_match_this_tree", "sources_differing")
+    return ([f"{k:24s} {' '.join(str(v).split())}" for k, v in provenance_summary(data).items() if k not in skip]
+            + [f"{'sources':24s} {sources_state(data)}"])
 
 
 #: where the lab's GPU records live: the H200's (outputs/kernels/) and the H100's (outputs/kernels/h100/)

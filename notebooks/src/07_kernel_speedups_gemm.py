@@ -114,7 +114,9 @@ already reads at the memory roof, a target of "faster than it" asks for more ban
 if data:
     ref = json.loads(gpus.H200_REFERENCE.read_text()).get("gemv", {})
     dec = [r for r in data["results"] if r.get("family") == "decode"]
-    big = max(((r["N"], r["K"]) for r in dec), key=lambda nk: nk[0] * nk[1])
+    # the largest shape both the reference file and this run hold (the reference file has fewer shapes)
+    both = {(r["N"], r["K"]) for r in dec if f"{r['N']}x{r['K']}_bf16_GBps" in ref}
+    big = max(both or {(r["N"], r["K"]) for r in dec}, key=lambda nk: nk[0] * nk[1])
     pick = lambda k, M: next((r for r in dec if r["kernel"].startswith(k) and r["M"] == M and (r["N"], r["K"]) == big), {})
     key = f"{big[0]}x{big[1]}"
     b16, f16 = pick("bf16_cublas", 1), pick("scaled_mm_tensorwise", 16)
@@ -167,8 +169,10 @@ What the columns point at (the mechanisms; the numbers are above):
 * **A fixed cost per call weighs most on the smallest shapes.** Every call spends some microseconds that do not
   scale with the bytes: the grid ramping up until every SM has loads in flight, the last units draining while other
   SMs idle, and, for the version 3 kernels, the split rows finished from a workspace. At a shape whose bytes take a
-  few tens of microseconds at copy bandwidth, those microseconds are a large share of the time: the worst shape of a
-  bandwidth goal is the smallest one, and `over_floor_us` is roughly the same at every shape.
+  few tens of microseconds at copy bandwidth, those microseconds are a large share of the time. Shape matters as well
+  as size: few output rows over a long K (3584 × 18944, say) leave few tiles to spread over the SMs, so the split
+  rows and their fix-up grow; the table above names the worst shape of each goal, and the fit below separates the
+  fixed part from the streaming rate.
 * **The anchor reads faster than a copy.** A device-to-device copy reads and writes every byte; `_scaled_mm` and
   cuBLAS only read, so their `GB/s` can exceed the copy figure. A goal of "faster than `_scaled_mm`" asks our kernel
   to read as well as NVIDIA's best reader on the same bytes.
@@ -316,8 +320,11 @@ well before the end, the fast warps are done and the call waits for the slow one
 flight. The obvious remedy, handing the work out while the kernel runs (a warp claims its next piece from a counter),
 was built and timed on the H100 (`tools/gpu/decode_notes.md`; not a committed result): each piece's claim and
 fix-up cost its warp more than the balance bought, and it was slower at every shape. The same notes show the stream-K
-fix-up's fence dropping the SM's L1 — every warp's cached activations — at each split group; the fix-up now signals
-with a release add and reads the slots through L2.
+fix-up's fence dropping the SM's L1 — every warp's cached activations — at each split group. The fix-up now pays
+that only where it must: every contributor counts itself in with a *release* add (no invalidation), and only the
+last one to arrive runs the *acquire* fence before it reads the others' slots (the same pair as the attention
+kernel's split merge: notebook 08 shows its SASS). A cache hint alone (reading the slots through L2) would order
+nothing.
 """),
 ("md", r"""
 ## More bytes in flight?
@@ -598,6 +605,10 @@ kernel must return the unedited kernel's bits (checked on poisoned outputs); wha
 and, where reuse flags go, how often the register file is read. The edits are read against `+as_compiled`, and
 `+as_compiled` against `k` (the same machine code, loaded two ways) says how much two identical kernels differ in
 one run: the noise of these comparisons.
+
+Each run below stands on its own: its `sources` line says whether it timed the kernel sources of this tree. A run
+that timed older sources (an earlier kernel, and possibly the timing before the settle step described in the next
+section) is that code's reading; compare two GPUs' shares only where both runs timed the same sources.
 """),
 ("code", r"""
 # every recorded gap run: the H200's (outputs/kernels/) and the H100's (outputs/kernels/h100/); each compares
@@ -630,8 +641,9 @@ that opens a round, each variant follows the same neighbour in every round. The 
 gap file) times one kernel under several names, each straight after a different neighbour (the rounds rotate by
 whole neighbour-and-copy pairs, so that holds in every round), first unsettled and then with every variant run
 alone for a while before it is timed (`harness.graph_time_us(settle_ms=…)`). The spread among the copies is what
-the order alone does to a timing. Every prefill GEMM timing of the lab is settled this way
-(`gemm_prefill.SETTLE_MS`); what remains after settling is the noise any ratio in this notebook carries.
+the order alone does to a timing. Every prefill GEMM timing the lab records now is settled this way
+(`gemm_prefill.SETTLE_MS`; a run whose sources line says they differ from this tree may predate it); what remains
+after settling is the noise any ratio in this notebook carries.
 """),
 ("code", r"""
 for gapd in gap_runs:
