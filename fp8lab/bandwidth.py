@@ -1058,7 +1058,9 @@ def roofline_figure(config, gpus=("H200", "H200-measured"), formats=("bf16", "fp
     ax.set_ylabel("TFLOP/s (dense)")
     ax.set_title(f"{s.name}: decode and prefill on the {gs[0].name} roofline\n"
                  f"(hollow = napkin ceilings from fp8lab.bandwidth, policy {policy}, KV {kv_dtype})", fontsize=9)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside: covers no point
+    # beside the axes (covers no point); in two columns once one column would be taller than the figure
+    n_entries = len(ax.get_legend_handles_labels()[0])
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, ncol=1 if n_entries <= 24 else 2)
     ax.grid(True, which="both", alpha=0.2)
     fig.tight_layout()
     from fp8lab.provenance import provenance

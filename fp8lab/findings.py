@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 
 __all__ = ["ci", "excludes_zero", "recipe_label", "causal_label", "sweep_delta", "step_sentence",
            "cheapest_causal", "mc_reading", "granularity_note", "kv_drift_findings", "kv_long_findings",
@@ -438,8 +439,8 @@ def stagger_nox_sentence(rows: list[dict], device: str | None = None) -> str:
     text = (f"On the {device or 'recorded GPU'}, with both copies' activation loads cut (weights only), the staggered "
             f"start ran " + "; ".join(parts) + " the in-step default's speed. ")
     if max(allv) < 1:
-        text += ("It still loses without any activation to share: the advantage of walking k in step lies in how the "
-                 "weight requests reach memory, not (only) in warps sharing activations in L1.")
+        text += ("It loses with no activation loads at all, so on this GPU at least part of the advantage of walking k "
+                 "in step lies in how the weight requests reach memory, not in warps sharing activations in L1.")
     elif min(allv) >= 1:
         text += "Without activations the stagger costs nothing: the in-step advantage was the shared activations."
     else:
@@ -1217,3 +1218,31 @@ def v6_sentence(rows: list[dict], device: str | None = None) -> str:
         text += (f"The split moved y from the exact W8A16 answer by at most {max(errs):.1e} of sum |x w| "
                  f"(one bf16 rounding of x can move it by up to {2.0**-9:.1e}).")
     return text
+
+
+# ---- FP8 KV cache numerics (notebook 08) ------------------------------------------------------------------------
+def cache_error_sentence(tables: list[list[dict]]) -> str:
+    """What the cache-format error tables say (tables: one fp8lab.kernels.attention_fp8kv.cache_error_table per seed,
+    each an independent draw of q, K and V), rendered with the spread over the draws: the E4M3 (per-tensor scale)
+    output error over bf16's on normal keys, and the E4M3 error with outlier key channels over that on normal keys,
+    each as the median over the seeds with its distribution-free interval (stats.median_interval)."""
+    from fp8lab.stats import median_interval
+
+    fp8, b16, out = "fp8 e4m3, per-tensor scale", "bf16", "outlier x20"
+    ratios = {"fp8_over_bf16": [], "outlier_over_normal": []}
+    for rows in tables:
+        e = {(r["keys"], r["cache"]): r["rel_rms_err"] for r in rows}
+        if ("normal", fp8) in e and ("normal", b16) in e and (out, fp8) in e:
+            ratios["fp8_over_bf16"].append(e[("normal", fp8)] / e[("normal", b16)])
+            ratios["outlier_over_normal"].append(e[(out, fp8)] / e[("normal", fp8)])
+    n = len(ratios["fp8_over_bf16"])
+    if not n:
+        return "These tables hold no E4M3 and bf16 rows to compare."
+
+    def med(xs, digits):
+        m = statistics.median(xs)
+        lo, hi, cov = median_interval(xs)
+        return f"**{m:.{digits}f}×** [{lo:.{digits}f}, {hi:.{digits}f}] ({100 * cov:.0f} % interval for the median)"
+    return (f"Over {n} independent draw{'s' if n != 1 else ''} of q, K and V: with well-behaved keys an E4M3 cache "
+            f"costs an output error {med(ratios['fp8_over_bf16'], 1)} bf16's, at half the bytes. With outlier key "
+            f"channels the E4M3 error is {med(ratios['outlier_over_normal'], 1)} that of normal keys.")

@@ -153,3 +153,16 @@ def test_results_frame_reads_both_layouts():
         pytest.skip("outputs/results.csv is not recorded")
     assert {"causal", "changed", "ci_method"} <= set(df.columns)
     assert df.delta_pct.dtype.kind == "f"
+
+
+def test_cache_error_sentence_reports_the_spread_over_draws():
+    def table(b16, f8, f8_out):
+        return [{"keys": "normal", "cache": "bf16", "rel_rms_err": b16},
+                {"keys": "normal", "cache": "fp8 e4m3, per-tensor scale", "rel_rms_err": f8},
+                {"keys": "outlier x20", "cache": "fp8 e4m3, per-tensor scale", "rel_rms_err": f8_out}]
+    tables = [table(1.0, r, 3 * r) for r in (10.0, 12.0, 14.0, 16.0, 18.0, 20.0)]
+    s = findings.cache_error_sentence(tables)
+    # 6 draws: the median 15 with the interval [10, 20] (coverage 1 - 2/64 = 97 %); the outlier ratio is 3 in every draw
+    assert "Over 6 independent draws" in s and "**15.0×** [10.0, 20.0] (97 % interval for the median) bf16's" in s
+    assert "**3.0×** [3.0, 3.0]" in s
+    assert findings.cache_error_sentence([]) == "These tables hold no E4M3 and bf16 rows to compare."

@@ -501,6 +501,11 @@ def test_prefill_report_functions():
     data2["results"] = [r for r in data2["results"] if not (r["kernel"] == "w8a8_wgmma_tma" and "config" not in r)]
     t = R.same_kernel_twice(data2)
     assert t["kernel"] == "wgmma_tma_e" and t["apart"] == pytest.approx(1000 / 950 - 1)
+    # every rung with the default's kernel counts: the spread is the widest among them
+    third = {**twin, "kernel": "w8a8_wgmma_tma_e_ss_tmastore", "tflops": 1040.0}
+    t = R.same_kernel_twice({"results": data2["results"] + [third]})
+    assert t["kernels"] == ["wgmma_tma_e", "wgmma_tma_e_ss_tmastore"] and t["tflops"] == (1000.0, 1040.0, 950.0)
+    assert t["apart"] == pytest.approx(1040 / 950 - 1)
     gap = R.prefill_gap(data)
     assert len(gap) == 1 and gap[0]["best_fp8_in_run"] == 1250.0 and gap[0]["of_best"] == pytest.approx(980 / 1250)
     assert gap[0]["spec_dense_fp8 (datasheet)"] == 1979

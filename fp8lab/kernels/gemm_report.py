@@ -220,7 +220,11 @@ def same_kernel_twice(data: dict, shape: str = "M=4096 N=7168 K=7168") -> dict |
     named rung of the climb, the two are one kernel timed twice in one run. Their ratio says how far apart two
     identical measurements landed; differences between rungs smaller than that are not evidence.
 
-    -> {"kernel": "wgmma_tma_e_ss_tmastore", "twin": "wgmma_tma", "tflops": (a, b), "apart": |a / b - 1|} or None"""
+    Every rung with the default's kernel counts (two rungs can differ only in an option that does nothing at this
+    shape): "apart" is the widest spread among all of them, max / min - 1.
+
+    -> {"kernel": the first such rung, "kernels": every such rung, "twin": "wgmma_tma", "tflops": (the rungs' rates,
+        then the default's), "apart": max / min - 1} or None"""
     from .gemm_prefill import CLIMB_BRANCH, LADDER
 
     at = {_short(r["kernel"]): r for r in _prefill(data) if r["shape"] == shape}
@@ -228,12 +232,13 @@ def same_kernel_twice(data: dict, shape: str = "M=4096 N=7168 K=7168") -> dict |
     if not d or not d.get("config"):
         return None
     key = ("config", "grid_units", "split", "group")
-    for k in LADDER[:-1] + tuple(CLIMB_BRANCH):
-        r = at.get(k)
-        if r and r.get("tflops") and all(r.get(x) == d.get(x) for x in key):
-            return {"kernel": k, "twin": "wgmma_tma", "tflops": (r["tflops"], d["tflops"]),
-                    "apart": abs(r["tflops"] / d["tflops"] - 1)}
-    return None
+    same = [k for k in LADDER[:-1] + tuple(CLIMB_BRANCH)
+            if at.get(k) and at[k].get("tflops") and all(at[k].get(x) == d.get(x) for x in key)]
+    if not same:
+        return None
+    rates = tuple(at[k]["tflops"] for k in same) + (d["tflops"],)
+    return {"kernel": same[0], "kernels": same, "twin": "wgmma_tma", "tflops": rates,
+            "apart": max(rates) / min(rates) - 1}
 
 
 def prefill_gap(data: dict, kernel: str = "wgmma_tma", min_m: int = 2048) -> list[dict]:

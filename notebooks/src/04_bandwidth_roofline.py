@@ -131,7 +131,8 @@ nearly fill a GB10's {gpus.get_gpu("GB10").memory_GB:.0f} GB, NVFP4 leaves room 
 
 Hollow markers are *ceilings* computed here (decode at several batches with and without an 8k context, one 8k-token
 prefill); they sit on the roof by construction. Stars are **measured**, read from committed files: the GEMM benchmark
-(`outputs/kernels/gemm.json`: our newest GEMV and W8A8 kernels and cuBLAS bf16, at the largest decode shape for one
+(`outputs/kernels/gemm.json`: the fastest version of each of our GEMV kernels, our fastest W8A8 kernel and cuBLAS
+bf16, at the largest decode shape for one
 and sixteen tokens and at the largest prefill shape) and the decode-layer benchmark (`outputs/kernels/layer.json`:
 one whole Llama-3-8B layer at decode, timed as one CUDA graph, in bf16 and the fastest FP8 and NVFP4 variants).
 Intensity = FLOPs / bytes the kernel (or the layer) moved, height = its measured rate. A star far below the roof is a
@@ -170,7 +171,7 @@ for p in points:
 ("code", r"""
 dec_roof = [p["of_roof"] for p in points if p["family"] == "decode"]
 pre_roof = [p["of_roof"] for p in points if p["family"] == "prefill"]
-lay = {p["kernel"]: p for p in points if p["family"] == "layer"}
+lay = {f'{p["kernel"]} B={p["batch"]}': p for p in points if p["family"] == "layer"}   # one entry per variant and batch
 nb.md(f'''**Reading it.** Decode with no context walks up the memory roof as the batch grows and meets the compute roof at
 batch {cb["bf16"]["weights_only"]} for BF16 and {cb["fp8_tensor"]["weights_only"]} for FP8 (table above): FP8 doubles both the
 FLOPs per byte of a sequence and, on paper, the roof. A format computed in BF16 (NVFP4 on Hopper) gets there sooner

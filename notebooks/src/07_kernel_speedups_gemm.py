@@ -22,11 +22,15 @@ HMMA — the disassembly says so, and the timings agree. Hopper's FP8 tensor-cor
 their provenance; a file not recorded yet says so and its cells show nothing. It never invents a timing. On a GPU
 machine the same commands re-measure everything.
 
-**Versions.** A kernel name ending in `_v2`, `_v3` or `_v4` is a later version of the same kernel: the same
-arithmetic and the same tests, a different way of keeping bytes in flight (version 3 packs the weights once, at load
-time, into the order the lanes consume them and streams them over a persistent grid, with the bytes in flight held
-in registers; version 4 streams the same packing through a shared-memory ring that the bulk copy engine fills, so the
-bytes in flight cost shared memory instead of registers). Every version is kept and timed side by side
+**Versions.** Every GEMV version is the same arithmetic under the same tests, with a different way of keeping bytes
+in flight. Versions 1 and 2 are named `gemv_…` (`_v2` for the second); from version 3 on a kernel is named by its
+version and configuration (`gemv3_…`, `gemv4_…`, `gemv5_…`, `gemv6_…`). Version 3 packs the weights once, at load
+time, into the order the lanes consume them and streams them over a persistent grid, with the bytes in flight held in
+registers; version 4 streams the same packing through a shared-memory ring that the bulk copy engine fills, so the
+bytes in flight cost shared memory instead of registers; version 5 gives each CTA one such ring over neighbouring
+row groups at the same k, so that its warps share one slice of the activations in L1; version 6 (its own section
+below) narrows the activations to FP8 and multiplies on Hopper's FP8 tensor cores. Every version is kept and timed
+side by side
 in the same run, as llm.c does, so what each change bought is a measurement, not a memory. The last section puts the
 kernels together: one Llama-3-8B decode layer, timed as one CUDA graph, against the bandwidth ceiling of its bytes.
 """),
@@ -59,8 +63,9 @@ Every ratio below compares kernels timed in the same process, minutes apart, on 
 if data:
     for k, v in data.get("ceilings", {}).items():
         print(f"{k:40s} {v:.1f}" if isinstance(v, float) else f"{k:40s} {v}")
-    print("\nsmoke tests:", {k: v.get("ok") for k, v in (data.get("smoke") or {}).items()})
-    print("pytest on the H200:", data.get("pytest"))
+    smoke = {k: v.get("ok") for k, v in (data.get("smoke") or {}).items()}
+    print("\nsmoke tests:", smoke or "none in this run (every kernel is validated on poisoned outputs before it is timed)")
+    print("GPU tests (pytest) in this run:", data.get("pytest") or "run apart (record.sh: outputs/kernels/gpu_tests*.log)")
 """),
 ("md", r"""
 ## Decode: every version beside the anchors
@@ -191,7 +196,9 @@ The first bullet can be measured rather than described: over the run's decode sh
 by a straight line, time = `fixed_us` + weight bytes / `rate_TBps` (least squares; `r2` says how straight the points
 lie). `fixed_us` is what a call pays whatever its size — launch, ramp-up, the tail, a split's fix-up; `rate_TBps` is
 how fast it reads once running. Two kernels can miss a goal for different reasons: one starts slowly, the other
-streams slowly. A fit over a handful of shapes is a summary, not a law: read it beside the per-shape times above.
+streams slowly. A fit over a handful of shapes is a summary, not a law: read it beside the per-shape times above. A
+negative `fixed_us` is no negative cost: it says the kernel reads the larger shapes *faster* per byte than the
+smaller ones (the line's slope is fitted to them), so the straight line crosses below zero at zero bytes.
 """),
 ("code", r"""
 for rec in (d for d in (data, h100_dec) if d):   # the H200's run, then the H100's where one is recorded
@@ -399,7 +406,9 @@ delivering every warp's first bytes at once, and the launch itself.
 
 To separate the two halves, the probe has a mode (`FP8LAB_PROBE_NO_X=1`) that cuts both copies' activation loads
 (values made from addresses instead: wrong numbers by design, so timed and not validated). With no activations to
-share, any stagger penalty left belongs to the weight requests themselves.
+share, any stagger penalty left belongs to the weight requests themselves. Each run's banner names its GPU: where
+the run with activations and the run without them come from different GPUs, each is read on its own, and setting
+one beside the other compares two machines as well as two modes.
 """),
 ("code", r"""
 nb.show_recorded(gemm_report.probe_reports("stagger_probe_nox.json", lambda d: gemm_report.stagger_table(d, no_x=True),
@@ -478,11 +487,11 @@ if data:
     print(bg.format_rows(climb) if climb else "(no prefill climb in this run)")
     twin = gemm_report.same_kernel_twice(data)
     if twin:
-        a, b = twin["tflops"]
-        nb.md(f"The noise floor of this run: `{twin['twin']}` ran the very kernel, grid and schedule of "
-              f"`{twin['kernel']}`, timed separately in the same interleaved rounds: {a:.0f} and {b:.0f} TFLOP/s, "
-              f"{100 * twin['apart']:.0f} % apart. A rung that moved the rate by less than that bought nothing this "
-              "run can show.")
+        names = ", ".join(f"`{k}`" for k in twin["kernels"])
+        nb.md(f"The noise floor of this run: `{twin['twin']}` ran the very kernel, grid and schedule of {names}, each "
+              f"timed separately in the same interleaved rounds: " + ", ".join(f"{t:.0f}" for t in twin["tflops"]) +
+              f" TFLOP/s, up to {100 * twin['apart']:.1f} % apart. A rung that moved the rate by less than that "
+              "bought nothing this run can show.")
 """),
 ("md", r"""
 The rungs, in plain words: `wgmma_ws` loads tiles with `cp.async` from a producer warpgroup; the `tma` rungs load
@@ -494,7 +503,8 @@ then let a second producer warp copy each k-block's scales into shared memory be
 loop holds no global load, only `LDS`), then write the bf16 tile through shared memory with one TMA store per box
 (the consumers hand it off and start the next tile), then cut the tiles of a mostly idle last wave along K (each
 piece on its own SM; the last piece to finish adds the others' fp32 partial sums and stores the tile — at the climb's
-shape the last wave is nearly full, so nothing is cut there and the rung shows the cost of carrying the option).
+shape the last wave is nearly full, so nothing is cut there: the rung runs the same kernel as the one before it, and
+what separates their rates is the run's noise, read in the noise-floor line above).
 The side branch (`_p`, from `_d`) keeps 128 × 128 tiles but
 gives each consumer two partial-sum buffers, so the next k-block's MMAs run while the previous one is promoted; the
 default uses it where 256-wide tiles would leave SMs idle. A rung that bought nothing, or lost, is shown as measured.
@@ -633,7 +643,8 @@ if not gap_runs:
 ### The order a kernel is timed in
 
 Two identical kernels should time alike; in one interleaved run they did not. The likely reason is power
-(`nvidia-smi` read a draw at the card's power limit and clocks well under its boost clock between those runs): a
+(`nvidia-smi`, read by hand between those runs and not committed, showed a draw at the card's power limit and
+clocks well under the boost clock): a
 prefill GEMM holds an H100 or H200 at its power limit, and the GPU then sets its clock from how much power it has
 been drawing, so a kernel timed straight after a hungrier one would start at a lower clock, one timed after a
 lighter one at a higher clock. Interleaving (A B C, B C A, …) moves where a round starts, but apart from the variant
@@ -691,7 +702,8 @@ if data:
     if not (mma and slow and f2b):
         print("(the emulated mma.sync kernel was not timed in this run: the SASS above is the evidence)")
     else:
-        nb.md(f'''The emulated `mma.sync` kernel runs at {min(mma):.0f}–{max(mma):.0f} TFLOP/s with {f2fp} `F2FP` conversions in its SASS;
+        rate = f"{min(mma):.0f}" if f"{min(mma):.0f}" == f"{max(mma):.0f}" else f"{min(mma):.0f}–{max(mma):.0f}"
+        nb.md(f'''The emulated `mma.sync` kernel runs at {rate} TFLOP/s with {f2fp} `F2FP` conversions in its SASS;
 it is {findings.ratio_range(f2b)}× the hand-written bf16 version of the same kernel (its conversion is one instruction per
 pair instead of shifts, masks and a multiply), and the fastest `wgmma` kernel is **{findings.ratio_range(slow)}× faster**
 than it at the prefill shapes of this run.''')
@@ -809,11 +821,12 @@ dominates the norm. What E4M3's rounding alone does to each kind of input, compu
 import torch
 from fp8lab import metrics
 from fp8lab.scaling import QuantSpec, fake_quant
-g = torch.Generator().manual_seed(0)
-a = torch.randn(256, 1024, generator=g)
 spec = QuantSpec("e4m3", "group", group_size=128)
 rel = lambda x: float(torch.linalg.vector_norm(fake_quant(x, spec) - x) / torch.linalg.vector_norm(x))
-print(f"E4M3, 1x128 groups, relative RMS error on N(0, 1) activations: {100 * rel(a):.2f} %")
+# eight independent draws of 256 x 1024 N(0, 1) activations: the spread says how much one draw can be trusted
+errs = [rel(torch.randn(256, 1024, generator=torch.Generator().manual_seed(s))) for s in range(8)]
+print(f"E4M3, 1x128 groups, relative RMS error on N(0, 1) activations: {100 * min(errs):.3f}..{100 * max(errs):.3f} % "
+      f"over {len(errs)} draws")
 if data:
     by = {}
     for r in bg.gate_table(data):

@@ -59,14 +59,10 @@ against an fp32 cache, for normal keys and for keys with a few outlier channels 
 factor is in `attention_fp8kv.cache_error_table`).
 """),
 ("code", r"""
-rows = att.cache_error_table(L=256 if SMALL else 1024, seed=0)
-print(att.format_error_table(rows))
-E = {(r["keys"], r["cache"]): r["rel_rms_err"] for r in rows}
-ratio = E[("normal", "fp8 e4m3, per-tensor scale")] / E[("normal", "bf16")]
-out_ratio = E[("outlier x20", "fp8 e4m3, per-tensor scale")] / E[("normal", "fp8 e4m3, per-tensor scale")]
-nb.md(f'''With well-behaved keys an E4M3 cache costs an output error **{ratio:.0f}× bf16's** (relative RMS
-{E[("normal", "fp8 e4m3, per-tensor scale")]:.1e} against {E[("normal", "bf16")]:.1e}), at half the bytes. With outlier key
-channels the FP8 error is {out_ratio:.1f}× that of normal keys.''')
+# one draw of q, K, V per seed; the table shows the first, the sentence the spread over all of them
+tables = [att.cache_error_table(L=256 if SMALL else 1024, seed=s) for s in range(3 if SMALL else 8)]
+print(att.format_error_table(tables[0]))
+nb.md(findings.cache_error_sentence(tables))
 """),
 ("md", r"""
 **Reading it.** Outlier key channels hurt through the logits: E4M3 keeps the same *relative* precision at every
@@ -175,7 +171,8 @@ were written to close the gap between the FP8 kernel's fraction of copy bandwidt
   changes only how the bytes arrive: the **bulk copy engine** (`cp.async.bulk`) moves a tile's 16 K rows and 16 V
   rows as two contiguous runs, counted in on one mbarrier per ring stage, so a tile costs the warp two copy
   instructions instead of a few hundred address and copy instructions. Nsight Compute on versions 1 and 2 had shown
-  the L2 busier than the DRAM for the same bytes; the copy engine asks the L2 for whole lines. A copy per *row*
+  the L2 busier than the DRAM for the same bytes (an exploratory profile, `tools/gpu/ncu_attn.py`; not a committed
+  result); the copy engine asks the L2 for whole lines. A copy per *row*
   (into padded rows that the shared loads read without bank conflicts) is compiled too and measured in the sweep
   below: the copy instruction takes uniform operands, so ptxas turns 32 lanes' copies into a 32-pass loop. Which
   costs more, that loop or the bank conflicts of unpadded rows, is what the sweep answers.
@@ -361,6 +358,8 @@ else:
 fits"): the fixed part is what a call costs regardless of the context (the launches, the first tiles' latency, the
 split merge), the rate is how fast the kernel streams once running. `fixed share` is that fixed part's share of the
 shortest context's time, and `xcopy w/o fixed` the fraction of copy bandwidth the kernel would read there without it.
+A negative fixed part means the kernel streams longer caches faster per byte than short ones, so the fitted line
+crosses below zero at zero bytes; it is not a negative cost.
 """),
 ("code", r"""
 if data is not None:
