@@ -373,8 +373,8 @@ if not inf_runs:
 Reading it: if deeper pipelines run at or below the default's speed, the fixed cost is not a shortage of bytes in
 flight — the pipeline fill is the memory system delivering the first bytes to every warp at once, and more requests
 queue behind the same bandwidth. Where one-warp CTAs gain, part of the tail was SMs holding more warps than others.
-Since this probe, version 3 launches the rule's whole row groups in one-warp CTAs by default (`gemv_v3.ONE_WARP_CTAS`;
-a config with a 5th element is launched as given, so the probe's `default` rows keep the four-warp CTAs); each call's
+Version 3's default rule now launches its whole row groups in one-warp CTAs (`gemv_v3.ONE_WARP_CTAS`; a config
+with a 5th element is launched as given, so the probe's `default` rows are the four-warp CTAs); each call's
 `grid` and `warps` are kept in the decode record's JSON).
 A config faster at one shape and slower at another is what a per-shape tuning table (as serving engines keep per
 GPU) would pick up; the lab's defaults stay one rule per format and M.
@@ -793,8 +793,10 @@ not free everywhere: the PDL lines above (`layer_report.pdl_effect`, time with P
 the points where it cost time and name them. One reading, not yet separated: where one long attention kernel dominates
 the layer, a neighbour's early start shares the GPU with its stream. `tools/gpu/layer_attn_probe.py` asked which edge
 costs (each launched without PDL in turn, with the attention in both of its configurations): on an H100 it was the
-attention's own PDL launch, so the PDL layers now launch the attention plainly (`decode_layer.PDL_ATTENTION`; the
-probe's summary above). NVFP4 gains less than
+attention's own PDL launch, so the PDL layers of this tree launch the attention plainly (`decode_layer.PDL_ATTENTION`;
+the probe's summary above). A layer recording whose sources line says `decode_layer.py` differs from this tree timed
+the PDL layers as they were then (the attention launched with PDL too), so its PDL lines and an H100 recording of this
+tree's layers compare two versions of the layer as well as two GPUs. NVFP4 gains less than
 its bytes promise for the same reasons as its GEMV (its arithmetic and its activation loads, measured in the decode
 gap section above).
 """),

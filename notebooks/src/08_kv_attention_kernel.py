@@ -268,7 +268,8 @@ print("the rule:", {k: f"{att.V3_DEFAULTS[k]} below {att.V3_LONG_ROWS} rows, {v}
 if data is not None:
     print(ba.format_default_rule(data))
     nb.md(findings.default_rule_sentence(ba.default_rule_rows(data), (data.get("provenance") or {}).get("device"))
-          or "The committed recording predates the rule: it timed one default at every context.")
+          or "This recording holds no timing of the rule's other choice: it timed one default at every context "
+             "(its sources line above says whether it timed this tree's rule).")
 """),
 ("code", r"""
 if data is not None:
@@ -408,9 +409,9 @@ if data is not None:
 In the GPU's memory model that takes two halves: each block *releases* its partial when it counts itself in, and the
 block that draws the last count *acquires* before it reads. A cache hint such as `ld.global.cg` (read through L2) is
 only a hint: it orders nothing. The CUDA sample `threadFenceReduction` uses `__threadfence()` before every block's
-atomic; version 3 first had that and a second one in the last block. Read the SASS before trusting that it is cheap:
+atomic, and a second one in the last block. Read the SASS before trusting that it is cheap:
 each `__threadfence()` compiles to `MEMBAR.SC.GPU` (a sequentially consistent fence) plus `CCTL.IVALL`, which throws
-away the whole SM's L1 cache, also for the other blocks running there. Version 3 now orders a block's stores with its
+away the whole SM's L1 cache, also for the other blocks running there. Version 3 instead orders a block's stores with its
 barrier and lets thread 0 count the arrival with a *release* atomic (`MEMBAR.ALL.GPU`, no invalidation); only the last
 block's thread 0 runs the acquire (`fence.acq_rel.gpu`: `MEMBAR.ALL.GPU` + `CCTL.IVALL`) and hands it to its block
 through the barrier. Both forms, compiled here for sm_90 (no GPU needed; the table says what the instructions are,
