@@ -1213,6 +1213,13 @@ def v6_sentence(rows: list[dict], device: str | None = None) -> str:
         text += (f"Fusing the split into the GEMV ran {ratio_range(fused, 3)}x `_scaled_mm`, slower than the two-kernel "
                  f"call at {slower} of {len(fused)} points (a plausible reading, not separated by this run: every CTA "
                  f"re-splits the groups it reads, on its consumer warpgroup's path between two units). ")
+    alone = [r for r in rows if r.get("gemv_only") is not None]
+    for M in sorted({r["M"] for r in alone}):
+        rs = [r for r in alone if r["M"] == M]
+        text += (f"At M = {M} the default's GEMV alone, on a split made beforehand (what the call would cost where the "
+                 f"kernel producing the activations writes them split), ran {ratio_range([r['gemv_only'] for r in rs], 3)}x "
+                 f"`_scaled_mm` (faster than the two-kernel call at {sum(r['gemv_only'] > r['v6'] for r in rs)} of "
+                 f"{len(rs)} shapes, and at least as fast as `_scaled_mm` at {sum(r['gemv_only'] >= 1 for r in rs)}). ")
     errs = [r["split_error"] for r in rows if r["split_error"] is not None]
     if errs:
         text += (f"The split moved y from the exact W8A16 answer by at most {max(errs):.1e} of sum |x w| "

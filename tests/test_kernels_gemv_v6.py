@@ -249,6 +249,10 @@ def test_v6_table_reads_a_probe_run():
     assert r["v6"] == round(40 / 38, 3) and r["v3"] == round(40 / 41, 3) and r["v6_fused"] == 0.8
     assert r["v6_lo"] == round(40 * 0.99 / (38 * 1.01), 3) and r["v6_hi"] == round(40 * 1.01 / (38 * 0.99), 3)
     assert r["best"] == "default" and r["split_us"] == 1.5 and r["err_over_tol"] == 0.5   # untimed variants ignored
+    assert r["gemv_only"] is None                                   # not timed in this run
+    doc = _probe_doc()
+    doc["results"].append({**doc["results"][0], "variant": "v6 gemv only", "vs_scaled_mm": 1.05})
+    assert gemm_report.v6_table(doc)[0]["gemv_only"] == 1.05
     assert gemm_report.v6_table({}) == []
 
 
@@ -273,3 +277,9 @@ def test_v6_sentence_renders_the_numbers():
     assert "faster of the two at 2 of 3 points" in text                  # 21 < 19? no; 38 < 41 yes; 24 < 25 yes
     assert "at 1 of 3" in text and "slower than the two-kernel call at 3 of 3" in text
     assert findings.v6_sentence([]) == "This run holds no timing of version 6."
+    assert "GEMV alone" not in text                                      # not timed in this run
+    rows = gemm_report.v6_table(_probe_doc())
+    rows[0]["gemv_only"], rows[1]["gemv_only"] = 1.02, 0.9
+    text = findings.v6_sentence(rows)
+    assert "At M = 1 the default's GEMV alone" in text and "ran 0.900–1.020x `_scaled_mm`" in text
+    assert "(faster than the two-kernel call at 1 of 2 shapes, and at least as fast as `_scaled_mm` at 1)" in text

@@ -1048,7 +1048,8 @@ def v6_table(data: dict) -> list[dict]:
     """Rows of a version-6 run (tools/gpu/v6_probe.py), one per (N, K, M): `_scaled_mm` tensorwise's median time and
     each variant's speed relative to it in the same rounds (x > 1: faster). 'v6' is the default call (gemv6_split, then
     the PDL-launched GEMV), 'v6_fused' the split inside the GEMV, 'v6_best' the fastest split+gemv config timed;
-    'v6_lo'/'v6_hi' bound v6's ratio by the quartiles of both times (q1 / q3 each way); 'of_copy' is v6's weight
+    'v6_lo'/'v6_hi' bound v6's ratio by the quartiles of both times (q1 / q3 each way); 'gemv_only' the default's GEMV
+    alone on a split made beforehand (None where the run did not time it); 'of_copy' is v6's weight
     bytes over its time against the run's copy bandwidth; 'err_over_tol' the worst validation of the timed variants
     (<= 1 passed) and 'split_error' how far the split moved y (max, in units of sum |x w|)."""
     by = {}
@@ -1065,7 +1066,7 @@ def v6_table(data: dict) -> list[dict]:
         best_name, best = max(splits.items(), key=lambda kv: kv[1]["vs_scaled_mm"])
         c = checks.get((N, K, M), {})
         errs = [e for n, e in c.get("err_over_tol", {}).items() if n in v]
-        fused, v3, split = v.get(V6_FUSED), v.get("v3 default"), v.get("v6 split only")
+        fused, v3, split, alone = v.get(V6_FUSED), v.get("v3 default"), v.get("v6 split only"), v.get("v6 gemv only")
         rows.append({
             "N": N, "K": K, "M": M, "MB": round(N * K / 1e6, 1), "scaled_mm_us": round(sm["median_us"], 2),
             "v3": round(v3["vs_scaled_mm"], 3) if v3 else None,
@@ -1074,6 +1075,7 @@ def v6_table(data: dict) -> list[dict]:
             "v6_fused": round(fused["vs_scaled_mm"], 3) if fused else None,
             "v6_best": round(best["vs_scaled_mm"], 3), "best": best_name.replace("v6 split+gemv ", ""),
             "split_us": round(split["median_us"], 2) if split else None,
+            "gemv_only": round(alone["vs_scaled_mm"], 3) if alone else None,
             "of_copy": round(main["of_copy"], 3),
             "err_over_tol": round(max(errs), 2) if errs else None,
             "split_error": (c.get("split_error") or {}).get("max"),

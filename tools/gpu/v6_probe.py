@@ -9,7 +9,8 @@ tolerances.matmul("wgmma", K), version 3 against gemv_fp8.reference), then timed
 median and quartiles) with bf16 F.linear and `_scaled_mm` tensorwise (activations already FP8, M padded to 16: the
 anchor a user would pick). Version 6 runs two ways per config: the split fused into the GEMV (one kernel, plain
 launch) and gemv6_split + the PDL-launched GEMV (mode "split": the second way only, for a tuning sweep over many
-configs); the split kernel alone is timed too. Napkin math first: the weight
+configs); the split kernel alone is timed too, and the default's GEMV alone on a split made beforehand (what the call
+costs where the kernel producing the activations writes them split). Napkin math first: the weight
 bytes over the run's copy bandwidth. Results: family "v6" records (variant, N, K, M, time and quartiles,
 vs_scaled_mm, of_copy) plus "checks" (validation and split error per point); gemm_report.v6_table reads them."""
 import math
@@ -69,14 +70,14 @@ for N, K in shapes:
         bench.trust("_scaled_mm tensorwise" + point, "anchor: timed for its speed, its FP8 activations made outside "
                     "the timing")
 
-        def gate(name, ls, ref, terms, kernel):
+        def gate(name, ls, ref, terms, kernel, run=None):
             tol = tolerances.matmul(kernel, K)
             err = {}
 
             def check_fn(y):
                 err["e"] = tol.worst(y.clone(), ref, terms)
                 return err["e"] <= 1.0, {"err_over_tol": err["e"]}
-            ok = bench.validate(name + point, run=ls[0], check=check_fn, outputs=[ls[0].out])
+            ok = bench.validate(name + point, run=run or ls[0], check=check_fn, outputs=[ls[0].out])
             check["err_over_tol"][name] = err.get("e")
             return ok
 
@@ -107,6 +108,13 @@ for N, K in shapes:
                                        check=lambda _, l=ls[0], w=want: (torch.equal(l.x8, w[0]) and torch.equal(
                                            l.sx.view(torch.int32), w[1].view(torch.int32)), {}),
                                        outputs=[ls[0].x8[:2 * M], ls[0].sx])
+                    if not fused and cfg == "default":
+                        # the GEMV alone, on a split made once beforehand: what the call costs where the kernel that
+                        # produces the activations (RMSNorm, SiLU x mul) writes them split, so no split kernel runs
+                        for l in ls:
+                            l.split_only()
+                        if gate("v6 gemv only", ls, ref6, terms6, "wgmma", run=lambda l=ls[0]: l.gemv_only(pdl=False)):
+                            calls["v6 gemv only"] = [lambda l=l: l.gemv_only(pdl=False) for l in ls]
         timers = {k + point: (lambda fs=fs: harness.graph_time_us(fs, rep=30)) for k, fs in calls.items()}
         res = bench.compare(timers)
         sm = res["_scaled_mm tensorwise" + point]
