@@ -101,9 +101,10 @@ def recorded(folder: str, *files: str, prov: str | None = "provenance.json", qui
         src = base / prov if prov and (base / prov).is_file() else (base / files[0] if files else None)
         sources = None
         try:
-            line = provenance_line(src) if src is not None and src.suffix == ".json" else "(no provenance recorded)"
+            line = "(no provenance recorded)"
             if src is not None and src.suffix == ".json":
                 data = json.loads(src.read_text(encoding="utf-8"))
+                line = provenance_line(data)
                 if isinstance(data, dict) and (data.get("sources_sha256_12")
                                                or (data.get("provenance") or {}).get("sources_sha256_12")):
                     from fp8lab.kernels.gemm_report import sources_state   # a kernel record: did it time this tree?
