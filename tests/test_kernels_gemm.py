@@ -1097,7 +1097,7 @@ def test_stagger_table_and_sentence():
     assert R.stagger_table({"results": nox}) == [] and len(R.stagger_table({"results": res + nox}, no_x=True)) == 2
     nrows = R.stagger_table({"results": nox}, no_x=True)
     t = findings.stagger_nox_sentence(nrows, "H200")
-    assert "FP8 (per-channel) 0.96x the in-step default's speed" in t and "It still loses" in t
+    assert "FP8 (per-channel) 0.96x the in-step default's speed" in t and "It loses with no activation loads at all" in t
     assert "the shared activations." in findings.stagger_nox_sentence([dict(r, stagger_vs_default=1.0) for r in nrows])
     assert findings.stagger_nox_sentence([]).startswith("This run holds no timing")
 

@@ -175,7 +175,7 @@ What the columns point at (the mechanisms; the numbers are above):
   scale with the bytes: the grid ramping up until every SM has loads in flight, the last units draining while other
   SMs idle, and, for the version 3 kernels, the split rows finished from a workspace. At a shape whose bytes take a
   few tens of microseconds at copy bandwidth, those microseconds are a large share of the time. Shape matters as well
-  as size: few output rows over a long K (3584 × 18944, say) leave few tiles to spread over the SMs, so the split
+  as size: few output rows over a long K leave few tiles to spread over the SMs, so the split
   rows and their fix-up grow; the table above names the worst shape of each goal, and the fit below separates the
   fixed part from the streaming rate.
 * **The anchor reads faster than a copy.** A device-to-device copy reads and writes every byte; `_scaled_mm` and
