@@ -1216,14 +1216,36 @@ def v6_sentence(rows: list[dict], device: str | None = None) -> str:
     alone = [r for r in rows if r.get("gemv_only") is not None]
     for M in sorted({r["M"] for r in alone}):
         rs = [r for r in alone if r["M"] == M]
-        text += (f"At M = {M} the default's GEMV alone, on a split made beforehand (what the call would cost where the "
-                 f"kernel producing the activations writes them split), ran {ratio_range([r['gemv_only'] for r in rs], 3)}x "
+        text += (f"At M = {M} the default's GEMV alone, launched plainly on a split made beforehand (close to what the "
+                 f"call would cost where the kernel producing the activations writes them split; in the two-kernel call "
+                 f"the GEMV is launched with PDL behind the split), ran {ratio_range([r['gemv_only'] for r in rs], 3)}x "
                  f"`_scaled_mm` (faster than the two-kernel call at {sum(r['gemv_only'] > r['v6'] for r in rs)} of "
                  f"{len(rs)} shapes, and at least as fast as `_scaled_mm` at {sum(r['gemv_only'] >= 1 for r in rs)}). ")
     errs = [r["split_error"] for r in rows if r["split_error"] is not None]
     if errs:
         text += (f"The split moved y from the exact W8A16 answer by at most {max(errs):.1e} of sum |x w| "
                  f"(one bf16 rounding of x can move it by up to {2.0**-9:.1e}).")
+    return text
+
+
+def v6_tune_sentence(rows: list[dict], device: str | None = None) -> str:
+    """What a version-6 tuning run says (rows: fp8lab.kernels.gemm_report.v6_configs), rendered from its numbers: at
+    how many points the default configuration was the fastest timed, and where another one beat it with the quartile
+    ranges apart (gain_lo > 1), which one, by how much, and at which shapes."""
+    if not rows:
+        return "This run holds no version-6 tuning."
+    n_cfg = len({c for r in rows for c in r["configs"]})
+    won = [r for r in rows if r["best"] != "default" and (r.get("gain_lo") or 0) > 1]
+    kept = [r for r in rows if r["best"] == "default" or not (r.get("gain_lo") or 0) > 1]
+    text = (f"On the {device or 'recorded GPU'}, {n_cfg} configurations of the split+GEMV call at {len(rows)} points: "
+            f"the default was the fastest, or not beaten beyond the quartiles, at {len(kept)} of {len(rows)}.")
+    if won:
+        by: dict = {}
+        for r in won:
+            by.setdefault(r["best"], []).append(r)
+        parts = [f"`{cfg}` at " + ", ".join(f"{r['N']}x{r['K']} M = {r['M']}" for r in rs)
+                 + f" ({ratio_range([r['gain'] for r in rs], 3)}x the default's speed)" for cfg, rs in by.items()]
+        text += " Where another was faster with the quartiles apart: " + "; ".join(parts) + "."
     return text
 
 

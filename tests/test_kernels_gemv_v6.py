@@ -265,6 +265,26 @@ def test_v6_configs_ranks_each_point():
     assert r["best"] == "default" and r["default"] == round(20 / 21, 3) and r["gain"] == 1.0
     assert r["configs"] == {"1:2:0": round(20 / 23.1, 3), "default": round(20 / 21, 3)}   # split+gemv only
     assert gemm_report.v6_configs({}) == []
+    assert r["gain_lo"] == round(21 * 0.99 / (21 * 1.01), 3)            # the default against itself: quartiles overlap
+    r = gemm_report.v6_configs(_probe_doc())[1]
+    assert r["best"] == "default" and r["configs"]["1:2:0"] < r["default"]
+
+
+def test_v6_tune_sentence_names_the_configs_that_won():
+    from fp8lab import findings
+    from fp8lab.kernels import gemm_report
+
+    doc = _probe_doc()
+    for r in doc["results"]:   # at (8192, 1024, M=1) 1:2:0 takes 30 us against the default's 38: quartiles apart
+        if (r["N"], r["M"], r["variant"]) == (8192, 1, "v6 split+gemv 1:2:0"):
+            r.update(median_us=30.0, q1_us=29.7, q3_us=30.3, vs_scaled_mm=40 / 30)
+    rows = gemm_report.v6_configs(doc)
+    assert rows[1]["best"] == "1:2:0" and rows[1]["gain"] == round((40 / 30) / (40 / 38), 3) and rows[1]["gain_lo"] > 1
+    text = findings.v6_tune_sentence(rows, "TEST GPU")
+    assert "TEST GPU, 2 configurations of the split+GEMV call at 3 points" in text
+    assert "the default was the fastest, or not beaten beyond the quartiles, at 2 of 3." in text
+    assert "`1:2:0` at 8192x1024 M = 1 (1.267x the default's speed)" in text
+    assert findings.v6_tune_sentence([]) == "This run holds no version-6 tuning."
 
 
 def test_v6_sentence_renders_the_numbers():

@@ -1086,16 +1086,23 @@ def v6_table(data: dict) -> list[dict]:
 def v6_configs(data: dict) -> list[dict]:
     """A version-6 tuning run (tools/gpu/v6_probe.py ... split): per (N, K, M), every split+gemv configuration's
     speed against `_scaled_mm` tensorwise in the same rounds ('MH:ST:G' -> x, > 1 faster), the default's name and
-    ratio, the fastest configuration and its ratio, and by how much it beat the default (best / default)."""
-    by = {}
+    ratio, the fastest configuration and its ratio, by how much it beat the default (gain = default's time / best's,
+    from the medians), and 'gain_lo' the same from the quartiles taken against it (default's q1 / best's q3: above 1,
+    the two rows' quartile ranges do not overlap)."""
+    by, rec = {}, {}
     for r in data.get("results", []):
         if r.get("family") == "v6" and r.get("variant", "").startswith("v6 split+gemv "):
-            by.setdefault((r["N"], r["K"], r["M"]), {})[r["variant"].replace("v6 split+gemv ", "")] = r["vs_scaled_mm"]
+            name = r["variant"].replace("v6 split+gemv ", "")
+            by.setdefault((r["N"], r["K"], r["M"]), {})[name] = r["vs_scaled_mm"]
+            rec[(r["N"], r["K"], r["M"], name)] = r
     rows = []
     for (N, K, M), v in sorted(by.items(), key=lambda kv: (kv[0][2], kv[0][0] * kv[0][1], kv[0])):
         best = max(v, key=v.get)
         d = v.get("default")
+        rd, rb = rec.get((N, K, M, "default")), rec[(N, K, M, best)]
+        lo = (rd["q1_us"] / rb["q3_us"]) if rd and rd.get("q1_us") and rb.get("q3_us") else None
         rows.append({"N": N, "K": K, "M": M, "default": round(d, 3) if d else None, "best": best,
                      "best_x": round(v[best], 3), "gain": round(v[best] / d, 3) if d else None,
+                     "gain_lo": round(lo, 3) if lo else None,
                      "configs": {k: round(x, 3) for k, x in sorted(v.items())}})
     return rows

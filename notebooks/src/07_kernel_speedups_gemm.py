@@ -467,9 +467,27 @@ nb.show_recorded(gemm_report.probe_reports("v6_probe.json", gemm_report.v6_table
 """),
 ("md", r"""
 Reading it: `v6` is the two-kernel call, `v6_lo`–`v6_hi` its ratio by the quartiles, `v6_best` the fastest grid timed,
-`split_us` the split kernel alone. Things to try: `gemv_v6.split_values(x) - x` on your own activations (where is the
-split not exact?); `gemv_v6.prepare(x, w, s, config=(2, 3, 0))` against the default; time `fused=True` at M = 1 and 16
-and count how often each CTA re-splits the same group.
+`split_us` the split kernel alone, `gemv_only` (where the run timed it) the default's GEMV alone on a split made
+beforehand.
+
+**The configurations, swept.** A tuning run (`tools/gpu/v6_probe.py … split`) times the two-kernel call at several
+(MH, ST, G) configurations per point — MH 64-row sub-tiles per stage, ST stages in flight, G = 0 one CTA per whole
+tile or G ≥ 1 stream-K over G CTAs per SM — beside the default, interleaved, each validated first. `gain` is the
+fastest configuration's speed over the default's (medians), `gain_lo` the same with the quartiles taken against it
+(above 1: the two are apart). Fewer stages leave each CTA less shared memory, so more CTAs fit on an SM at once with
+the same bytes in flight; whether that pays is the run's to say.
+"""),
+("code", r"""
+nb.show_recorded(gemm_report.probe_reports("v6_tune.json", gemm_report.v6_configs, findings.v6_tune_sentence),
+                 lambda rows: bg.format_rows([{k: v for k, v in r.items() if k != "configs"} for r in rows]),
+                 "(no version-6 tuning run recorded yet: python3 tools/gpu/v6_probe.py <shapes> 1,16 "
+                 "default,1:2:0,2:3:0,2:4:1 outputs/kernels/v6_tune.json split on a GPU)")
+"""),
+("md", r"""
+The default rule (`gemv_v6.default_config`) is left as it is until a run on the H200 says what it should be there;
+the sweep above is one GPU's reading. Things to try: `gemv_v6.split_values(x) - x` on your own activations (where
+is the split not exact?); `gemv_v6.prepare(x, w, s, config=(1, 2, 0))` against the default at your own shapes; time
+`fused=True` at M = 1 and 16 and count how often each CTA re-splits the same group.
 """),
 ("md", r"""
 ## Prefill: the W8A8 block-scaled GEMM, step by step
