@@ -1236,9 +1236,9 @@ def v6_tune_sentence(rows: list[dict], device: str | None = None) -> str:
         return "This run holds no version-6 tuning."
     n_cfg = len({c for r in rows for c in r["configs"]})
     won = [r for r in rows if r["best"] != "default" and (r.get("gain_lo") or 0) > 1]
-    kept = [r for r in rows if r["best"] == "default" or not (r.get("gain_lo") or 0) > 1]
     text = (f"On the {device or 'recorded GPU'}, {n_cfg} configurations of the split+GEMV call at {len(rows)} points: "
-            f"the default was the fastest, or not beaten beyond the quartiles, at {len(kept)} of {len(rows)}.")
+            f"the default was the fastest, or not beaten beyond the quartiles, at {len(rows) - len(won)} of "
+            f"{len(rows)}.")
     if won:
         by: dict = {}
         for r in won:

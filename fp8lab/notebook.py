@@ -105,10 +105,9 @@ def recorded(folder: str, *files: str, prov: str | None = "provenance.json", qui
             if src is not None and src.suffix == ".json":
                 data = json.loads(src.read_text(encoding="utf-8"))
                 line = provenance_line(data)
-                if isinstance(data, dict) and (data.get("sources_sha256_12")
-                                               or (data.get("provenance") or {}).get("sources_sha256_12")):
-                    from fp8lab.kernels.gemm_report import sources_state   # a kernel record: did it time this tree?
-                    sources = sources_state(data)
+                if isinstance(data, dict):   # a kernel record with a sources digest: did it time this tree?
+                    from fp8lab.kernels.gemm_report import sources_state
+                    sources = sources_state(data, missing=None)
         except (OSError, ValueError) as e:
             line = f"(provenance unreadable: {e})"
         print(f"{rel(base)}: {line}" + (f"\n  sources: {sources}" if sources else ""))

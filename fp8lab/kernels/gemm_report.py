@@ -802,20 +802,20 @@ def provenance_rows(data: dict, keys=("git_commit", "device", "date", "command",
     return [f"{k:11s} {p.get(k) or '-'}" for k in keys] + [f"{'sources':11s} {sources_state(data)}"]
 
 
-def sources_state(data: dict) -> str:
+def sources_state(data: dict, missing: str | None = "not recorded with this run") -> str | None:
     """Whether a record timed the kernel sources of this tree, in words a reader can act on: 'the kernel sources of
-    this tree', 'not recorded with this run', or 'differ from this tree: a.cu, b.py (changed since <commit>: these
-    rows time the code as it was then; git diff <commit> -- <paths> shows the change)'."""
+    this tree', `missing` where the record holds no sources digest, or 'differ from this tree: a.cu, b.py (changed
+    since <commit>: these rows time the code as it was then; git diff <commit> -- <paths> shows the change)'."""
     s = provenance_summary(data)
     if s["sources_match_this_tree"] is None:
-        return "not recorded with this run"
+        return missing
     if s["sources_match_this_tree"]:
         return "the kernel sources of this tree"
     c = str(s.get("git_commit") or "")[:7] or "the recorded commit"
     diff = s["sources_differing"]
     paths = " ".join(f"fp8lab/kernels/{f}" for f in diff) if len(diff) <= 3 else "fp8lab/kernels"
-    return (f"differ from this tree: {', '.join(s['sources_differing'])} (changed since {c}: these rows time the code "
-            f"as it was then; git diff {c} -- {paths} shows the change)")
+    return (f"differ from this tree: {', '.join(diff)} (changed since {c}: these rows time the code as it was then; "
+            f"git diff {c} -- {paths} shows the change)")
 
 
 def prefill_repeats(runs: list[dict], kernel: str = "wgmma_tma", min_m: int = 0) -> list[dict]:
@@ -1052,13 +1052,9 @@ def v6_table(data: dict) -> list[dict]:
     alone on a split made beforehand (None where the run did not time it); 'of_copy' is v6's weight
     bytes over its time against the run's copy bandwidth; 'err_over_tol' the worst validation of the timed variants
     (<= 1 passed) and 'split_error' how far the split moved y (max, in units of sum |x w|)."""
-    by = {}
-    for r in data.get("results", []):
-        if r.get("family") == "v6":
-            by.setdefault((r["N"], r["K"], r["M"]), {})[r["variant"]] = r
     checks = {(c["N"], c["K"], c["M"]): c for c in data.get("checks", [])}
     rows = []
-    for (N, K, M), v in sorted(by.items(), key=lambda kv: (kv[0][2], kv[0][0] * kv[0][1], kv[0])):
+    for (N, K, M), v in _v6_points(data):
         sm, main = v.get("_scaled_mm tensorwise"), v.get(V6_MAIN)
         if not sm or not main:
             continue
@@ -1089,20 +1085,26 @@ def v6_configs(data: dict) -> list[dict]:
     ratio, the fastest configuration and its ratio, by how much it beat the default (gain = default's time / best's,
     from the medians), and 'gain_lo' the same from the quartiles taken against it (default's q1 / best's q3: above 1,
     the two rows' quartile ranges do not overlap)."""
-    by, rec = {}, {}
-    for r in data.get("results", []):
-        if r.get("family") == "v6" and r.get("variant", "").startswith("v6 split+gemv "):
-            name = r["variant"].replace("v6 split+gemv ", "")
-            by.setdefault((r["N"], r["K"], r["M"]), {})[name] = r["vs_scaled_mm"]
-            rec[(r["N"], r["K"], r["M"], name)] = r
     rows = []
-    for (N, K, M), v in sorted(by.items(), key=lambda kv: (kv[0][2], kv[0][0] * kv[0][1], kv[0])):
-        best = max(v, key=v.get)
-        d = v.get("default")
-        rd, rb = rec.get((N, K, M, "default")), rec[(N, K, M, best)]
+    for (N, K, M), v in _v6_points(data):
+        cfg = {n.replace("v6 split+gemv ", ""): r for n, r in v.items() if n.startswith("v6 split+gemv ")}
+        if not cfg:
+            continue
+        best = max(cfg, key=lambda n: cfg[n]["vs_scaled_mm"])
+        rd, rb = cfg.get("default"), cfg[best]
+        d = rd["vs_scaled_mm"] if rd else None
         lo = (rd["q1_us"] / rb["q3_us"]) if rd and rd.get("q1_us") and rb.get("q3_us") else None
         rows.append({"N": N, "K": K, "M": M, "default": round(d, 3) if d else None, "best": best,
-                     "best_x": round(v[best], 3), "gain": round(v[best] / d, 3) if d else None,
+                     "best_x": round(rb["vs_scaled_mm"], 3), "gain": round(rb["vs_scaled_mm"] / d, 3) if d else None,
                      "gain_lo": round(lo, 3) if lo else None,
-                     "configs": {k: round(x, 3) for k, x in sorted(v.items())}})
+                     "configs": {k: round(r["vs_scaled_mm"], 3) for k, r in sorted(cfg.items())}})
     return rows
+
+
+def _v6_points(data: dict) -> list:
+    """A version-6 run's records grouped per point: [((N, K, M), {variant: record}), ...], by M, then size."""
+    by: dict = {}
+    for r in data.get("results", []):
+        if r.get("family") == "v6":
+            by.setdefault((r["N"], r["K"], r["M"]), {})[r["variant"]] = r
+    return sorted(by.items(), key=lambda kv: (kv[0][2], kv[0][0] * kv[0][1], kv[0]))
