@@ -21,7 +21,7 @@ import re
 import statistics
 
 __all__ = ["ci", "excludes_zero", "recipe_label", "causal_label", "sweep_delta", "step_sentence",
-           "cheapest_causal", "mc_reading", "granularity_note", "kv_drift_findings", "kv_long_findings",
+           "cheapest_causal", "mc_reading", "granularity_note", "kv_causal_from", "kv_drift_findings", "kv_long_findings",
            "kv_sweep_findings", "kv_config_causality", "ratio_range", "expected_by_chance",
            "latest_kernels", "kernel_roofline_points",
            "accumulation_findings", "accumulation_bias_findings", "per_unit_factor", "fast_accum_findings",
@@ -174,6 +174,14 @@ def kv_config_causality(config: str) -> str:
     return "causality not stated"
 
 
+def kv_causal_from(config: str) -> int:
+    """The first position bucket start (`pos_lo`) at which a kv_drift configuration is causal: N for one calibrated
+    on the first N tokens (a bucket starting before N is rounded with scales that saw later tokens), else 0."""
+    if config.startswith("e4m3-cal"):
+        return int(config[len("e4m3-cal"):].split("-")[0])
+    return 0
+
+
 def _bucket(r) -> str:
     return f"{r['pos_lo']}–{r['pos_hi']}"
 
@@ -185,13 +193,20 @@ def kv_drift_findings(rows: list[dict], collapse_pct: float = 10.0) -> list[str]
     buckets = list(dict.fromkeys((r["pos_lo"], r["pos_hi"]) for r in rows))
     at = {(r["config"], (r["pos_lo"], r["pos_hi"])): r for r in rows}
     out = []
-    best = {b: min((c for c in cfgs if (c, b) in at), key=lambda c: at[(c, b)]["delta_pct"]) for b in buckets}
-    winners = {}
-    for b, c in best.items():
-        winners.setdefault(c, []).append(b)
+    winners, apart = {}, {}
+    for b in buckets:                               # ranked among the configurations causal in the bucket only
+        ranked = sorted((c for c in cfgs if (c, b) in at and b[0] >= kv_causal_from(c)), key=lambda c: at[(c, b)]["delta_pct"])
+        if not ranked:
+            continue
+        winners.setdefault(ranked[0], []).append(b)
+        if len(ranked) > 1:
+            apart[b] = at[(ranked[0], b)]["ci95_high"] < at[(ranked[1], b)]["ci95_low"]
     for c, bs in sorted(winners.items(), key=lambda kv: -len(kv[1])):
-        out.append(f"`{c}` ({kv_config_causality(c)}) has the smallest change in {len(bs)} of {len(buckets)} "
-                   f"position buckets ({', '.join(f'{lo}–{hi}' for lo, hi in bs)}).")
+        sep = sum(apart.get(b, False) for b in bs)
+        out.append(f"`{c}` ({kv_config_causality(c)}) has the smallest change among the configurations causal there in "
+                   f"{len(bs)} of {len(buckets)} position buckets ({', '.join(f'{lo}–{hi}' for lo, hi in bs)}); its interval "
+                   f"lies entirely below the runner-up's in {sep} of them" + (" (the others: a ranking of point estimates "
+                   "that this many windows cannot resolve)." if sep < len(bs) else "."))
     for c in cfgs:
         rs = [at[(c, b)] for b in buckets if (c, b) in at]
         if len(rs) < 2:
@@ -207,20 +222,24 @@ def kv_drift_findings(rows: list[dict], collapse_pct: float = 10.0) -> list[str]
             "falls in every bucket" if all(b < a for a, b in zip(ds, ds[1:])) else "is not monotone"
         above = last["ci95_low"] > first["ci95_high"]
         n_excl = sum(excludes_zero(r["ci95_low"], r["ci95_high"]) for r in rs)
+        n0 = kv_causal_from(c)
+        oracle = [r for r in rs if r["pos_lo"] < n0]
         out.append(f"`{c}`: {' → '.join(f'{d:+.2f}' for d in ds)} % over the buckets: it {steps}; the last bucket's "
                    f"interval lies {'entirely above' if above else 'not entirely above'} the first's; its interval "
-                   f"excludes zero in {n_excl} of {len(rs)} buckets.")
+                   f"excludes zero in {n_excl} of {len(rs)} buckets" + (
+                       f" (the first {len(oracle)} {'bucket starts' if len(oracle) == 1 else 'buckets start'} before "
+                       f"position {n0}: there some tokens are rounded with scales fitted on later ones, an oracle)."
+                       if oracle else "."))
     for a, b, what in (("e4m3-cal256", "e4m3-uncal", "the 256-token calibrated cache vs scale 1.0"),
                        ("e5m2-uncal", "e4m3-uncal", "E5M2 vs E4M3, both at scale 1.0")):
-        if a in cfgs and b in cfgs:
-            lower = [bk for bk in buckets if (a, bk) in at and (b, bk) in at
-                     and at[(a, bk)]["delta_pct"] < at[(b, bk)]["delta_pct"]]
-            clear = [bk for bk in buckets if (a, bk) in at and (b, bk) in at
-                     and at[(a, bk)]["ci95_high"] < at[(b, bk)]["ci95_low"]]
-            worse = [bk for bk in buckets if (a, bk) in at and (b, bk) in at
-                     and at[(a, bk)]["ci95_low"] > at[(b, bk)]["ci95_high"]]
-            out.append(f"{what}: `{a}` is lower in {len(lower)} of {len(buckets)} buckets; its interval lies "
-                       f"entirely below `{b}`'s in {len(clear)} and entirely above in {len(worse)}.")
+        if a in cfgs and b in cfgs:                 # in the buckets where both are causal
+            both = [bk for bk in buckets if (a, bk) in at and (b, bk) in at
+                    and bk[0] >= max(kv_causal_from(a), kv_causal_from(b))]
+            lower = [bk for bk in both if at[(a, bk)]["delta_pct"] < at[(b, bk)]["delta_pct"]]
+            clear = [bk for bk in both if at[(a, bk)]["ci95_high"] < at[(b, bk)]["ci95_low"]]
+            worse = [bk for bk in both if at[(a, bk)]["ci95_low"] > at[(b, bk)]["ci95_high"]]
+            out.append(f"{what}: `{a}` is lower in {len(lower)} of the {len(both)} buckets where both are causal; its "
+                       f"interval lies entirely below `{b}`'s in {len(clear)} and entirely above in {len(worse)}.")
     n_int = sum(1 for c in cfgs for b in buckets if (c, b) in at)
     out.append(f"{n_int} intervals in the table: about {expected_by_chance(n_int):.1f} would exclude zero by chance "
                f"alone; n = {rows[0]['n']} windows per interval.")
@@ -233,41 +252,59 @@ def kv_long_findings(rows: list[dict], short_hi: int = 2048) -> list[str]:
     cfgs = [c for c in dict.fromkeys(r["config"] for r in rows) if c != "baseline"]
     out = []
     rng = lambda xs: f"{min(r['delta_pct'] for r in xs):+.2f} to {max(r['delta_pct'] for r in xs):+.2f} %"
+    span = lambda xs: f"[{min(r['ci95_low'] for r in xs):+.2f}, {max(r['ci95_high'] for r in xs):+.2f}]"
     for c in cfgs:
         rs = [r for r in rows if r["config"] == c]
         early = [r for r in rs if r["pos_hi"] <= short_hi]
         late = [r for r in rs if r["pos_lo"] >= short_hi]
-        if late:
-            out.append(f"`{c}`: {rng(early) if early else '-'} up to position {short_hi}, {rng(late)} beyond.")
+        if late and early:
+            above = min(r["ci95_low"] for r in late) > max(r["ci95_high"] for r in early)
+            out.append(f"`{c}`: {rng(early)} up to position {short_hi} (intervals within {span(early)}), {rng(late)} "
+                       f"beyond (within {span(late)}): "
+                       + ("every later interval lies entirely above every earlier one." if above else "the later "
+                          f"intervals do not all lie above the earlier ones, so {rows[0]['n']} windows do not show a "
+                          f"rise past position {short_hi}."))
+        elif late:
+            out.append(f"`{c}`: {rng(late)} beyond position {short_hi} (intervals within {span(late)}).")
     if {"e4m3-uncal", "e4m3-cal256"} <= set(cfgs):
         at = {(r["config"], (r["pos_lo"], r["pos_hi"])): r for r in rows}
-        bs = [(r["pos_lo"], r["pos_hi"]) for r in rows if r["config"] == "e4m3-uncal"]
+        bs = [(r["pos_lo"], r["pos_hi"]) for r in rows
+              if r["config"] == "e4m3-uncal" and r["pos_lo"] >= kv_causal_from("e4m3-cal256")]
         overlap = sum(1 for b in bs if (("e4m3-cal256", b) in at) and not (
             at[("e4m3-cal256", b)]["ci95_high"] < at[("e4m3-uncal", b)]["ci95_low"]
             or at[("e4m3-cal256", b)]["ci95_low"] > at[("e4m3-uncal", b)]["ci95_high"]))
         out.append(f"The two static caches (scale 1.0 and calibrated on 256 tokens) have overlapping intervals in "
-                   f"{overlap} of {len(bs)} buckets: in those, this many windows cannot tell calibration from scale 1.0.")
+                   f"{overlap} of the {len(bs)} buckets where the calibrated one is causal: in those, this many windows cannot tell calibration from scale 1.0.")
     out.append(f"n = {rows[0]['n']} windows: with so few, the bootstrap interval is optimistic (it cannot show "
                "the tails of the window-to-window spread).")
     return out
 
 
-def kv_sweep_findings(df) -> list[str]:
+def kv_sweep_findings(df, e5_vs_e4: dict | None = None) -> list[str]:
     """The KV recipes of a sweep (perplexity): each with its causal/oracle label and interval, the cheapest
-    causal one, and E5M2 against E4M3."""
+    causal one, and E5M2 against E4M3 -- paired when `e5_vs_e4` (fp8lab.results.compare's dict for the two rows
+    named) is given; a ratio of two costs only where the cheaper one's interval excludes zero."""
     kv = df[(df.task == "ppl") & (df.metric == "ppl") & df.recipe.str.contains("kv")]
     if kv.empty:
         return ["No KV recipe in this run."]
     out = [cheapest_causal(df, list(kv.recipe))]
     e4, e5 = sweep_delta(df, "e4m3-kv-tok") or sweep_delta(df, "e4m3-kv"), sweep_delta(df, "e5m2-kv-tok") or sweep_delta(df, "e5m2-kv")
     if e4 is not None and e5 is not None:
-        ratio = e5["delta_pct"] / e4["delta_pct"] if e4["delta_pct"] > 0 else float("nan")
-        out.append(f"E5M2 against E4M3 with the same scales: {recipe_label(e5['recipe'])} {_describe_row(e5)} vs "
-                   f"{recipe_label(e4['recipe'])} {_describe_row(e4)}" + (f" ({ratio:.1f}× the cost)." if ratio == ratio else "."))
+        s = (f"E5M2 against E4M3 with the same scales: {recipe_label(e5['recipe'])} {_describe_row(e5)} vs "
+             f"{recipe_label(e4['recipe'])} {_describe_row(e4)}")
+        if e5_vs_e4 is not None:
+            c = e5_vs_e4
+            s += (f"; paired, E5M2 against E4M3: {ci(c['delta'], c['ci95_low'], c['ci95_high'], c.get('unit', '%'))} over "
+                  f"{c['n']} windows: " + ("resolved (the interval excludes zero)" if excludes_zero(c["ci95_low"], c["ci95_high"])
+                                           else "not resolved at this n (the interval includes zero)"))
+        elif float(e4["ci95_low"]) > 0:
+            s += f" ({e5['delta_pct'] / e4['delta_pct']:.1f}× the cost)"
+        out.append(s + ".")
     oracles = [r for r in kv.itertuples() if str(r.causal) == "False"]
     if oracles:
         out.append("Oracle rows (" + ", ".join(f"`{r.recipe}`" for r in oracles) + ") take the scale over the whole "
-                   "window, future tokens included: a bound on what a dynamic scale can do, not a cache a server can run.")
+                   "window, future tokens included: not a cache a server can run, and not a bound on one either "
+                   "(one scale per window is coarser than one per token).")
     return out
 
 

@@ -25,9 +25,11 @@ weight slot instead of `weight` (None: leave it alone). `kv_layers` limits the K
 Causal or oracle. Perplexity scores every position of a window in one forward. A scale computed from the
 whole forward -- per tensor or per channel over all tokens -- lets position 10 be rounded with a scale that
 already knows the maximum of position 400: no decoder generating token by token can do that. Such recipes
-are **oracles**: useful as a bound, not a method. A recipe is **causal** (a serving engine could run it) when
-every scale is fixed before the tokens arrive (weights; a calibrated-then-frozen KV scale; scale 1.0) or is
-computed from one token alone (dynamic per-token / per-group scales along the hidden or head dimension).
+are **oracles**: a reference, not a method -- and not a bound either (one scale over the window is coarser
+than one per token, so an oracle can cost more than its causal counterpart). A recipe is **causal** (a serving
+engine could run it) when every scale is fixed before the tokens arrive (weights; a calibrated-then-frozen KV
+scale; scale 1.0) or is computed from one token alone (dynamic per-token / per-group scales along the hidden or
+head dimension).
 `Recipe.causal` and `Recipe.why` are derived from the slots by `causality()`, so they cannot drift from
 what the recipe does; each oracle recipe has a causal counterpart (`-tok`: per-token scales).
 

@@ -38,7 +38,9 @@ def test_kv_drift_findings_name_the_winner_the_drift_and_the_collapse():
                      "e4m3-dyn": [(0.0, -0.4, 0.4), (0.1, -0.2, 0.4), (0.3, 0.1, 0.5)],
                      "e4m3-cal256-channel": [(0.1, -0.5, 0.7), (0.9, 0.3, 1.5), (30.0, 26.0, 33.0)]})
     text = "\n".join(findings.kv_drift_findings(rows))
-    assert "`e4m3-dyn` (causal: a scale per token and head, from that token alone) has the smallest change in 3 of 3" in text
+    assert "`e4m3-dyn` (causal: a scale per token and head, from that token alone) has the smallest change among the " \
+           "configurations causal there in 3 of 3 position buckets (1–64, 64–256, 256–1024); its interval lies entirely " \
+           "below the runner-up's in 1 of them (the others: a ranking of point estimates" in text
     assert "`e4m3-cal16`: +0.10 → +0.80 → +1.90 % over the buckets: it rises in every bucket; the last bucket's " \
            "interval lies entirely above the first's" in text
     assert "`e4m3-cal256-channel` collapses: up to +30.00 % [+26.00, +33.00]" in text
@@ -47,10 +49,33 @@ def test_kv_drift_findings_name_the_winner_the_drift_and_the_collapse():
 
 def test_kv_long_findings_compare_the_static_caches():
     rows = _kv_rows({"e4m3-uncal": [(0.1, -0.5, 0.7), (1.8, 1.4, 2.2), (1.6, 1.4, 1.9)],
-                     "e4m3-cal256": [(0.1, -0.5, 0.7), (1.9, 1.3, 2.3), (1.5, 1.1, 1.9)]})
+                     "e4m3-cal256": [(0.1, -0.5, 0.7), (1.9, 1.3, 2.3), (1.5, 1.1, 1.9)],
+                     "e4m3-dyn": [(0.1, -0.5, 0.7), (0.5, 0.2, 0.9), (0.6, 0.3, 0.8)]})
     text = "\n".join(findings.kv_long_findings(rows, short_hi=64))
-    assert "`e4m3-uncal`: +0.10 to +0.10 % up to position 64, +1.60 to +1.80 % beyond." in text
-    assert "overlapping intervals in 3 of 3 buckets" in text
+    assert "`e4m3-uncal`: +0.10 to +0.10 % up to position 64 (intervals within [-0.50, +0.70]), +1.60 to +1.80 % " \
+           "beyond (within [+1.40, +2.20]): every later interval lies entirely above every earlier one." in text
+    assert "`e4m3-dyn`: +0.10 to +0.10 % up to position 64 (intervals within [-0.50, +0.70]), +0.50 to +0.60 % " \
+           "beyond (within [+0.20, +0.90]): the later intervals do not all lie above the earlier ones, so 8 windows do " \
+           "not show a rise past position 64." in text
+    assert "overlapping intervals in 1 of the 1 buckets where the calibrated one is causal" in text
+
+
+def test_kv_drift_findings_rank_only_causal_configurations_and_mark_oracle_buckets():
+    """A configuration calibrated on the first N tokens is an oracle in buckets that start before N: it is not ranked
+    there, even with the lowest point estimate, and its trend line says which buckets are oracle."""
+    rows = _kv_rows({"e4m3-uncal": [(0.9, 0.1, 1.7), (1.0, 0.5, 1.5), (0.9, 0.6, 1.2)],
+                     "e4m3-cal256": [(-2.0, -2.5, -1.5), (0.1, -0.3, 0.5), (0.2, 0.1, 0.3)]})
+    assert findings.kv_causal_from("e4m3-cal256") == 256 and findings.kv_causal_from("e4m3-cal16-channel") == 16
+    assert findings.kv_causal_from("e4m3-uncal") == 0 == findings.kv_causal_from("e4m3-dyn")
+    text = "\n".join(findings.kv_drift_findings(rows))
+    assert "`e4m3-uncal` (causal: fixed scale 1.0) has the smallest change among the configurations causal there in 2 " \
+           "of 3 position buckets (1–64, 64–256)" in text
+    assert "has the smallest change among the configurations causal there in 1 of 3 position buckets (256–1024); its " \
+           "interval lies entirely below the runner-up's in 1 of them." in text
+    assert "(the first 2 buckets start before position 256: there some tokens are rounded with scales fitted on later " \
+           "ones, an oracle)." in text
+    assert "`e4m3-cal256` is lower in 1 of the 1 buckets where both are causal; its interval lies entirely below " \
+           "`e4m3-uncal`'s in 1 and entirely above in 0." in text
 
 
 def _sweep_frame():
@@ -166,3 +191,22 @@ def test_cache_error_sentence_reports_the_spread_over_draws():
     assert "Over 6 independent draws" in s and "**15.0×** [10.0, 20.0] (97 % interval for the median) bf16's" in s
     assert "**3.0×** [3.0, 3.0]" in s
     assert findings.cache_error_sentence([]) == "These tables hold no E4M3 and bf16 rows to compare."
+
+
+def _kv_sweep_frame(e4_lo):
+    return pd.DataFrame([
+        dict(recipe="baseline", causal="True", task="ppl", metric="ppl", delta_pct=0.0, ci95_low=0.0, ci95_high=0.0, n=12, delta_unit="%"),
+        dict(recipe="e4m3-kv-tok", causal="True", task="ppl", metric="ppl", delta_pct=0.3, ci95_low=e4_lo, ci95_high=0.7, n=12, delta_unit="%"),
+        dict(recipe="e5m2-kv-tok", causal="True", task="ppl", metric="ppl", delta_pct=1.8, ci95_low=1.2, ci95_high=2.4, n=12, delta_unit="%"),
+        dict(recipe="e4m3-kv", causal="False", task="ppl", metric="ppl", delta_pct=0.8, ci95_low=0.4, ci95_high=1.2, n=12, delta_unit="%"),
+    ])
+
+
+def test_kv_sweep_findings_no_ratio_of_an_unresolved_cost_and_paired_when_given():
+    text = "\n".join(findings.kv_sweep_findings(_kv_sweep_frame(-0.1)))
+    assert "× the cost" not in text                              # E4M3's cost includes zero: no ratio
+    assert "× the cost" in "\n".join(findings.kv_sweep_findings(_kv_sweep_frame(0.1)))
+    c = {"delta": 1.4, "ci95_low": 0.7, "ci95_high": 2.3, "unit": "%", "n": 12}
+    text = "\n".join(findings.kv_sweep_findings(_kv_sweep_frame(-0.1), e5_vs_e4=c))
+    assert "paired, E5M2 against E4M3: +1.40 % [+0.70, +2.30] over 12 windows: resolved" in text
+    assert "not a bound" in text and "a bound on what" not in text

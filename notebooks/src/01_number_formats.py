@@ -14,7 +14,8 @@ really an FP8-plus-scaling recipe.
 **What we can measure here.** Everything in this notebook is exact arithmetic on the CPU: rounding is checked bit for
 bit against `ml_dtypes` and PyTorch's own casts (`tests/test_formats.py`: every bf16 and fp16 bit pattern, every
 code, 10⁶ random floats and every tie, with no mismatch allowed). **What we cannot:** speed. That needs a GPU
-(notebooks 06, 07). Nothing here is written to `outputs/`: every number below is computed as the notebook runs.
+(notebooks 06, 07). Nothing here is written to `outputs/`: every number below is computed as the notebook runs,
+except the two perplexity rows of the committed sweep that one cell reads from `outputs/`.
 """),
 ("code", r"""
 import numpy as np
@@ -58,8 +59,10 @@ of its values flush to zero (E4M3's smallest subnormal is 2⁻⁹ = {E4M3.min_su
 rounds to 0) and the mean relative error is {pct(('small', 'e4m3', 'off')):.1f} %. With a per-tensor scale the *same*
 tensor has {pct(('small', 'e4m3', 'on')):.2f} % error against {pct(('typical', 'e4m3', 'on')):.2f} % for the typical one:
 scaling makes the error independent of magnitude. E5M2 survives unscaled (its smallest subnormal is
-{E5M2.min_subnormal:.2e}) at {pct(('small', 'e5m2', 'off')) / pct(('small', 'e4m3', 'on')):.1f}× E4M3's scaled error
-(one mantissa bit fewer). E2M1 cannot represent anything below 0.5: unscaled, it flushes
+{E5M2.min_subnormal:.2e}) at {pct(('small', 'e5m2', 'off')) / pct(('small', 'e4m3', 'on')):.1f}× E4M3's scaled error:
+one mantissa bit fewer accounts for {pct(('small', 'e5m2', 'on')) / pct(('small', 'e4m3', 'on')):.1f}× (E5M2 with a
+scale), the rest comes from its subnormal range: {pct(('small', 'e5m2', 'off'), 'flushed_pct'):.1f} % of the values
+still flush to zero and more keep fewer mantissa bits. E2M1 cannot represent anything below 0.5: unscaled, it flushes
 {pct(('typical', 'nvfp4', 'off'), 'flushed_pct'):.1f} % of even the *typical* tensor; with NVFP4's block scales its
 error is still {pct(('typical', 'nvfp4', 'on')) / pct(('typical', 'e4m3', 'on')):.1f}× E4M3's.''')
 """),
@@ -174,10 +177,14 @@ for name, lin in picks:
     print(f"{name:32s} {S[name][0]:16.1f} {S[name][1]:17.1f} {S[name][2]:17.1f}")
 int8_wins = sum(s[2] > s[1] for s in S.values())
 chan_wins = sum(s[1] > s[0] for s in S.values())
+grid_gain = [s[2] - s[1] for s in S.values()]                 # INT8 vs E4M3, both per channel (dB)
+gran_gain = [s[1] - s[0] for s in S.values()]                 # E4M3 per channel vs per tensor (dB)
 nb.md(f'''**Reading it.** At the same granularity (per channel), INT8 has the higher SQNR on {int8_wins} of {len(S)}
-Linear(s) here, and per-channel E4M3 beats per-tensor E4M3 on {chan_wins} of {len(S)}. Without an outlier column a
-weight row's values spread over its range, where INT8's evenly spaced levels can resolve them more finely than E4M3's
-3 mantissa bits. Which grid wins depends on the tensor's distribution; the granularity often matters as much.''')
+Linear(s) here ({min(grid_gain):+.1f} to {max(grid_gain):+.1f} dB), and per-channel E4M3 beats per-tensor E4M3 on
+{chan_wins} of {len(S)} ({min(gran_gain):+.1f} to {max(gran_gain):+.1f} dB). Without an outlier column a weight row's
+values spread over its range, where INT8's evenly spaced levels can resolve them more finely than E4M3's 3 mantissa
+bits, and E4M3's relative error hardly depends on where its scale puts the row. Which grid wins, and how much the
+granularity matters, depends on the tensor's distribution: compare the synthetic outlier tensor above.''')
 print("model note:", lm.model_note)
 """),
 ("md", r"""

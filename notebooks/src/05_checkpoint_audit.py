@@ -57,7 +57,8 @@ rest = [SEED004["mxfp4_file_GB"] - experts["mxfp4"] / 1e9, SEED004["fp8_file_GB"
 nb.md(f'''The expert tensors alone account for {experts["mxfp4"] / 1e9:.0f} → {experts["fp8_block128"] / 1e9:.0f} GB; the remaining
 {rest[0]:.0f} and {rest[1]:.0f} GB of the seed's two totals are the rest of the model, so the seed's
 {100 * (SEED004["fp8_file_GB"] / SEED004["mxfp4_file_GB"] - 1):.0f} % more disk is consistent with the formats.''')
-
+"""),
+("md", r"""
 ## Case 2: a MiniMax-style MXFP8 release
 """),
 ("code", r"""
@@ -145,7 +146,7 @@ from fp8lab import export
 for recipe, fmt in (("e4m3-w", "compressed-tensors"), ("nvfp4-w", "modelopt")):
     path, rep = export.demo(nb.scratch("05"), recipe, fmt, model="tiny" if SMALL else None)
     print(f"{recipe} as {fmt} -> {nb.rel(path)}\n  {rep['verdict']}\n")
-print(au.format_table(rep))
+print(au.format_table(dict(rep, path=nb.rel(rep["path"]))))
 """),
 ("md", r"""
 ## The checklist (seed 004's lesson)

@@ -168,9 +168,9 @@ if nb.recorded("gemma3", "results.csv"):
 One part at a time — each decoder layer (all its Linears), each Linear type across all layers (q/k/v/o, gate/up/down),
 `lm_head`, the KV cache — goes to E4M3 (one scale per tensor) or NVFP4, everything else stays as loaded. The
 weight parts are causal (weights are quantized offline). The **KV part is an oracle**: its E4M3 scale (and NVFP4's
-global scale) is taken over the whole window, future tokens included — a bound on what a cache could do, not a cache
-a server can run (notebook 03 and notebook 13 measure causal caches). Conclusions about what a server can do rest on the
-weight parts. Hundreds of
+global scale) is taken over the whole window, future tokens included — not a cache a server can run, and not a bound
+on one either (notebook 02 shows an oracle scale costing more than a causal per-token one; notebook 03 and
+notebook 13 measure causal caches). Conclusions about what a server can do rest on the weight parts. Hundreds of
 independent cells: `fp8lab.distributed` spreads them over a local Dask cluster (or your cluster with
 `--scheduler tcp://host:8786`), every worker writing its own cell file atomically, so a killed run resumes where it
 stopped.
