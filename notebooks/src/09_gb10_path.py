@@ -106,8 +106,9 @@ for fam in dict.fromkeys(r["family"] for r in rows):
 
 Whatever the instructions, a single decode stream reads every weight once per token, so the ceiling is memory
 bandwidth over bytes per token. The GB10's LPDDR5x (NVIDIA's published figure, labelled *spec, not measured*) is a
-small fraction of an H200's HBM, so the bytes per token of the format matter even more there: NVFP4's 0.5625 bytes per
-weight is the GB10's main lever, its FP4 tensor cores come second. The model is seed 002's Qwen3.5-35B-A3B (config in
+small fraction of an H200's HBM, so the bytes per token of the format matter even more there: in this ceiling,
+NVFP4's 0.5625 bytes per weight is the only lever; what the FP4 tensor cores add in practice is not measured here (no
+GB10 has run these kernels). The model is seed 002's Qwen3.5-35B-A3B (config in
 `fp8lab/model_configs/`); the H200 rows show the datasheet and the lab's own measured bandwidth.
 """),
 ("code", r"""

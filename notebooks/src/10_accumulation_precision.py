@@ -230,8 +230,10 @@ if rec is not None:
 **How to read the recorded run.** The speed panel answers "what does fast accumulation buy?": the ratio of the two
 medians at each K, next to the spread of the rounds (a difference inside the min–max bars is not a difference). The
 error panel answers "what does it cost?": if the fast-accumulation error climbs with K while the other stays flat, the
-hardware behaves like the truncating model above. The last table puts the GPU's error on a tile next to the CPU
-models' on the same numbers and names the closest one.
+hardware has the *mechanism* of the model above (a limited accumulator, no promotion). Whether it has the model's
+*size* of error is a separate question: the last table puts the GPU's error on a tile next to the CPU models' on the
+same numbers, and the lines above it say by what factor the GPU differs from the truncating model. "Closest" only
+ranks the two models: one that is off by a large factor is the lesser miss, not a description of this hardware.
 """),
 ("code", r"""
 if rec is not None:

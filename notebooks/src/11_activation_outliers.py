@@ -16,8 +16,8 @@ largest value, so everything else is squeezed towards the bottom of the format's
 * **token outliers** (one token, huge everywhere) are fixed by a scale per token — and *not* by a rotation, which only
   spreads the token's size over its own channels;
 * the **format** decides how much any of this matters: E4M3's exponent gives every value the same relative precision
-  over a window of 2¹⁷·⁸, INT8's uniform grid does not, and NVFP4's 16-element blocks already give each small group
-  its own scale.
+  over a window of 2¹⁴·⁸ (its normal range; subnormals stretch it to 2¹⁷·⁸ with fewer bits), INT8's uniform grid
+  does not, and NVFP4's 16-element blocks already give each small group its own scale.
 
 And one rule about honesty: a scale that looks at values the server would not have yet is an **oracle**.
 
@@ -188,7 +188,8 @@ over a stationary stream of text.
 if sc is not None:
     pairs = {}
     if (SC / "per_window").is_dir():   # two strategies against each other, paired on the same windows
-        for a, b in (("e4m3-wa-dyn-token", "e4m3-wa-dyn-tensor"), ("e4m3-wa-dyn-token", "e4m3-wa-static"),
+        for a, b in (("e4m3-wa-dyn-token", "e4m3-wa-dyn-group128"),
+                     ("e4m3-wa-dyn-token", "e4m3-wa-dyn-tensor"), ("e4m3-wa-dyn-token", "e4m3-wa-static"),
                      ("e4m3-wa-static", "e4m3-wa-dyn-tensor"), ("e4m3-wa-delayed", "e4m3-wa-static")):
             try:
                 pairs[(a, b)] = S.paired(SC, a, b)

@@ -138,9 +138,9 @@ for l in range(0, lm.model.config.num_hidden_layers, 5):
 
 `python -m fp8lab.kv_bits --record` does it all with one model load, every token in one role only: calibration
 windows fit the frozen constants; separate *sensitivity* windows store one layer's K/V in NVFP4 at a time (one
-configuration per layer) to rank the layers; the *test* windows, at the model's full 8k context, give the per-token K/V error of
-every method in every layer (during the baseline forward) and the perplexity of every configuration by position,
-with 95 % paired bootstrap intervals over windows (`fp8lab.kv_drift`'s buckets). `nvfp4-sens4` keeps the four layers
+configuration per layer) to rank the layers; the *test* windows (by default at the model's full 8k context; the
+committed run's length is printed below) give the per-token K/V error of every method in every layer (during the
+baseline forward) and the perplexity of every configuration by position, with 95 % paired bootstrap intervals over windows (`fp8lab.kv_drift`'s buckets). `nvfp4-sens4` keeps the four layers
 the sensitivity windows ranked highest; `nvfp4-hp2` keeps the first and last two — the same count. Every configuration
 is causal (constants frozen before the test windows, each token stored from itself). The run's own n (windows and
 tokens) is printed from its summary: it may have been recorded with fewer windows than the defaults.
@@ -153,6 +153,7 @@ if res:
     s = res["summary"]
     print(f"{s['test_windows']} test windows x {s['seq_len']} tokens; calibration {s['cal_windows']} x {s['cal_len']}; "
           f"sensitivity {s['sens_windows']} x {s['sens_len']}; {s['wall_s']:.0f} s; {s['model_note']}")
+    print(findings.few_units_note(s["test_windows"], "test windows"))
 """),
 ("md", r"""
 ### Per-token K/V error by layer, beside the RMSNorm weights
@@ -183,10 +184,11 @@ if res and res["sensitivity"]:
         print(f"  layer {r['layer']:2d}: KL {r['kl_mean']:.5f} [{r['kl_ci95_low']:.5f}, {r['kl_ci95_high']:.5f}]   "
               f"ppl {r['delta_pct']:+.3f} % [{r['ci95_low']:+.3f}, {r['ci95_high']:+.3f}]")
     print("picked for nvfp4-sens*:", s["sens_picked"])
+    print(findings.few_units_note(res["sensitivity"][0]["n"], "sensitivity windows"))
     nb.show(kv_bits.plot_sensitivity(res["sensitivity"], s["model_note"]))
 """),
 ("md", r"""
-### Perplexity by position up to 8k
+### Perplexity by position, up to the run's window length
 
 Change against the baseline cache per position bucket (95 % paired CI over the test windows). FP8 rows are the
 reference points from notebook 03; every 4-bit row spends 4.5 bits per element in its quantized layers.
@@ -277,8 +279,12 @@ if sass:
 ("md", r"""
 ## 6 · The claims, marked
 
-Each verdict below is computed from the files above: "confirmed here" or "contradicted here" only where the 95 %
-interval of the deciding number excludes no effect; GPU-only claims stay open until a recorded run exists.
+Each verdict below is computed from the files above. For the quality claims, "confirmed here" or "contradicted
+here" only where the 95 % interval of the deciding number excludes no effect (with as few windows as this run has,
+read those intervals with the caveat printed under its summary). Two kinds of verdict rest on no interval: the
+sensitive-layer claim compares the *set* of layers picked by point estimate with the first and last ones (the paired
+interval printed beside it is the test of whether the pick matters), and the kernel claims read one recorded
+run on the GPU named in them. GPU-only claims stay open until a recorded run exists.
 """),
 ("code", r"""
 rows = []
@@ -292,9 +298,10 @@ if res:
 else:
     rows.append(("4-bit KV claims (seeds 000, 002)", "untestable here until outputs/kv_bits is recorded",
                  "python -m fp8lab.kv_bits --record"))
-rows.append(findings.nvfp4_kv_kernel_verdict(goals) if att else
+rows.append(findings.nvfp4_kv_kernel_verdict(goals, (att.get("provenance") or {}).get("device")) if att else
             ("seed 002: NVFP4-KV attention kernel", "untestable here: not recorded yet", "section 3"))
-rows.append(findings.prefill_fp8_verdict(bench_prefill_attn.summary_rows(pf)) if pf else
+rows.append(findings.prefill_fp8_verdict(bench_prefill_attn.summary_rows(pf), (pf.get("provenance") or {}).get("device"))
+            if pf else
             ("seed 004: FP8 KV slows long-context prefill", "untestable here: not recorded yet", "section 4"))
 rows += findings.serving_claim_verdicts(claims)
 rows.append(findings.fp4_sass_verdict(gb10_report.jobs(sass)) if sass else
