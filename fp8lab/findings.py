@@ -23,7 +23,7 @@ import statistics
 __all__ = ["ci", "excludes_zero", "few_units_note", "recipe_label", "causal_label", "sweep_delta", "step_sentence",
            "cheapest_causal", "mc_reading", "granularity_note", "kv_causal_from", "kv_drift_findings", "kv_long_findings",
            "kv_sweep_findings", "kv_config_causality", "ratio_range", "expected_by_chance",
-           "latest_kernels", "kernel_roofline_points", "with_vs_compile", "quant_anchors_sentence",
+           "latest_kernels", "kernel_roofline_points", "quant_anchors_sentence",
            "accumulation_findings", "accumulation_bias_findings", "per_unit_factor", "fast_accum_findings",
            "nvfp4_kv_kernel_verdict", "prefill_fp8_verdict", "serving_claim_verdicts", "fp4_sass_verdict",
            "outlier_structure_findings", "scaling_findings", "taming_findings", "sqnr_findings",
@@ -182,7 +182,7 @@ def kv_config_causality(config: str) -> str:
     if config == "baseline":
         return "the model's own cache"
     if config.startswith("e4m3-cal"):
-        n = config[len("e4m3-cal"):].split("-")[0]
+        n = kv_causal_from(config)
         return f"causal after position {n}: scales fitted on the first {n} tokens, then frozen"
     if config.endswith("-uncal"):
         return "causal: fixed scale 1.0"
@@ -203,6 +203,11 @@ def _bucket(r) -> str:
     return f"{r['pos_lo']}–{r['pos_hi']}"
 
 
+def _below(r: dict, s: dict) -> bool:
+    """Whether row r's 95 % interval lies entirely below row s's (the two do not overlap, r the lower)."""
+    return r["ci95_high"] < s["ci95_low"]
+
+
 def kv_drift_findings(rows: list[dict], collapse_pct: float = 10.0) -> list[str]:
     """What a kv_drift.csv shows, bucket by bucket: which configuration loses least, which drift, which
     collapse, how the calibrated cache compares with scale 1.0 and E5M2 with E4M3."""
@@ -212,12 +217,13 @@ def kv_drift_findings(rows: list[dict], collapse_pct: float = 10.0) -> list[str]
     out = []
     winners, apart = {}, {}
     for b in buckets:                               # ranked among the configurations causal in the bucket only
-        ranked = sorted((c for c in cfgs if (c, b) in at and b[0] >= kv_causal_from(c)), key=lambda c: at[(c, b)]["delta_pct"])
+        ranked = sorted((c for c in cfgs if (c, b) in at and b[0] >= kv_causal_from(c)),
+                        key=lambda c: at[(c, b)]["delta_pct"])
         if not ranked:
             continue
         winners.setdefault(ranked[0], []).append(b)
         if len(ranked) > 1:
-            apart[b] = at[(ranked[0], b)]["ci95_high"] < at[(ranked[1], b)]["ci95_low"]
+            apart[b] = _below(at[(ranked[0], b)], at[(ranked[1], b)])
     for c, bs in sorted(winners.items(), key=lambda kv: -len(kv[1])):
         sep = sum(apart.get(b, False) for b in bs)
         out.append(f"`{c}` ({kv_config_causality(c)}) has the smallest change among the configurations causal there in "
@@ -237,7 +243,7 @@ def kv_drift_findings(rows: list[dict], collapse_pct: float = 10.0) -> list[str]
         ds = [r["delta_pct"] for r in rs]
         steps = "rises in every bucket" if all(b > a for a, b in zip(ds, ds[1:])) else \
             "falls in every bucket" if all(b < a for a, b in zip(ds, ds[1:])) else "is not monotone"
-        above = last["ci95_low"] > first["ci95_high"]
+        above = _below(first, last)
         n_excl = sum(excludes_zero(r["ci95_low"], r["ci95_high"]) for r in rs)
         n0 = kv_causal_from(c)
         oracle = [r for r in rs if r["pos_lo"] < n0]
@@ -253,8 +259,8 @@ def kv_drift_findings(rows: list[dict], collapse_pct: float = 10.0) -> list[str]
             both = [bk for bk in buckets if (a, bk) in at and (b, bk) in at
                     and bk[0] >= max(kv_causal_from(a), kv_causal_from(b))]
             lower = [bk for bk in both if at[(a, bk)]["delta_pct"] < at[(b, bk)]["delta_pct"]]
-            clear = [bk for bk in both if at[(a, bk)]["ci95_high"] < at[(b, bk)]["ci95_low"]]
-            worse = [bk for bk in both if at[(a, bk)]["ci95_low"] > at[(b, bk)]["ci95_high"]]
+            clear = [bk for bk in both if _below(at[(a, bk)], at[(b, bk)])]
+            worse = [bk for bk in both if _below(at[(b, bk)], at[(a, bk)])]
             out.append(f"{what}: `{a}` is lower in {len(lower)} of the {len(both)} buckets where both are causal; its "
                        f"interval lies entirely below `{b}`'s in {len(clear)} and entirely above in {len(worse)}.")
     n_int = sum(1 for c in cfgs for b in buckets if (c, b) in at)
@@ -287,11 +293,11 @@ def kv_long_findings(rows: list[dict], short_hi: int = 2048) -> list[str]:
         at = {(r["config"], (r["pos_lo"], r["pos_hi"])): r for r in rows}
         bs = [(r["pos_lo"], r["pos_hi"]) for r in rows
               if r["config"] == "e4m3-uncal" and r["pos_lo"] >= kv_causal_from("e4m3-cal256")]
-        overlap = sum(1 for b in bs if (("e4m3-cal256", b) in at) and not (
-            at[("e4m3-cal256", b)]["ci95_high"] < at[("e4m3-uncal", b)]["ci95_low"]
-            or at[("e4m3-cal256", b)]["ci95_low"] > at[("e4m3-uncal", b)]["ci95_high"]))
+        pairs = [(at[("e4m3-cal256", b)], at[("e4m3-uncal", b)]) for b in bs if ("e4m3-cal256", b) in at]
+        overlap = sum(1 for c, u in pairs if not (_below(c, u) or _below(u, c)))
         out.append(f"The two static caches (scale 1.0 and calibrated on 256 tokens) have overlapping intervals in "
-                   f"{overlap} of the {len(bs)} buckets where the calibrated one is causal: in those, this many windows cannot tell calibration from scale 1.0.")
+                   f"{overlap} of the {len(bs)} buckets where the calibrated one is causal: in those, this many windows "
+                   "cannot tell calibration from scale 1.0.")
     out.append(f"n = {rows[0]['n']} windows: with so few, the bootstrap interval is optimistic (it cannot show "
                "the tails of the window-to-window spread).")
     return out
@@ -310,13 +316,9 @@ def kv_sweep_findings(df, e5_vs_e4: dict | None = None) -> list[str]:
         s = (f"E5M2 against E4M3 with the same scales: {recipe_label(e5['recipe'])} {_describe_row(e5)} vs "
              f"{recipe_label(e4['recipe'])} {_describe_row(e4)}")
         if e5_vs_e4 is not None:
-            c = e5_vs_e4
-            s += (f"; paired, E5M2 against E4M3: {ci(c['delta'], c['ci95_low'], c['ci95_high'], c.get('unit', '%'))} over "
-                  f"{c['n']} windows: " + ("resolved (the interval excludes zero)" if excludes_zero(c["ci95_low"], c["ci95_high"])
-                                           else "not resolved at this n (the interval includes zero)"))
-        elif float(e4["ci95_low"]) > 0:
-            s += f" ({e5['delta_pct'] / e4['delta_pct']:.1f}× the cost)"
-        out.append(s + ".")
+            out.append(f"{s}; {step_sentence('paired, E5M2 against E4M3', e5_vs_e4)}")
+        else:
+            out.append(s + (f" ({e5['delta_pct'] / e4['delta_pct']:.1f}× the cost)." if float(e4["ci95_low"]) > 0 else "."))
     oracles = [r for r in kv.itertuples() if str(r.causal) == "False"]
     if oracles:
         out.append("Oracle rows (" + ", ".join(f"`{r.recipe}`" for r in oracles) + ") take the scale over the whole "
@@ -335,31 +337,11 @@ def ratio_range(values, digits: int = 1) -> str:
     return lo if lo == hi else f"{lo}–{hi}"
 
 
-def with_vs_compile(rows: list[dict]) -> list[dict]:
-    """Quantization-kernel rows (fp8lab.kernels.report's Summary.table) with `speedup_vs_compile` added: the time of
-    the torch.compile anchor of the same work, timed in the same run, over the row's own time (> 1: the row is
-    faster). The compile anchor is the row named like the row's eager anchor with 'torch eager' -> 'torch.compile'.
-    None for the anchors themselves and where the run compiled no such anchor (a live notebook run skips
-    torch.compile). Rounded to two decimals, as the tables print it. The rows are updated in place and returned.
-
-        with_vs_compile([{"kernel": "q", "time_us": 50.0, "anchor": "torch eager x"},
-                         {"kernel": "torch.compile x", "time_us": 100.0, "anchor": "torch eager x"}])[0]["speedup_vs_compile"] -> 2.0
-    """
-    by_name = {r.get("kernel"): r for r in rows}
-    for r in rows:
-        a = str(r.get("anchor") or "")
-        c = by_name.get(a.replace("torch eager", "torch.compile", 1)) if a.startswith("torch eager") else None
-        ok = (c is not None and not str(r.get("kernel", "")).startswith(("torch", "copy")) and c.get("time_us")
-              and r.get("time_us"))
-        r["speedup_vs_compile"] = round(c["time_us"] / r["time_us"], 2) if ok else None
-    return rows
-
-
 def quant_anchors_sentence(rows: list[dict]) -> str:
     """Notebook 06's reading of the quantization run against its two anchors (torch eager and torch.compile, both
     timed in the same run): the FP8 1x128 group quantizer (bf16 and fp32 input), the best NVFP4 quantizer with a
-    given global amax, and the rows above copy bandwidth. Rows as with_vs_compile returns them; a missing kernel or
-    anchor is said, not rendered as nan."""
+    given global amax, and the rows above copy bandwidth. Rows of fp8lab.kernels.report's Summary.table (with their
+    `speedup_vs_compile`); a missing kernel or anchor is said, not rendered as nan."""
     find = {r.get("kernel"): r for r in rows}
     g16, g32, c16 = (find.get(k) or {} for k in ("fp8 group128 hw bf16", "fp8 group128 hw f32",
                                                  "torch.compile group128 bf16"))

@@ -1,6 +1,7 @@
 """fp8lab.findings' sentences for notebooks 10-13, on synthetic rows (each says what the rows say, and changes
 when they change)."""
 from fp8lab import findings as F
+from fp8lab.kernels import report
 
 
 def _acc_rows():
@@ -59,12 +60,12 @@ def test_quant_anchors_vs_compile_from_the_same_run():
             dict(kernel="torch.compile group128 f32", time_us=138.0, anchor="torch eager group128 f32",
                  fraction_of_copy_bw=1.02),
             dict(kernel="fp8 block128x128 hw bf16", time_us=110.0, anchor="torch eager block128 bf16")]
-    F.with_vs_compile(rows)
+    report.with_vs_compile(rows)
     assert [r["speedup_vs_compile"] for r in rows] == [1.1, None, None, 0.97, None, None]
     s = F.quant_anchors_sentence(rows)
     assert "only 1.10× torch.compile" in s and "0.97× torch.compile (the compiler's kernel is the faster one" in s
     assert "1 row(s) exceed 1.0 of copy bandwidth (torch.compile group128 f32)" in s and "nan" not in s
-    live = F.with_vs_compile([dict(r) for r in rows if not r["kernel"].startswith("torch.compile")])
+    live = report.with_vs_compile([dict(r) for r in rows if not r["kernel"].startswith("torch.compile")])
     s = F.quant_anchors_sentence(live)                # a live run skips torch.compile: said, not nan
     assert "timed no torch.compile anchor" in s and "nan" not in s
 

@@ -81,14 +81,37 @@ def _banner(source: str, prov: dict, path: Path) -> str:
     return "\n".join(lines)
 
 
+def with_vs_compile(rows: list[dict]) -> list[dict]:
+    """Quantization-kernel rows (a Summary's table; load_and_summarize adds it) with `speedup_vs_compile` added: the time of
+    the torch.compile anchor of the same work, timed in the same run, over the row's own time (> 1: the row is
+    faster). The compile anchor is the row named like the row's eager anchor with 'torch eager' -> 'torch.compile'.
+    None for the anchors themselves and where the run compiled no such anchor (a live notebook run skips
+    torch.compile). Rounded to two decimals, as the tables print it. The rows are updated in place and returned.
+
+        with_vs_compile([{"kernel": "q", "time_us": 50.0, "anchor": "torch eager x"},
+                         {"kernel": "torch.compile x", "time_us": 100.0, "anchor": "torch eager x"}])[0]["speedup_vs_compile"] -> 2.0
+    """
+    by_name = {r.get("kernel"): r for r in rows}
+    for r in rows:
+        a = str(r.get("anchor") or "")
+        c = by_name.get(a.replace("torch eager", "torch.compile", 1)) if a.startswith("torch eager") else None
+        ok = (c is not None and not str(r.get("kernel", "")).startswith(("torch", "copy")) and c.get("time_us")
+              and r.get("time_us"))
+        r["speedup_vs_compile"] = round(c["time_us"] / r["time_us"], 2) if ok else None
+    return rows
+
+
+
 def load_and_summarize(path: str | Path, live: bool = False, family: str | None = None) -> Summary:
-    """Read a benchmark JSON (harness schema) into a Summary; `live` says whether it was measured just now."""
+    """Read a benchmark JSON (harness schema) into a Summary; `live` says whether it was measured just now. Each
+    row also gets its ratio to the torch.compile anchor of the same run (with_vs_compile)."""
     path = Path(path)
     d = harness.load_json(path)
     prov = d.get("provenance", {})
     source = "live" if live else "recorded"
     return Summary(family=family or path.stem, source=source, banner=_banner(source, prov, path), provenance=prov,
-                   ceilings=d.get("ceilings", {}), table=list(d.get("results", [])), checks=d.get("checks", {}),
+                   ceilings=d.get("ceilings", {}), table=with_vs_compile(list(d.get("results", []))),
+                   checks=d.get("checks", {}),
                    notes=d.get("notes", {}), sass=d.get("sass", {}), path=str(path))
 
 

@@ -30,7 +30,6 @@ from fp8lab.kernels import report, bench_quant
 s = None
 if nb.recorded("kernels", "quant.json", prov=None):
     s = report.summarize("quant")        # live on a CUDA machine, else the recorded H200 run
-    findings.with_vs_compile(s.table)    # each kernel over the torch.compile anchor of the same work, same run
     print(s.banner)
     print(f"record : {nb.provenance_line(s.provenance)}")
     print(f"\ncopy bandwidth measured in that run (2 GiB, read + write): {s.ceilings.get('copy_gbps_2GiB', float('nan')):.0f} GB/s")

@@ -720,8 +720,8 @@ if data:
     if not (mma and slow and f2b):
         print("(the emulated mma.sync kernel was not timed in this run: the SASS above is the evidence)")
     else:
-        nb.md(f'''The emulated `mma.sync` kernel runs at {findings.ratio_range(mma, 0)} TFLOP/s with {f2fp} `F2FP` conversions in its SASS;
-it is {findings.ratio_range(f2b)}× the hand-written bf16 version of the same kernel (its conversion is one instruction per
+        nb.md(f'''The emulated `mma.sync` kernel runs at {findings.ratio_range(mma, 0)} TFLOP/s with {f2fp} `F2FP`
+conversions in its SASS; it is {findings.ratio_range(f2b)}× the hand-written bf16 version of the same kernel (its conversion is one instruction per
 pair instead of shifts, masks and a multiply), and the fastest `wgmma` kernel is **{findings.ratio_range(slow)}× faster**
 than it at the prefill shapes of this run.''')
 """),
