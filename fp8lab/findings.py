@@ -636,9 +636,11 @@ def decode_timeline_sentence(rows: list[dict], device: str | None = None) -> str
     cost = [r["stamps_cost"] for r in rows if r.get("stamps_cost") is not None]
     names = _GEMV_FORMAT_NAMES
     widest = max(rows, key=lambda r: r["stream_max_us"] / max(r["stream_min_us"], 1e-9))
+    noise = ("; below zero: the stamped copy ran the faster, within the rounds' noise"
+             if cost and round(100 * min(cost)) < 0 else "")
     text = (f"On the {device or 'recorded GPU'}, one call of version 3 read warp by warp at {n} shape"
             f"{'s' if n != 1 else ''} (M = {', '.join(str(m) for m in sorted({r['M'] for r in rows}))}; the four clock "
-            f"reads per warp cost {_pct_range(cost) if cost else '-'} % of a call): every warp started within "
+            f"reads per warp cost {_pct_range(cost) if cost else '-'} % of a call{noise}): every warp started within "
             f"{max(r['last_start_us'] for r in rows):.1f} µs of the first. A warp's first unit was multiplied "
             f"{ratio_range([r['first_unit_us'] for r in rows], 1)} µs after it started (median over the warps): every "
             f"warp asks for its first units at once, and the memory serves that queue before any warp computes. Then the "
@@ -885,11 +887,18 @@ def latest_kernels(names) -> list[str]:
 def kernel_roofline_points(data: dict, Ms=(1, 16), ours_prefix=("gemv", "w8a8"), anchors=("bf16_cublas",),
                            skip=("channel",)) -> list[dict]:
     """Measured points for a roofline from a recorded GEMM benchmark (harness schema): the fastest version of each of
-    our kernels and the anchors, at the largest decode shape for each M in `Ms` and at the largest prefill shape.
+    our kernels and the anchors, at the largest decode shape for each M in `Ms`, and at every M timed on the largest
+    prefill (N, K) (our fastest prefill kernel there). A decode kernel's versions are one kernel, whatever their
+    names: gemv_fp8_block, gemv_fp8_block_v2 and the packed versions named by configuration (gemv3_fp8b_..., gemv4_...)
+    all count as "fp8 block" (gemm_report's version labels); `skip` leaves out the kernels whose name or label holds
+    one of its words (by default the per-channel FP8 ones, so that FP8 is one star).
 
     intensity = FLOPs / bytes the kernel moves, tflops = its measured rate: where it sits under the roofs."""
+    from fp8lab.kernels.gemm_report import _version_label
+
     res = [r for r in data.get("results", []) if r.get("flops") and r.get("bytes") and r.get("time_us")
            and not r.get("pdl")]   # a PDL launch is the same kernel overlapping its neighbour: one point per kernel
+    family = lambda r: (_version_label(r) or "").rsplit(" v", 1)[0] or re.sub(r"_v\d+$", "", r["kernel"])  # noqa: E731
     out = []
     for fam, sel in (("decode", Ms), ("prefill", (None,))):
         rs = [r for r in res if r.get("family") == fam]
@@ -899,13 +908,14 @@ def kernel_roofline_points(data: dict, Ms=(1, 16), ours_prefix=("gemv", "w8a8"),
                 continue
             top = max(((r.get("N"), r.get("K")) for r in rm), key=lambda nk: (nk[0] or 0) * (nk[1] or 0))
             rm = [r for r in rm if (r.get("N"), r.get("K")) == top]
-            mine = [r for r in rm if r["kernel"].startswith(ours_prefix) and not any(k in r["kernel"] for k in skip)]
+            mine = [r for r in rm if r["kernel"].startswith(ours_prefix)
+                    and not any(k in r["kernel"] or k in (_version_label(r) or "") for k in skip)]
             if fam == "prefill":  # the fastest of our prefill kernels, not every variant
                 ours = [max(mine, key=lambda r: r.get("tflops") or 0)["kernel"]] if mine else []
             else:                 # per kernel, its fastest version (a newer version is not always a faster one)
                 fastest: dict = {}
                 for r in mine:
-                    base = re.sub(r"_v\d+$", "", r["kernel"])
+                    base = family(r)
                     if base not in fastest or (r.get("tflops") or 0) > (fastest[base].get("tflops") or 0):
                         fastest[base] = r
                 ours = [r["kernel"] for r in fastest.values()]
@@ -1413,3 +1423,105 @@ def cache_error_sentence(tables: list[list[dict]]) -> str:
     return (f"Over {n} independent draw{'s' if n != 1 else ''} of q, K and V: with well-behaved keys an E4M3 cache "
             f"costs an output error {med(ratios['fp8_over_bf16'], 1)} bf16's, at half the bytes. With outlier key "
             f"channels the E4M3 error is {med(ratios['outlier_over_normal'], 1)} that of normal keys.")
+
+
+# ---- decode and prefill attention (notebook 08) ------------------------------------------------------------------
+def paged_vs_contiguous_sentence(data: dict) -> str:
+    """What an attention recording says about its paged cache (bench_attention: shuffled pages) against the
+    contiguous one: per kernel timed on both at the same context and head dim, paged time / contiguous time, counted
+    as faster or slower only where the two records' quartile ranges lie apart (by the medians where a record has no
+    spread). '' where the run timed no kernel on both layouts."""
+    from fp8lab.kernels.bench_attention import quartiles_apart
+
+    res = [r for r in data.get("results", []) if not r.get("sweep") and r.get("valid", True) and r.get("layout")]
+    contig = {(r["kernel"], r.get("head_dim"), r.get("context")): r for r in res if r["layout"] == "contiguous"}
+    pairs = [(r, contig[(r["kernel"], r.get("head_dim"), r.get("context"))]) for r in res
+             if r["layout"] != "contiguous" and (r["kernel"], r.get("head_dim"), r.get("context")) in contig]
+    if not pairs:
+        return ""
+    rows = [(p["kernel"], p["time_us"] / c["time_us"], quartiles_apart(p, c)) for p, c in pairs]
+    faster = [x for x in rows if x[1] < 1 and x[2] is not False]
+    slower = [x for x in rows if x[1] > 1 and x[2] is not False]
+    even = len(rows) - len(faster) - len(slower)
+    where = sorted({(p["layout"], p.get("head_dim"), p.get("context")) for p, _ in pairs})
+    at = "; ".join(f"{lay} at {L // 1024}k, D = {D}" for lay, D, L in where)
+    text = (f"In this run ({at}), the paged cache against the contiguous one, kernel by kernel: faster for "
+            f"{len(faster)} of {len(rows)} kernels")
+    if faster:
+        text += f" (paged / contiguous time {ratio_range([x[1] for x in faster], 2)})"
+    if slower:
+        text += "; slower for " + ", ".join(f"`{k}` (x{x:.3f})" for k, x, _ in slower)
+    if even:
+        text += f"; within the quartiles for {even}"
+    return text + "."
+
+
+def prefill_kv_sentence(data: dict, variant: str = "w4") -> str:
+    """What a chunked-prefill attention recording (bench_prefill_attn) says about an FP8 cache against bf16: at how
+    many (context, chunk) points FP8 was slower and at how many faster, each counted only where the two records'
+    quartile ranges lie apart (by the medians where a record has no spread), the points the spread cannot decide, the
+    largest slowdown, and where FP8 / bf16 crosses 1 (bench_prefill_attn.crossover) at a context where FP8 was
+    faster beyond the spread somewhere."""
+    from fp8lab.kernels import bench_prefill_attn as bpa
+    from fp8lab.kernels.bench_attention import quartiles_apart
+
+    res = data.get("results", [])
+
+    def rec(r, kv):
+        return next((x for x in res if (x.get("context"), x.get("chunk")) == (r["context"], r["chunk"])
+                     and x.get("kv") == kv and x.get("variant") == variant), None)
+    rows = [{**r, "apart": quartiles_apart(rec(r, "bf16"), rec(r, "fp8"))} for r in bpa.summary_rows(data, variant)]
+    if not rows:
+        return "This run holds no (context, chunk) point timed on both caches."
+    slower = [r for r in rows if r["fp8_over_bf16"] > 1 and r["apart"] is not False]
+    faster = [r for r in rows if r["fp8_over_bf16"] < 1 and r["apart"] is not False]
+    even = [r for r in rows if r not in slower and r not in faster]
+    pt = lambda r: f"{r['context'] // 1024}k, chunk {r['chunk']}: x{r['fp8_over_bf16']:.2f}"  # noqa: E731
+    spread = any(r["apart"] is not None for r in rows)
+    text = (("Counting a point only where the two quartile ranges lie apart, " if spread else "")
+            + f"FP8 KV is slower at {len(slower)} of {len(rows)} (context, chunk) points and faster at "
+            f"{len(faster) or 'none'}")
+    if even:
+        text += f"; at {len(even)} the two lie within each other's quartiles ({'; '.join(pt(r) for r in even)})"
+    if slower:
+        worst = max(slower, key=lambda r: r["fp8_over_bf16"])
+        text += (f". The slowdown reaches {worst['fp8_over_bf16']:.2f}× at chunk {worst['chunk']} "
+                 f"(context {worst['context'] // 1024}k)")
+    ctx_faster = {r["context"] for r in faster}
+    cx = [c for c in bpa.crossover(data, variant) if c["crossover_chunk"] and c["context"] in ctx_faster]
+    if cx:
+        text += ". It crosses 1 at a chunk of about " + ", ".join(
+            f"{c['crossover_chunk']:.0f} tokens at {c['context'] // 1024}k" for c in cx)
+    return text + "."
+
+
+def recorded_default_sentence(data: dict) -> str:
+    """Where an attention recording's version-3 default configuration is not the one this tree's size rule
+    (attention_fp8kv.v3_default) picks for the same problem: per format, head dim and layout, the contexts, the
+    configuration recorded and the one launched now. '' where every recorded default is this tree's (or the run
+    records none). The record's rows, and any goal read from them, time the configuration it recorded."""
+    from fp8lab.kernels import attention_fp8kv as att
+
+    diff: dict = {}
+    for r in data.get("results", []):
+        if r.get("version") != 3 or not r.get("default") or r.get("sweep") or not r.get("config"):
+            continue
+        if not all(r.get(k) for k in ("fmt", "head_dim", "B", "n_q_heads", "n_kv_heads", "context")):
+            continue
+        g = "g16" if r["n_q_heads"] // r["n_kv_heads"] > 8 else "g8"
+        if (r["fmt"], r["head_dim"], g) not in att.V3_DEFAULTS:
+            continue
+        layout = r.get("layout") or "contiguous"
+        page = int(layout[len("paged"):]) if layout.startswith("paged") and layout[len("paged"):].isdigit() else None
+        now = tuple(att.v3_default(r["fmt"], r["head_dim"], g, r["B"], r["n_kv_heads"], r["context"], page))
+        was = tuple(r["config"])
+        if now != was:
+            diff.setdefault((r["fmt"], r["head_dim"], layout, was, now), []).append(r["context"])
+    if not diff:
+        return ""
+    ks = lambda cs: ", ".join(f"{c // 1024}k" for c in sorted(cs))  # noqa: E731
+    parts = [f"{fmt} at D = {D}{'' if lay == 'contiguous' else ', ' + lay}, {ks(cs)}: {was} recorded, {now} in this tree"
+             for (fmt, D, lay, was, now), cs in diff.items()]
+    return ("This recording's version-3 default is not this tree's everywhere (" + "; ".join(parts) + "): there its "
+            "rows, and the goal lines read from them, time the configuration it recorded, not the one this tree "
+            "launches.")

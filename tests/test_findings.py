@@ -126,6 +126,71 @@ def test_latest_kernels_and_roofline_points():
     assert [p["kernel"] for p in pts] == ["bf16_cublas", "gemv_x_v2"] and pts[1]["tflops"] == 4.0
 
 
+def test_roofline_points_count_every_version_of_a_kernel_as_one():
+    """The packed versions are named by their configuration (gemv3_fp8b_..., gemv4_fp8b_...), not `_vN`: they are
+    versions of the same FP8 block kernel, so one star holds the fastest of them; the per-channel kernels (named
+    `fp8c` from version 3 on) are skipped like gemv_fp8_channel."""
+    rec = lambda k, tf: dict(kernel=k, family="decode", M=1, N=8, K=8, flops=128, bytes=64, time_us=128 / tf / 1e6,  # noqa: E731
+                             tflops=tf)
+    data = {"results": [rec("gemv_fp8_block_v2", 3.0), rec("gemv3_fp8b_r1_nt1_c4_p2_e0_n0", 4.0),
+                        rec("gemv4_fp8b_r1_nt1_c2_d4_e0_n0", 3.5), rec("gemv3_fp8c_r1_nt1_c4_p2_e0_n0", 9.0),
+                        rec("gemv_fp8_channel_v2", 9.0), rec("gemv_nvfp4_v2", 5.0), rec("gemv3_nvfp4_r1_nt1_c2_p2_e0_n0", 6.0)]}
+    assert [p["kernel"] for p in findings.kernel_roofline_points(data, Ms=(1,))] == [
+        "gemv3_fp8b_r1_nt1_c4_p2_e0_n0", "gemv3_nvfp4_r1_nt1_c2_p2_e0_n0"]
+
+
+def test_timeline_sentence_names_a_negative_stamp_cost_as_noise():
+    row = dict(format="fp8c", M=1, N=4096, K=4096, stamps_cost=-0.04, last_start_us=0.2, first_unit_us=3.0,
+               stream_min_us=8.0, stream_max_us=12.0, idle_share=0.15, span_us=20.0, mean_end_us=18.0, finish_us=1.0)
+    text = findings.decode_timeline_sentence([row, {**row, "stamps_cost": 0.09}], "H200")
+    assert "cost -4 to 9 % of a call; below zero: the stamped copy ran the faster, within the rounds' noise)" in text
+    assert "below zero" not in findings.decode_timeline_sentence([{**row, "stamps_cost": 0.02}])
+
+
+def _att(kernel, layout, t, q1, q3, **kw):
+    return dict(kernel=kernel, layout=layout, head_dim=128, context=32768, time_us=t, valid=True,
+                spread_us={"q1": q1, "q3": q3}, **kw)
+
+
+def test_paged_vs_contiguous_counts_only_what_the_quartiles_separate():
+    data = {"results": [_att("a", "contiguous", 100.0, 99.0, 101.0), _att("a", "paged16", 95.0, 94.0, 96.0),
+                        _att("b", "contiguous", 100.0, 99.0, 101.0), _att("b", "paged16", 100.5, 100.0, 101.0),
+                        _att("c", "contiguous", 100.0, 99.0, 100.0), _att("c", "paged16", 103.0, 102.0, 104.0),
+                        _att("torch", "contiguous", 90.0, 89.0, 91.0)]}
+    text = findings.paged_vs_contiguous_sentence(data)
+    assert text == ("In this run (paged16 at 32k, D = 128), the paged cache against the contiguous one, kernel by "
+                    "kernel: faster for 1 of 3 kernels (paged / contiguous time 0.95); slower for `c` (x1.030); "
+                    "within the quartiles for 1.")
+    assert findings.paged_vs_contiguous_sentence({"results": data["results"][:1]}) == ""
+
+
+def test_prefill_kv_sentence_calls_no_point_faster_inside_the_spread():
+    def r(kv, ctx, chunk, t, q1, q3):
+        return dict(kernel=f"ours_{kv}kv[w4]", kv=kv, variant="w4", context=ctx, chunk=chunk, time_us=t,
+                    spread_us={"q1": q1, "q3": q3})
+    data = {"results": [r("bf16", 32768, 16, 65.7, 58.0, 68.3), r("fp8", 32768, 16, 65.5, 59.7, 66.7),
+                        r("bf16", 32768, 64, 125.0, 124.9, 125.1), r("fp8", 32768, 64, 164.0, 163.9, 164.1)]}
+    text = findings.prefill_kv_sentence(data)
+    assert text.startswith("Counting a point only where the two quartile ranges lie apart, FP8 KV is slower at 1 of 2 "
+                           "(context, chunk) points and faster at none; at 1 the two lie within each other's quartiles "
+                           "(32k, chunk 16: x1.00). The slowdown reaches 1.31× at chunk 64 (context 32k)")
+    assert "crosses 1" not in text      # the only point below 1 is inside the spread: no crossover to report
+    data["results"][1] = r("fp8", 32768, 16, 40.0, 39.0, 41.0)
+    assert "faster at 1" in findings.prefill_kv_sentence(data) and "crosses 1" in findings.prefill_kv_sentence(data)
+
+
+def test_recorded_default_sentence_names_a_default_this_tree_no_longer_launches():
+    from fp8lab.kernels import attention_fp8kv as att
+
+    base = dict(version=3, default=True, fmt="fp8cvt", head_dim=128, B=8, n_q_heads=32, n_kv_heads=8, layout="contiguous")
+    short, long = (dict(base, context=L, config=list(att.v3_default("fp8cvt", 128, "g8", 8, 8, L))) for L in (16384, 32768))
+    assert findings.recorded_default_sentence({"results": [short, long]}) == ""
+    old = tuple(att.V3_DEFAULTS[("fp8cvt", 128, "g8")])
+    assert old != tuple(long["config"])      # the size rule picks another configuration at 32k
+    text = findings.recorded_default_sentence({"results": [short, dict(long, config=list(old))]})
+    assert f"fp8cvt at D = 128, 32k: {old} recorded, {tuple(long['config'])} in this tree" in text
+
+
 # ---- fp8lab.notebook ---------------------------------------------------------------------------------------
 def test_recorded_says_not_recorded(capsys):
     assert nb.recorded("no_such_folder", "x.csv") is None

@@ -42,6 +42,41 @@ def test_version_four_records_and_speedups_between_versions():
     assert gr._in_family(data["results"][-1], gr.W8A16_KERNELS)
 
 
+def test_version_verdicts_count_only_what_the_quartiles_separate():
+    """A newer version is called faster (or slower) at a point only where the two records' quartile ranges lie apart;
+    a median a hair lower inside the spread is a tie."""
+    N, K = 28672, 8192
+    sp = lambda q1, q3: {"spread_us": {"q1": q1, "q3": q3}}  # noqa: E731
+    res = [_dec("gemv3_fp8c_r1_nt1_c4_p2_e0_n0", 1, N, K, 60.0, N * K, **sp(59.8, 60.2)),
+           _dec("gemv4_fp8c_r1_nt1_c2_d4_e0_n0", 1, N, K, 59.9, N * K, **sp(59.7, 60.1)),     # inside the spread
+           _dec("gemv3_nvfp4_r1_nt1_c2_p2_e0_n0", 1, N, K, 40.0, N * K // 2, **sp(39.9, 40.1)),
+           _dec("gemv4_nvfp4_r1_nt1_c2_d4_e0_n0", 1, N, K, 38.0, N * K // 2, **sp(37.9, 38.1)),  # apart: faster
+           _dec("gemv3_fp8b_r1_nt1_c4_p2_e0_n0", 16, N, K, 70.0, N * K, **sp(69.9, 70.1)),
+           _dec("gemv4_fp8b_r1_nt1_c2_d4_e0_n0", 16, N, K, 80.0, N * K, **sp(79.9, 80.1)),    # apart: slower
+           _dec("gemv4_fp8b_r1_nt1_c2_d4_e0_n0", 16, N, K, 50.0, N * K, pdl=True)]             # PDL: left out
+    v = gr.version_verdicts({"results": res}, 3, 4)
+    assert v["points"] == 3 and [x[0] for x in v["faster"]] == ["nvfp4"] and [x[0] for x in v["slower"]] == ["fp8 block"]
+    assert [x[0] for x in v["even"]] == ["fp8 channel"] and abs(v["faster"][0][4] - 40 / 38) < 1e-12
+
+
+def test_attention_tables_keep_a_missing_value_in_its_column():
+    """The paged row has no torch time: format_columns prints '-' in line with the column, no '-x' glued to it."""
+    from fp8lab.kernels import report
+
+    rows = [dict(layout="contiguous", head_dim=128, context=32768, fp8_us=134.0, bf16_us=244.7, torch_us=237.7,
+                 speedup_vs_bf16=1.826, speedup_vs_torch=1.774),
+            dict(layout="paged16", head_dim=128, context=32768, fp8_us=129.1, bf16_us=243.8, torch_us=None,
+                 speedup_vs_bf16=1.889, speedup_vs_torch=None)]
+    text = report.format_columns(rows, report.ATTENTION_SUMMARY)
+    lines = text.splitlines()
+    assert "-x" not in text and len({len(line) for line in lines}) == 1        # every line as wide as the header
+    head, paged = lines[0], lines[3]
+    for col in ("torch us", "fp8/torch"):
+        end = head.index(col) + len(col)
+        assert paged[end - 1] == "-" and paged[end - 2] == " "                 # right-aligned under its header
+    assert "1.83" in lines[2] and report.format_columns([], report.ATTENTION_SUMMARY) == "(no rows)"
+
+
 def test_fixed_cost_fit_recovers_a_known_line():
     """Records timed exactly as 5 us + bytes at 4 TB/s (ours as a version label, an anchor by name) give back 5 us and
     4 TB/s with r2 = 1; a slower, PDL or other-M record does not enter; two shapes are too few for a fit."""

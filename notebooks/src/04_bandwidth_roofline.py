@@ -131,10 +131,11 @@ nearly fill a GB10's {gpus.get_gpu("GB10").memory_GB:.0f} GB, NVFP4 leaves room 
 
 Hollow markers are *ceilings* computed here (decode at several batches with and without an 8k context, one 8k-token
 prefill); they sit on the roof by construction. Stars are **measured**, read from committed files: the GEMM benchmark
-(`outputs/kernels/gemm.json`: the fastest version of each of our GEMV kernels, our fastest W8A8 kernel and cuBLAS
-bf16, at the largest decode shape for one
-and sixteen tokens and at the largest prefill shape) and the decode-layer benchmark (`outputs/kernels/layer.json`:
-one whole Llama-3-8B layer at decode, timed as one CUDA graph, in bf16 and the fastest FP8 and NVFP4 variants).
+(`outputs/kernels/gemm.json`: the fastest version of each of our GEMVs — FP8 with block scales, NVFP4 — and cuBLAS
+bf16 at the largest decode shape for one and sixteen tokens; our fastest W8A8 kernel and cuBLAS bf16 at every number
+of tokens timed on the largest prefill shape) and the decode-layer benchmark (`outputs/kernels/layer.json`: one
+whole Llama-3-8B layer at decode, timed as one CUDA graph, in bf16, with `torch._scaled_mm`, and the fastest of the
+lab's FP8 and of its NVFP4 variants at each batch); the banner of each names the GPU that recorded it.
 Intensity = FLOPs / bytes the kernel (or the layer) moved, height = its measured rate. A star far below the roof is a
 kernel that does not reach the hardware's limit.
 """),
@@ -181,7 +182,8 @@ measured H200: {meas.bandwidth_TBps:.2f} TB/s of copy bandwidth and {100 * meas.
 {100 * meas.tflops["fp8"] / gpus.get_gpu("H200").tflops["fp8"]:.0f} % (FP8) of the datasheet's dense GEMM rates. The measured
 decode stars sit at decode's low intensity and reach {findings.ratio_range(dec_roof)} of the measured memory roof there (a
 pure read can beat the copy test the roof comes from); the prefill stars reach {findings.ratio_range(pre_roof)} of the
-measured GEMM rate of their format.''' + (f''' The whole decode layer sits at the same low intensity and reaches
+measured roof above them (the GEMM rate of their format, or the memory roof where few tokens leave the intensity
+below the ridge).''' + (f''' The whole decode layer sits at the same low intensity and reaches
 {findings.ratio_range([p["of_roof"] for p in lay.values()])} of the measured memory roof ({", ".join(f"{k} {p['of_roof']:.2f}" for k, p in lay.items())}):
 what separates a whole layer from one large GEMV is its small matrices, its launches and the kernels that move few
 bytes (notebook 07 breaks the layer down, kernel by kernel).''' if lay else "") if points else "No measured kernel points: outputs/kernels/gemm.json is not recorded yet.")

@@ -19,7 +19,9 @@ HMMA — the disassembly says so, and the timings agree. Hopper's FP8 tensor-cor
 **What we can and cannot measure here.** This notebook runs on a CPU: it *reads* the results recorded on an H200 by
 `python -m fp8lab.kernels.bench gemm` (`outputs/kernels/gemm.json`, with the SASS evidence in
 `outputs/kernels/gemm_sass.txt`) and `python -m fp8lab.kernels.bench layer` (`outputs/kernels/layer.json`), and shows
-their provenance; a file not recorded yet says so and its cells show nothing. It never invents a timing. On a GPU
+their provenance; a file not recorded yet says so and its cells show nothing. It never invents a timing. Where the
+same benchmarks, or the lab's probes of one question, were run on an H100, their records (`outputs/kernels/h100/`)
+are read in their own cells, each under a banner naming its GPU, and compared only within their own run. On a GPU
 machine the same commands re-measure everything.
 
 **Versions.** Every GEMV version is the same arithmetic under the same tests, with a different way of keeping bytes
@@ -91,13 +93,16 @@ if data:
             " as fast (time of v1 over time of v3, at the points where both were timed).")
     v4 = gemm_report.version_speedups(vt, 3, 4)
     if v4:
-        allv = [x for g in v4.values() for x in g]
+        vv = gemm_report.version_verdicts(data, 3, 4)   # faster / slower only where the quartile ranges lie apart
+        n4, f4, e4 = vv["points"], len(vv["faster"]), len(vv["even"])
         nb.md("Version 4 (the shared-memory ring) against version 3 (registers), the fastest record of each at each "
               "point: " + "; ".join(f"{label} {findings.ratio_range(g)}×" for label, g in v4.items()) +
               " as fast (time of v3 over time of v4; below 1, version 4 is slower). " +
-              (f"Version 4 is slower at all {len(allv)} points: in this run, freeing the registers did not buy "
-               "bandwidth." if max(allv) < 1 else f"Version 4 is faster at {sum(x > 1 for x in allv)} of {len(allv)} "
-               "points: in this run, freeing the registers bought little."))
+              f"With the quartile ranges apart, version 4 is faster at {f4 or 'none'} of the {n4} points and slower at "
+              f"{len(vv['slower'])}" + (f"; at {e4} the two are within each other's quartiles" if e4 else "") +
+              (": in this run, freeing the registers did not buy bandwidth." if not f4 else
+               ": in this run, freeing the registers bought little." if f4 < n4 / 2 else
+               ": in this run, freeing the registers bought bandwidth at most points."))
     if best:
         nb.md(f"The best FP8 GEMV of the run is {findings.ratio_range(best)}× as fast as `_scaled_mm` tensorwise "
               f"across the decode points (faster at {sum(b >= 1 for b in best)} of {len(best)}).")
@@ -112,7 +117,7 @@ if data:
 The lab set targets for these kernels against anchors timed in the same run. A decode goal holds only if it holds
 at *every* shape whose FP8 weights are at least 32 MiB, so each line shows the **worst** shape (the best of our
 kernels there); `per shape` lists them all. The first lines compare the lab's reference file
-(`outputs/reference/`, an earlier run on the same H200) with the same anchors timed in this run: where an anchor
+(`outputs/reference/`, an earlier H200 run) with the same anchors timed in this run: where an anchor
 already reads at the memory roof, a target of "faster than it" asks for more bandwidth than the card has.
 """),
 ("code", r"""
@@ -723,7 +728,8 @@ if data:
         nb.md(f'''The emulated `mma.sync` kernel runs at {findings.ratio_range(mma, 0)} TFLOP/s with {f2fp} `F2FP`
 conversions in its SASS; it is {findings.ratio_range(f2b)}× the hand-written bf16 version of the same kernel (its conversion is one instruction per
 pair instead of shifts, masks and a multiply), and the fastest `wgmma` kernel is **{findings.ratio_range(slow)}× faster**
-than it at the prefill shapes of this run.''')
+than it at {"the prefill shape" if len(slow) == 1 else f"the {len(slow)} prefill shapes"} of this run where both were
+timed.''')
 """),
 ("md", r"""
 ## One decode layer, end to end

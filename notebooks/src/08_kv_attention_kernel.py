@@ -15,8 +15,8 @@ each FP8 byte carries twice the arithmetic of a bf16 byte. So we build both from
 templated on the element type — and measure the FP8 speedup against *the same design*, plus torch's own bf16 SDPA.
 
 **What we can and cannot measure here.** The numerics below run on this CPU (the reference implementation).
-Timings need the lab's H200: they are *recorded* in `outputs/kernels/attention.json` with their provenance and only
-read here — this notebook never times anything on a CPU.
+Timings need a GPU: they are *recorded* (the lab's H200 in `outputs/kernels/`, an H100 in `outputs/kernels/h100/`),
+each with its provenance naming the GPU, and only read here — this notebook never times anything on a CPU.
 """),
 ("code", r"""
 from fp8lab import findings
@@ -95,7 +95,7 @@ if A:
     print()
     print(ba.format_provenance(data))
     print()
-    print(ba.format_summary(data))
+    print(report.format_columns(ba.summary_rows(data), report.ATTENTION_SUMMARY))
     speed, met = ba.goal_met(data)
     print(f"\ngoal: {ba.GOAL[0]} >= {ba.GOAL[1]}x -> measured {speed if speed is None else round(speed, 2)}: "
           f"{'met' if met else 'not met'}")
@@ -115,7 +115,7 @@ if data is not None:  # every row: both FP8 conversions, our bf16, each torch ba
         print("note:", n)
     above = [r for r in s.table if (r.get("fraction_of_copy_bw") or 0) > 1.0]
     print(f"\nrows above 1.0 of copy bandwidth: {len(above)}" + "".join(
-        f"\n  {r['kernel']:28s} {r.get('shape', ''):28s} {r['fraction_of_copy_bw']:.2f}" for r in above))
+        f"\n  {r['kernel']:28s} {r.get('shape', ''):28s} {r['fraction_of_copy_bw']:.3f}" for r in above))
 """),
 ("md", r"""
 **Reading it.** What to look for: at short context the step is short and the launches and the split merge are a
@@ -137,24 +137,31 @@ if data is not None:
                        f"{min(r['fp8_us'] for r in short):.0f}–{max(r['fp8_us'] for r in short):.0f} µs, "
                        f"{findings.ratio_range([r['speedup_vs_bf16'] for r in short])}× faster than bf16 (the same kernel).")
     if long:
-        bullets.append(f"* Long context ({ks(long)}): "
+        bullets.append(f"* At {ks(long)} context: "
                        f"{findings.ratio_range([r['speedup_vs_bf16'] for r in long])}× faster than the same kernel on bf16 and "
                        f"{findings.ratio_range([r['speedup_vs_torch'] for r in long if r['speedup_vs_torch']])}× faster than torch SDPA; "
                        f"FP8 reaches {findings.ratio_range([r['fp8_frac_copy'] for r in long])} of copy bandwidth, bf16 "
                        f"{findings.ratio_range([r['bf16_frac_copy'] for r in long if r['bf16_frac_copy']])}.")
     bullets.append(f"* The lab's target ({ba.GOAL[0]}, at least {ba.GOAL[1]}×): measured "
                    f"{'-' if g is None else f'{g:.2f}×'}, {'not measured' if met is None else 'met' if met else 'not met'}.")
+    if findings.recorded_default_sentence(data):
+        bullets.append("* " + findings.recorded_default_sentence(data))
     nb.md("\n".join(bullets))
 """),
 ("md", r"""
-Three things to read with care:
+Two things to read with care:
 * **Against torch.** Compare our bf16 kernel's `xcopy` with the row of torch's pick (the backend is named in the
   table; FlashAttention forced is its own row). Where both run near copy bandwidth, "FP8 vs torch" is close to "FP8
   vs our bf16"; where our bf16 kernel reads well below it, the FP8/bf16 ratio flatters the FP8 kernel and the
   FP8/torch ratio is the honest one. The same holds for any row at D = 64.
-* **Paged vs contiguous.** At long context the shuffled-page layouts can run *faster* than the contiguous cache. In
-  the contiguous layout every warp streams its own region and concurrent reads sit a power-of-two stride apart;
-  shuffled pages spread them. That is a hypothesis from one run, not a measurement of DRAM channels.
+* **Paged vs contiguous.** The paged rows read the same cache from 16-token pages in shuffled order. Where they run
+  *faster* than the contiguous cache (the line below counts it, kernel by kernel), one reading: in the contiguous
+  layout every warp streams its own region and concurrent reads sit a power-of-two stride apart; shuffled pages
+  spread them. That is a hypothesis, not a measurement of DRAM channels.
+"""),
+("code", r"""
+if data is not None and findings.paged_vs_contiguous_sentence(data):
+    nb.md(findings.paged_vs_contiguous_sentence(data))
 """),
 ("md", r"""
 ## Three versions, side by side
@@ -184,7 +191,8 @@ versions, or torch SDPA).
 """),
 ("code", r"""
 if data is not None:
-    print(ba.format_versions(data))
+    print(report.format_columns(ba.versions_table(data), report.ATTENTION_VERSIONS) if ba.versions_table(data)
+          else ba.format_versions(data))
     VT = [r for r in ba.versions_table(data) if r["layout"] == "contiguous" and r["head_dim"] == 128]
     word = lambda rs: ("slower" if min(rs) > 1 else "faster" if max(rs) < 1 else "sometimes faster, sometimes slower")
     for v in (2, 3):
@@ -268,8 +276,9 @@ print("the rule:", {k: f"{att.V3_DEFAULTS[k]} below {att.V3_LONG_ROWS} rows, {v}
 if data is not None:
     print(ba.format_default_rule(data))
     nb.md(findings.default_rule_sentence(ba.default_rule_rows(data), (data.get("provenance") or {}).get("device"))
-          or "This recording holds no timing of the rule's other choice: it timed one default at every context "
-             "(its sources line above says whether it timed this tree's rule).")
+          or "This recording holds no timing of the rule's other choice: it timed one default at every context, "
+             + ("the one launched when it was recorded (the note after the lab's target, above, says where that is "
+                "not this tree's)." if findings.recorded_default_sentence(data) else "the one this tree's rule picks."))
 """),
 ("code", r"""
 if data is not None:
@@ -449,16 +458,7 @@ if pre:
 ("code", r"""
 if pre:
     nb.show(bpa.plot_ratio(pre))
-    PR = bpa.summary_rows(pre)
-    slower = [r for r in PR if r["fp8_over_bf16"] > 1]
-    faster = [r for r in PR if r["fp8_over_bf16"] <= 1]
-    cx = [c for c in bpa.crossover(pre) if c["crossover_chunk"]]
-    txt = (f"FP8 KV is faster at {len(faster)} of {len(PR)} (context, chunk) points and slower at {len(slower)}"
-           + (f"; the slowdown reaches {max(r['fp8_over_bf16'] for r in slower):.2f}× at chunk "
-              f"{max(slower, key=lambda r: r['fp8_over_bf16'])['chunk']} (context {max(slower, key=lambda r: r['fp8_over_bf16'])['context'] // 1024}k)" if slower else "")
-           + (". It crosses 1 at a chunk of about " + ", ".join(f"{c['crossover_chunk']:.0f} tokens at {c['context'] // 1024}k"
-                                                               for c in cx) if cx else "") + ".")
-    nb.md(txt)
+    nb.md(findings.prefill_kv_sentence(pre))
     print(bpa.seed004_reading(pre))
 """),
 ("md", r"""
