@@ -280,8 +280,8 @@ if sass:
 ## 6 · The claims, marked
 
 Each verdict below is computed from the files above. For the quality claims, "confirmed here" or "contradicted
-here" only where the 95 % interval of the deciding number excludes no effect (with as few windows as this run has,
-read those intervals with the caveat printed under its summary). Two kinds of verdict rest on no interval: the
+here" only where the 95 % interval of the deciding number excludes no effect (where a step of the run has few
+windows, a caveat printed under its summary says how to read those intervals). Two kinds of verdict rest on no interval: the
 sensitive-layer claim compares the *set* of layers picked by point estimate with the first and last ones (the paired
 interval printed beside it is the test of whether the pick matters), and the kernel claims read one recorded
 run on the GPU named in them. GPU-only claims stay open until a recorded run exists.
