@@ -1425,6 +1425,41 @@ def cache_error_sentence(tables: list[list[dict]]) -> str:
             f"channels the E4M3 error is {med(ratios['outlier_over_normal'], 1)} that of normal keys.")
 
 
+def version_verdicts(data: dict, old: int, new: int) -> dict:
+    """Version `new` against version `old` of each of our decode kernels, at every decode point where both ran (the
+    fastest plain-launch record of each version there, as gemm_report.decode_versions picks it): {"points": how many (kernel,
+    point) pairs, "faster" / "slower": [(label, N, K, M, time old / time new)] where the two records' quartile ranges
+    lie apart (a record without a spread counts by its median), "even": the same where they overlap}. A ratio of
+    medians alone would call a point "faster" that the rounds' spread cannot tell apart.
+
+        version_verdicts(data, 3, 4) -> {"points": 72, "faster": [("fp8 block", 28672, 8192, 1, 1.008), ...], ...}
+    """
+    from fp8lab.kernels.bench_attention import quartiles_apart
+    from fp8lab.kernels.gemm_report import _version_label
+
+    best: dict = {}
+    for r in data.get("results", []):
+        if r.get("family") != "decode" or r.get("pdl") or r["kernel"].endswith("_pdl"):
+            continue
+        label = _version_label(r)
+        if label is None:
+            continue
+        key = (label, r["N"], r["K"], r["M"])
+        if key not in best or r["time_us"] < best[key]["time_us"]:
+            best[key] = r
+    out: dict = {"points": 0, "faster": [], "slower": [], "even": []}
+    for (label, N, K, M), a in sorted(best.items(), key=lambda kv: (kv[0][1] * kv[0][2], kv[0][3], kv[0][0])):
+        fam, v = label.rsplit(" v", 1)
+        b = best.get((f"{fam} v{new}", N, K, M))
+        if int(v) != old or b is None:
+            continue
+        x = a["time_us"] / b["time_us"]
+        apart = quartiles_apart(a, b)
+        out["points"] += 1
+        out["even" if apart is False or x == 1 else "faster" if x > 1 else "slower"].append((fam, N, K, M, x))
+    return out
+
+
 # ---- decode and prefill attention (notebook 08) ------------------------------------------------------------------
 def paged_vs_contiguous_sentence(data: dict) -> str:
     """What an attention recording says about its paged cache (bench_attention: shuffled pages) against the

@@ -45,6 +45,8 @@ def test_version_four_records_and_speedups_between_versions():
 def test_version_verdicts_count_only_what_the_quartiles_separate():
     """A newer version is called faster (or slower) at a point only where the two records' quartile ranges lie apart;
     a median a hair lower inside the spread is a tie."""
+    from fp8lab import findings
+
     N, K = 28672, 8192
     sp = lambda q1, q3: {"spread_us": {"q1": q1, "q3": q3}}  # noqa: E731
     res = [_dec("gemv3_fp8c_r1_nt1_c4_p2_e0_n0", 1, N, K, 60.0, N * K, **sp(59.8, 60.2)),
@@ -54,7 +56,7 @@ def test_version_verdicts_count_only_what_the_quartiles_separate():
            _dec("gemv3_fp8b_r1_nt1_c4_p2_e0_n0", 16, N, K, 70.0, N * K, **sp(69.9, 70.1)),
            _dec("gemv4_fp8b_r1_nt1_c2_d4_e0_n0", 16, N, K, 80.0, N * K, **sp(79.9, 80.1)),    # apart: slower
            _dec("gemv4_fp8b_r1_nt1_c2_d4_e0_n0", 16, N, K, 50.0, N * K, pdl=True)]             # PDL: left out
-    v = gr.version_verdicts({"results": res}, 3, 4)
+    v = findings.version_verdicts({"results": res}, 3, 4)
     assert v["points"] == 3 and [x[0] for x in v["faster"]] == ["nvfp4"] and [x[0] for x in v["slower"]] == ["fp8 block"]
     assert [x[0] for x in v["even"]] == ["fp8 channel"] and abs(v["faster"][0][4] - 40 / 38) < 1e-12
 

@@ -93,7 +93,7 @@ if data:
             " as fast (time of v1 over time of v3, at the points where both were timed).")
     v4 = gemm_report.version_speedups(vt, 3, 4)
     if v4:
-        vv = gemm_report.version_verdicts(data, 3, 4)   # faster / slower only where the quartile ranges lie apart
+        vv = findings.version_verdicts(data, 3, 4)   # faster / slower only where the quartile ranges lie apart
         n4, f4, e4 = vv["points"], len(vv["faster"]), len(vv["even"])
         nb.md("Version 4 (the shared-memory ring) against version 3 (registers), the fastest record of each at each "
               "point: " + "; ".join(f"{label} {findings.ratio_range(g)}×" for label, g in v4.items()) +
