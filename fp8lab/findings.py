@@ -1425,9 +1425,16 @@ def cache_error_sentence(tables: list[list[dict]]) -> str:
             f"channels the E4M3 error is {med(ratios['outlier_over_normal'], 1)} that of normal keys.")
 
 
+def _spread_verdict(ratio: float, apart: bool | None) -> str:
+    """'faster' (ratio = time / the reference's time below 1), 'slower', or 'even' where the ratio is 1 or
+    bench_attention.quartiles_apart found the two quartile ranges overlapping (False); where a record has no spread
+    (None) the medians decide."""
+    return "even" if ratio == 1 or apart is False else "faster" if ratio < 1 else "slower"
+
+
 def version_verdicts(data: dict, old: int, new: int) -> dict:
     """Version `new` against version `old` of each of our decode kernels, at every decode point where both ran (the
-    fastest plain-launch record of each version there, as gemm_report.decode_versions picks it): {"points": how many (kernel,
+    fastest plain-launch record of each version there, gemm_report.best_version_records): {"points": how many (kernel,
     point) pairs, "faster" / "slower": [(label, N, K, M, time old / time new)] where the two records' quartile ranges
     lie apart (a record without a spread counts by its median), "even": the same where they overlap}. A ratio of
     medians alone would call a point "faster" that the rounds' spread cannot tell apart.
@@ -1435,28 +1442,18 @@ def version_verdicts(data: dict, old: int, new: int) -> dict:
         version_verdicts(data, 3, 4) -> {"points": 72, "faster": [("fp8 block", 28672, 8192, 1, 1.008), ...], ...}
     """
     from fp8lab.kernels.bench_attention import quartiles_apart
-    from fp8lab.kernels.gemm_report import _version_label
+    from fp8lab.kernels.gemm_report import best_version_records
 
-    best: dict = {}
-    for r in data.get("results", []):
-        if r.get("family") != "decode" or r.get("pdl") or r["kernel"].endswith("_pdl"):
-            continue
-        label = _version_label(r)
-        if label is None:
-            continue
-        key = (label, r["N"], r["K"], r["M"])
-        if key not in best or r["time_us"] < best[key]["time_us"]:
-            best[key] = r
+    best = best_version_records(data)
     out: dict = {"points": 0, "faster": [], "slower": [], "even": []}
     for (label, N, K, M), a in sorted(best.items(), key=lambda kv: (kv[0][1] * kv[0][2], kv[0][3], kv[0][0])):
         fam, v = label.rsplit(" v", 1)
         b = best.get((f"{fam} v{new}", N, K, M))
         if int(v) != old or b is None:
             continue
-        x = a["time_us"] / b["time_us"]
-        apart = quartiles_apart(a, b)
         out["points"] += 1
-        out["even" if apart is False or x == 1 else "faster" if x > 1 else "slower"].append((fam, N, K, M, x))
+        out[_spread_verdict(b["time_us"] / a["time_us"], quartiles_apart(a, b))].append(
+            (fam, N, K, M, a["time_us"] / b["time_us"]))
     return out
 
 
@@ -1474,10 +1471,11 @@ def paged_vs_contiguous_sentence(data: dict) -> str:
              if r["layout"] != "contiguous" and (r["kernel"], r.get("head_dim"), r.get("context")) in contig]
     if not pairs:
         return ""
-    rows = [(p["kernel"], p["time_us"] / c["time_us"], quartiles_apart(p, c)) for p, c in pairs]
-    faster = [x for x in rows if x[1] < 1 and x[2] is not False]
-    slower = [x for x in rows if x[1] > 1 and x[2] is not False]
-    even = len(rows) - len(faster) - len(slower)
+    rows = [(p["kernel"], p["time_us"] / c["time_us"]) for p, c in pairs]
+    verdict = [_spread_verdict(x, quartiles_apart(p, c)) for (_, x), (p, c) in zip(rows, pairs)]
+    faster = [x for x, v in zip(rows, verdict) if v == "faster"]
+    slower = [x for x, v in zip(rows, verdict) if v == "slower"]
+    even = verdict.count("even")
     where = sorted({(p["layout"], p.get("head_dim"), p.get("context")) for p, _ in pairs})
     at = "; ".join(f"{lay} at {L // 1024}k, D = {D}" for lay, D, L in where)
     text = (f"In this run ({at}), the paged cache against the contiguous one, kernel by kernel: faster for "
@@ -1485,7 +1483,7 @@ def paged_vs_contiguous_sentence(data: dict) -> str:
     if faster:
         text += f" (paged / contiguous time {ratio_range([x[1] for x in faster], 2)})"
     if slower:
-        text += "; slower for " + ", ".join(f"`{k}` (x{x:.3f})" for k, x, _ in slower)
+        text += "; slower for " + ", ".join(f"`{k}` (x{x:.3f})" for k, x in slower)
     if even:
         text += f"; within the quartiles for {even}"
     return text + "."
@@ -1508,9 +1506,8 @@ def prefill_kv_sentence(data: dict, variant: str = "w4") -> str:
     rows = [{**r, "apart": quartiles_apart(rec(r, "bf16"), rec(r, "fp8"))} for r in bpa.summary_rows(data, variant)]
     if not rows:
         return "This run holds no (context, chunk) point timed on both caches."
-    slower = [r for r in rows if r["fp8_over_bf16"] > 1 and r["apart"] is not False]
-    faster = [r for r in rows if r["fp8_over_bf16"] < 1 and r["apart"] is not False]
-    even = [r for r in rows if r not in slower and r not in faster]
+    by = {v: [r for r in rows if _spread_verdict(r["fp8_over_bf16"], r["apart"]) == v] for v in ("slower", "faster", "even")}
+    slower, faster, even = by["slower"], by["faster"], by["even"]
     pt = lambda r: f"{r['context'] // 1024}k, chunk {r['chunk']}: x{r['fp8_over_bf16']:.2f}"  # noqa: E731
     spread = any(r["apart"] is not None for r in rows)
     text = (("Counting a point only where the two quartile ranges lie apart, " if spread else "")

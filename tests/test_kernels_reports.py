@@ -69,14 +69,14 @@ def test_attention_tables_keep_a_missing_value_in_its_column():
                  speedup_vs_bf16=1.826, speedup_vs_torch=1.774),
             dict(layout="paged16", head_dim=128, context=32768, fp8_us=129.1, bf16_us=243.8, torch_us=None,
                  speedup_vs_bf16=1.889, speedup_vs_torch=None)]
-    text = report.format_columns(rows, report.ATTENTION_SUMMARY)
+    text = report.format_columns(rows, ba.SUMMARY_COLUMNS)
     lines = text.splitlines()
     assert "-x" not in text and len({len(line) for line in lines}) == 1        # every line as wide as the header
     head, paged = lines[0], lines[3]
     for col in ("torch us", "fp8/torch"):
         end = head.index(col) + len(col)
         assert paged[end - 1] == "-" and paged[end - 2] == " "                 # right-aligned under its header
-    assert "1.83" in lines[2] and report.format_columns([], report.ATTENTION_SUMMARY) == "(no rows)"
+    assert "1.83" in lines[2] and report.format_columns([], ba.SUMMARY_COLUMNS) == "(no rows)"
 
 
 def test_fixed_cost_fit_recovers_a_known_line():

@@ -501,24 +501,31 @@ def versions_table(data: dict) -> list[dict]:
     return out
 
 
+#: the columns of format_summary (header -> (key of a summary_rows row, format spec)) ...
+SUMMARY_COLUMNS = {
+    "layout": ("layout", ""), "D": ("head_dim", ""), "context": ("context", ""), "fp8 us": ("fp8_us", ".1f"),
+    "bf16 us": ("bf16_us", ".1f"), "nvfp4 us": ("nvfp4_us", ".1f"), "torch us": ("torch_us", ".1f"),
+    "v1 fp8 us": ("fp8_v1_us", ".1f"), "fp8/bf16": ("speedup_vs_bf16", ".2f"),
+    "fp8/torch": ("speedup_vs_torch", ".2f"), "nvfp4/bf16": ("nvfp4_vs_bf16", ".2f"),
+    "fp8 xcopy": ("fp8_frac_copy", ".2f"), "bf16 xcopy": ("bf16_frac_copy", ".2f")}
+#: ... and of format_versions (versions_table's rows; (time ratios vN/v1: above 1, version N is slower; best x: above 1, faster))
+VERSIONS_COLUMNS = {
+    "layout": ("layout", ""), "D": ("head_dim", ""), "context": ("context", ""),
+    **{f"{f} v{v}": (f"{f}_v{v}", ".1f") for f in ("bf16", "fp8") for v in (1, 2, 3)},
+    "nvfp4 v2": ("nvfp4_v2", ".1f"), "nvfp4 v3": ("nvfp4_v3", ".1f"), "torch": ("torch", ".1f"),
+    "fp8 v2/v1": ("v2_over_v1_fp8", ".2f"), "fp8 v3/v1": ("v3_over_v1_fp8", ".2f"),
+    "bf16 v3/v1": ("v3_over_v1_bf16", ".2f"),
+    "best fp8 x": ("best_fp8_vs_best_bf16", ".2f"), "best nvfp4 x": ("best_nvfp4_vs_best_bf16", ".2f")}
+
+
 def format_versions(data: dict) -> str:
     """versions_table as text: times in us, then the ratios."""
-    f = lambda v, s: "-" if v is None else format(v, s)  # noqa: E731
-    hdr = (f"{'layout':11s} {'D':>4s} {'context':>8s} {'bf16 v1':>8s} {'bf16 v2':>8s} {'bf16 v3':>8s} {'fp8 v1':>8s} "
-           f"{'fp8 v2':>8s} {'fp8 v3':>8s} {'nvfp4 v2':>8s} {'nvfp4 v3':>8s} {'torch':>8s} {'fp8 v2/v1':>9s} "
-           f"{'fp8 v3/v1':>9s} {'bf16 v3/v1':>10s} "
-           f"{'best fp8 x':>10s} {'best nvfp4 x':>12s}")
+    from .report import format_columns
+
     rows = versions_table(data)
     if not rows:
         return "(this recording holds one version of the kernel only: nothing to put side by side)"
-    lines = [hdr, "-" * len(hdr)]
-    for r in rows:
-        lines.append(f"{r['layout']:11s} {r['head_dim']:>4d} {r['context']:>8d} {f(r['bf16_v1'], '8.1f')} "
-                     f"{f(r['bf16_v2'], '8.1f')} {f(r['bf16_v3'], '8.1f')} {f(r['fp8_v1'], '8.1f')} {f(r['fp8_v2'], '8.1f')} "
-                     f"{f(r['fp8_v3'], '8.1f')} {f(r['nvfp4_v2'], '8.1f')} {f(r.get('nvfp4_v3'), '8.1f')} {f(r['torch'], '8.1f')} "
-                     f"{f(r['v2_over_v1_fp8'], '9.2f')} {f(r['v3_over_v1_fp8'], '9.2f')} {f(r['v3_over_v1_bf16'], '10.2f')} "
-                     f"{f(r['best_fp8_vs_best_bf16'], '9.2f')}x {f(r['best_nvfp4_vs_best_bf16'], '11.2f')}x")
-    return "\n".join(lines)
+    return format_columns(rows, VERSIONS_COLUMNS)
 
 
 def other_merge_row(r: dict) -> bool:
@@ -682,16 +689,9 @@ def format_fixed_cost(data: dict, head_dim: int = 128) -> str:
 
 def format_summary(data: dict) -> str:
     """The table of the report: times (us), speedups and fractions of copy bandwidth (xcopy)."""
-    f = lambda v, s: "-" if v is None else format(v, s)  # noqa: E731
-    hdr = (f"{'layout':11s} {'D':>4s} {'context':>8s} {'fp8 us':>8s} {'bf16 us':>8s} {'nvfp4 us':>8s} {'torch us':>9s} "
-           f"{'v1 fp8':>7s} {'fp8/bf16':>9s} {'fp8/torch':>9s} {'nvfp4/bf16':>10s} {'fp8 xcopy':>9s} {'bf16 xcopy':>10s}")
-    lines = [hdr, "-" * len(hdr)]
-    for r in summary_rows(data):
-        lines.append(f"{r['layout']:11s} {r['head_dim']:>4d} {r['context']:>8d} {f(r['fp8_us'], '8.1f')} "
-                     f"{f(r['bf16_us'], '8.1f')} {f(r.get('nvfp4_us'), '8.1f')} {f(r['torch_us'], '9.1f')} "
-                     f"{f(r.get('fp8_v1_us'), '7.1f')} {f(r['speedup_vs_bf16'], '8.2f')}x {f(r['speedup_vs_torch'], '8.2f')}x "
-                     f"{f(r.get('nvfp4_vs_bf16'), '9.2f')}x {f(r['fp8_frac_copy'], '9.2f')} {f(r['bf16_frac_copy'], '10.2f')}")
-    return "\n".join(lines)
+    from .report import format_columns
+
+    return format_columns(summary_rows(data), SUMMARY_COLUMNS)
 
 
 def goals_table(data: dict) -> list[dict]:

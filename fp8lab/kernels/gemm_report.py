@@ -632,13 +632,32 @@ def _version_label(r: dict) -> str | None:
     return None
 
 
+def _plain_decode(data: dict) -> list[dict]:
+    """A gemm record's decode results launched plainly (without programmatic dependent launch: the goals use those)."""
+    return [r for r in data["results"] if r.get("family") == "decode" and not r.get("pdl")
+            and not r["kernel"].endswith("_pdl")]
+
+
+def best_version_records(data: dict) -> dict:
+    """{(version label, N, K, M): the fastest plain-launch record of that version of one of our decode kernels at that
+    point, over its configurations and runs}: what decode_versions tabulates (and findings.version_verdicts compares,
+    spreads included)."""
+    best: dict = {}
+    for r in _plain_decode(data):
+        label = _version_label(r)
+        key = (label, r["N"], r["K"], r["M"])
+        if label is not None and (key not in best or r["time_us"] < best[key]["time_us"]):
+            best[key] = r
+    return best
+
+
 def decode_versions(data: dict) -> list[dict]:
     """One row per decode (N, K, M): the anchors' times and each version of each of our kernels side by side (us:
     the fastest record of that version at that point, over its configurations and runs), with the best same-run
     ratio of our FP8 kernels to torch._scaled_mm tensorwise (> 1: ours faster). A version the run did not time is
     None. Launches with programmatic dependent launch (`pdl`) are left out: the goals use the plain launch."""
-    dec = [r for r in data["results"] if r.get("family") == "decode" and not r.get("pdl")
-           and not r["kernel"].endswith("_pdl")]
+    dec = _plain_decode(data)
+    versions = best_version_records(data)
     keys = sorted({(r["N"], r["K"], r["M"]) for r in dec}, key=lambda k: (k[0] * k[1], k[2]))
     rows = []
     for N, K, M in keys:
@@ -648,7 +667,7 @@ def decode_versions(data: dict) -> list[dict]:
                "_scaled_mm tw": best(lambda r: r["kernel"].startswith("scaled_mm_tensorwise"))}
         for label, _ in VERSION_FAMILIES:
             for v in DECODE_VERSIONS:
-                row[f"{label} v{v}"] = best(lambda r, t=f"{label} v{v}": _version_label(r) == t)
+                row[f"{label} v{v}"] = (versions.get((f"{label} v{v}", N, K, M)) or {}).get("time_us")
         fp8 = [r.get("speedup_vs_scaled_mm_tensorwise") for r in at
                if (_version_label(r) or "").startswith("fp8") and r.get("speedup_vs_scaled_mm_tensorwise")]
         row["best fp8 / _scaled_mm"] = max(fp8, default=None)

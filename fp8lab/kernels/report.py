@@ -176,29 +176,12 @@ def format_table(s: Summary, columns=COLUMNS, where=None) -> str:
     return _table([c.replace("fraction_of_copy_bw", "x copy bw") for c in columns], cells)
 
 
-#: notebook 08's tables of an attention record, header -> (key, format): bench_attention.summary_rows ...
-ATTENTION_SUMMARY = {
-    "layout": ("layout", ""), "D": ("head_dim", ""), "context": ("context", ""), "fp8 us": ("fp8_us", ".1f"),
-    "bf16 us": ("bf16_us", ".1f"), "nvfp4 us": ("nvfp4_us", ".1f"), "torch us": ("torch_us", ".1f"),
-    "v1 fp8 us": ("fp8_v1_us", ".1f"), "fp8/bf16": ("speedup_vs_bf16", ".2f"),
-    "fp8/torch": ("speedup_vs_torch", ".2f"), "nvfp4/bf16": ("nvfp4_vs_bf16", ".2f"),
-    "fp8 xcopy": ("fp8_frac_copy", ".2f"), "bf16 xcopy": ("bf16_frac_copy", ".2f")}
-#: ... and bench_attention.versions_table (time ratios vN/v1: above 1, version N is slower; best x: above 1, faster)
-ATTENTION_VERSIONS = {
-    "layout": ("layout", ""), "D": ("head_dim", ""), "context": ("context", ""),
-    **{f"{f} v{v}": (f"{f}_v{v}", ".1f") for f in ("bf16", "fp8") for v in (1, 2, 3)},
-    "nvfp4 v2": ("nvfp4_v2", ".1f"), "nvfp4 v3": ("nvfp4_v3", ".1f"), "torch": ("torch", ".1f"),
-    "fp8 v2/v1": ("v2_over_v1_fp8", ".2f"), "fp8 v3/v1": ("v3_over_v1_fp8", ".2f"),
-    "bf16 v3/v1": ("v3_over_v1_bf16", ".2f"),
-    "best fp8 x": ("best_fp8_vs_best_bf16", ".2f"), "best nvfp4 x": ("best_nvfp4_vs_best_bf16", ".2f")}
-
-
 def format_columns(rows: list[dict], columns: dict) -> str:
     """Rows as a plain-text table, one column per header of `columns` (header -> (key, format spec)): numbers
     right-aligned, a missing value '-' in line with its column. Ratios are printed bare (the header says what they
     are), so a missing one cannot come out as '-x' glued to its neighbour.
 
-        format_columns(bench_attention.summary_rows(data), ATTENTION_SUMMARY)   # notebook 08's summary
+        format_columns(bench_attention.summary_rows(data), bench_attention.SUMMARY_COLUMNS)   # format_summary
     """
     cells = [[_fmt(r.get(k), spec) for k, spec in columns.values()] for r in rows]
     return _table(list(columns), cells) if rows else "(no rows)"

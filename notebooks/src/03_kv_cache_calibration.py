@@ -177,11 +177,11 @@ reads E4M3 K/V with the calibrated scales and is compared with the same kernel o
 in the same run (details and the design in notebook 08). These are recorded numbers, never re-timed on a CPU:
 """),
 ("code", r"""
-from fp8lab.kernels import bench_attention, report
+from fp8lab.kernels import bench_attention
 A = nb.recorded("kernels", "attention.json")
 if A:
     att = bench_attention.load(A / "attention.json")
-    print(report.format_columns(bench_attention.summary_rows(att), report.ATTENTION_SUMMARY))
+    print(bench_attention.format_summary(att))
 """),
 ("md", r"""
 ## Exercises

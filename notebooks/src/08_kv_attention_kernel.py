@@ -95,7 +95,7 @@ if A:
     print()
     print(ba.format_provenance(data))
     print()
-    print(report.format_columns(ba.summary_rows(data), report.ATTENTION_SUMMARY))
+    print(ba.format_summary(data))
     speed, met = ba.goal_met(data)
     print(f"\ngoal: {ba.GOAL[0]} >= {ba.GOAL[1]}x -> measured {speed if speed is None else round(speed, 2)}: "
           f"{'met' if met else 'not met'}")
@@ -144,8 +144,9 @@ if data is not None:
                        f"{findings.ratio_range([r['bf16_frac_copy'] for r in long if r['bf16_frac_copy']])}.")
     bullets.append(f"* The lab's target ({ba.GOAL[0]}, at least {ba.GOAL[1]}×): measured "
                    f"{'-' if g is None else f'{g:.2f}×'}, {'not measured' if met is None else 'met' if met else 'not met'}.")
-    if findings.recorded_default_sentence(data):
-        bullets.append("* " + findings.recorded_default_sentence(data))
+    stale_default = findings.recorded_default_sentence(data)
+    if stale_default:
+        bullets.append("* " + stale_default)
     nb.md("\n".join(bullets))
 """),
 ("md", r"""
@@ -160,8 +161,9 @@ Two things to read with care:
   spread them. That is a hypothesis, not a measurement of DRAM channels.
 """),
 ("code", r"""
-if data is not None and findings.paged_vs_contiguous_sentence(data):
-    nb.md(findings.paged_vs_contiguous_sentence(data))
+paged = findings.paged_vs_contiguous_sentence(data) if data is not None else ""
+if paged:
+    nb.md(paged)
 """),
 ("md", r"""
 ## Three versions, side by side
@@ -191,8 +193,7 @@ versions, or torch SDPA).
 """),
 ("code", r"""
 if data is not None:
-    print(report.format_columns(ba.versions_table(data), report.ATTENTION_VERSIONS) if ba.versions_table(data)
-          else ba.format_versions(data))
+    print(ba.format_versions(data))
     VT = [r for r in ba.versions_table(data) if r["layout"] == "contiguous" and r["head_dim"] == 128]
     word = lambda rs: ("slower" if min(rs) > 1 else "faster" if max(rs) < 1 else "sometimes faster, sometimes slower")
     for v in (2, 3):
@@ -278,7 +279,7 @@ if data is not None:
     nb.md(findings.default_rule_sentence(ba.default_rule_rows(data), (data.get("provenance") or {}).get("device"))
           or "This recording holds no timing of the rule's other choice: it timed one default at every context, "
              + ("the one launched when it was recorded (the note after the lab's target, above, says where that is "
-                "not this tree's)." if findings.recorded_default_sentence(data) else "the one this tree's rule picks."))
+                "not this tree's)." if stale_default else "the one this tree's rule picks."))
 """),
 ("code", r"""
 if data is not None:
