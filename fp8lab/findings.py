@@ -928,6 +928,45 @@ def kernel_roofline_points(data: dict, Ms=(1, 16), ours_prefix=("gemv", "w8a8"),
     return out
 
 
+def layer_roofline_stars(layer: dict, context: int) -> list[dict]:
+    """The whole-layer points for the roofline: of a recorded decode-layer run (layer_report.load), the fastest variant
+    of each kind at each batch, at one context. A variant's kind is its name up to the first '_' (fp8, fp8_fused and
+    fp8_fused_pdl are one kind: fp8), so each format is one star per batch, whichever fusion won."""
+    from fp8lab.kernels import layer_report as lr
+
+    pts = lr.layer_roofline_points(layer, context=context)
+    kind = lambda p: p["variant"].split("_")[0]  # noqa: E731
+    best: dict = {}
+    for p in pts:
+        k = (kind(p), p["batch"])
+        if k not in best or p["time_us"] < best[k]["time_us"]:
+            best[k] = p
+    return [{**p, "name": f"layer {p['name']}", "kernel": p["variant"], "family": "layer"}
+            for p in pts if best[(kind(p), p["batch"])] is p]
+
+
+def share_of_measured_roof(points: list[dict], gpu) -> list[dict]:
+    """Each roofline point with `of_roof`: its measured rate over the roof above it on `gpu` (a fp8lab.gpus entry),
+    min(GEMM rate, bandwidth x intensity). The GEMM rate is the FP8 one for our W8A8 and for torch._scaled_mm kernels
+    (they multiply in FP8), bf16 for the rest; a whole layer mixes kernels, so it is held to the bf16 rate (at decode
+    intensity the memory roof is the lower one either way)."""
+    out = []
+    for p in points:
+        fp8 = p["kernel"].startswith(("w8a8", "scaled_mm")) and p.get("family") != "layer"
+        rate = gpu.tflops["fp8" if fp8 else "bf16"]
+        out.append({**p, "of_roof": p["tflops"] / min(rate, gpu.bandwidth_TBps * p["intensity"])})
+    return out
+
+
+def format_roofline_points(points: list[dict]) -> str:
+    """The roofline's measured points as a table, one per line, the name column as wide as the longest name."""
+    if not points:
+        return "(no measured points)"
+    w = max(len(p["name"]) for p in points)
+    return "\n".join(f"measured  {p['name']:{w}s} {p['intensity']:8.1f} FLOP/B  {p['tflops']:8.1f} TFLOP/s"
+                     + (f"  {p['of_roof']:.2f} of the measured roof" if "of_roof" in p else "") for p in points)
+
+
 # ---- accumulation precision (notebook 10) ---------------------------------------------------------------------
 def _loglog_slope(xs, ys) -> float:
     """Least-squares slope of log(y) against log(x): 1 = grows like K, 0.5 = like sqrt(K), 0 = flat."""

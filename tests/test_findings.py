@@ -275,3 +275,32 @@ def test_kv_sweep_findings_no_ratio_of_an_unresolved_cost_and_paired_when_given(
     text = "\n".join(findings.kv_sweep_findings(_kv_sweep_frame(-0.1), e5_vs_e4=c))
     assert "paired, E5M2 against E4M3: +1.40 % [+0.70, +2.30] over 12 windows: resolved" in text
     assert "not a bound" in text and "a bound on what" not in text
+
+
+def test_layer_stars_keep_the_fastest_variant_of_each_kind_per_batch():
+    row = lambda v, B, t, ctx=1024: dict(family="layer", variant=v, batch=B, context=ctx, time_us=t,  # noqa: E731
+                                         intensity=1.0 * B, tflops=1.0 / t, gbps=1.0)
+    layer = {"results": [row("bf16", 1, 100.0), row("fp8", 1, 70.0), row("fp8_fused", 1, 60.0),
+                         row("fp8_fused_pdl", 1, 65.0), row("scaled_mm", 1, 58.0), row("fp8", 8, 80.0),
+                         row("fp8_fused", 8, 90.0), row("fp8_fused", 1, 10.0, ctx=8192)]}
+    stars = findings.layer_roofline_stars(layer, context=1024)
+    assert sorted((p["kernel"], p["batch"]) for p in stars) == [
+        ("bf16", 1), ("fp8", 8), ("fp8_fused", 1), ("scaled_mm", 1)]       # the 8k row is another context
+    assert all(p["family"] == "layer" and p["name"].startswith("layer ") for p in stars)
+
+
+def test_share_of_measured_roof_and_its_table():
+    from fp8lab import gpus
+
+    g = gpus.get_gpu("H200-measured")
+    pts = [{"name": "gemv M=1", "kernel": "gemv3_fp8b", "family": "decode", "intensity": 2.0,
+            "tflops": g.bandwidth_TBps},                                   # half the memory roof at 2 FLOP/B
+           {"name": "a long prefill kernel name that is wider than the rest", "kernel": "w8a8_wgmma_tma",
+            "family": "prefill", "intensity": 1e4, "tflops": g.tflops["fp8"] / 2},
+           {"name": "layer fp8 B=1", "kernel": "scaled_mm", "family": "layer", "intensity": 1e4,
+            "tflops": g.tflops["bf16"]}]                                   # a layer is held to the bf16 rate
+    out = findings.share_of_measured_roof(pts, g)
+    assert [round(p["of_roof"], 6) for p in out] == [0.5, 0.5, 1.0] and "of_roof" not in pts[0]
+    lines = findings.format_roofline_points(out).splitlines()
+    assert len({ln.index("FLOP/B") for ln in lines}) == 1                  # the columns line up whatever the names
+    assert lines[0].endswith("0.50 of the measured roof") and findings.format_roofline_points([]) == "(no measured points)"

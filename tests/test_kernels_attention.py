@@ -705,6 +705,18 @@ def test_a_sweep_over_several_contexts_is_read_one_context_at_a_time():
     assert "L32768" not in ba.format_sweep({"results": res[2:]})                # one context: no section titles
 
 
+def test_the_sweep_table_prints_no_ratio_for_its_denominators():
+    from fp8lab.kernels import bench_attention as ba
+
+    rows = [dict(kernel="v3_fp8kv[cvt]", fmt="fp8cvt", version=3, config=[2, 2, 3], time_us=70.0, speedup=1.83),
+            dict(kernel="v3_bf16", fmt="bf16", version=3, config=[2, 2, 3], time_us=128.0, speedup=1.0),
+            dict(kernel="torch_sdpa_bf16", fmt="torch", time_us=130.0)]
+    lines = ba.format_sweep({"results": rows}).splitlines()
+    fp8, bf16, torch_row = (next(l for l in lines if l.startswith(k)) for k in ("v3_fp8kv", "v3_bf16", "torch_sdpa"))
+    assert fp8.split()[-1] == "1.83"
+    assert bf16.split()[-1] == "-" and torch_row.split()[-1] == "-"       # the denominators, not a 0.00 ratio
+
+
 def test_bench_report_functions_current_schema():
     from fp8lab.kernels import bench_attention as ba
 

@@ -739,9 +739,11 @@ def _format_sweep_at(res: list, title: str | None) -> list:
         for r in grp:
             sp = r.get("spread_us") or {}
             cfg = "v1" if r.get("version") == 1 else str(tuple(r["config"])) if r.get("config") else "-"
+            # bf16 and torch rows are the denominators: their "vs bf16" is not a measurement, so it prints "-"
+            vs = r.get("speedup") if fmt not in ("bf16", "torch") else None
             lines.append(f"{r['kernel'][:34]:34s} {cfg:14s} {str(r.get('num_splits', '-')):>6s} {r['time_us']:8.1f} "
                          f"[{sp.get('q1', 0):6.1f}, {sp.get('q3', 0):6.1f}] {r.get('fraction_of_copy_bw') or 0:6.2f} "
-                         f"{(r.get('speedup') or 0) if fmt not in ('bf16', 'torch') else 0:8.2f}")
+                         + (f"{vs:8.2f}" if vs else f"{'-':>8s}"))
     return lines
 
 

@@ -148,26 +148,16 @@ if G:
     points = findings.kernel_roofline_points(gemm)
 from fp8lab.kernels import layer_report as lr
 LY = nb.recorded("kernels", "layer.json", prov=None)
-layer_points = []
-if LY:
-    layer = lr.load(LY / "layer.json")
-    for p in lr.layer_roofline_points(layer, context=lr.GOAL_POINT[1]):
-        fam = p["variant"].split("_")[0]
-        same = [q for q in lr.layer_roofline_points(layer, context=lr.GOAL_POINT[1])
-                if q["variant"].split("_")[0] == fam and q["batch"] == p["batch"]]
-        if p["time_us"] == min(q["time_us"] for q in same):        # the fastest variant of each kind, per batch
-            layer_points.append({**p, "name": f"layer {p['name']}", "kernel": p["variant"], "family": "layer"})
+# the whole layer: the fastest variant of each kind (bf16, scaled_mm, fp8, nvfp4) at each batch, at a 1k context
+layer_points = findings.layer_roofline_stars(lr.load(LY / "layer.json"), context=lr.GOAL_POINT[1]) if LY else []
 points = points + layer_points
 fig, data = bw.roofline_figure(LLAMA3, measured_points=points,
                                command="notebooks/04_bandwidth_roofline.ipynb: bw.roofline_figure(LLAMA3)")
 nb.show(fig)
 meas = gpus.get_gpu("H200-measured")
-for p in points:
-    # share of the measured H200's roof at this intensity: memory roof for decode, GEMM rate for prefill
-    rate = meas.tflops["fp8"] if p["kernel"].startswith(("w8a8", "scaled_mm")) and p["family"] != "layer" else meas.tflops["bf16"]
-    p["of_roof"] = p["tflops"] / min(rate, meas.bandwidth_TBps * p["intensity"])
-    print(f"measured  {p['name']:42s} {p['intensity']:8.1f} FLOP/B  {p['tflops']:8.1f} TFLOP/s  "
-          f"{p['of_roof']:.2f} of the measured roof")
+# share of the measured H200's roof above each star: the memory roof for decode, the GEMM rate for prefill
+points = findings.share_of_measured_roof(points, meas)
+print(findings.format_roofline_points(points))
 """),
 ("code", r"""
 dec_roof = [p["of_roof"] for p in points if p["family"] == "decode"]
