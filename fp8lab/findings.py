@@ -967,6 +967,45 @@ def format_roofline_points(points: list[dict]) -> str:
                      + (f"  {p['of_roof']:.2f} of the measured roof" if "of_roof" in p else "") for p in points)
 
 
+def emulated_mma_sentence(data: dict) -> str | None:
+    """Notebook 07's reading of the emulated FP8 mma.sync kernel (w8a8_mma_fp8: on sm_90 ptxas turns its e4m3
+    mma.sync into F2FP conversions and fp16 HMMAs) from a recorded GEMM run: its rate, its F2FP count, how it compares
+    with the hand-written bf16 version of the same kernel and how much faster the fastest wgmma kernel is, at the
+    prefill shapes where both were timed. None where the run did not time it."""
+    pre = [r for r in data.get("results", []) if r.get("family") == "prefill" and r.get("tflops")]
+    shapes = list(dict.fromkeys(r["shape"] for r in pre))
+    T = {(r["kernel"], r["shape"]): r["tflops"] for r in pre}
+    wg = {sh: max((T[(k, sh)] for k, s2 in T if s2 == sh and k.startswith("w8a8_wgmma")), default=None) for sh in shapes}
+    slow = [wg[sh] / T[("w8a8_mma_fp8", sh)] for sh in shapes if wg[sh] and ("w8a8_mma_fp8", sh) in T]
+    f2b = [T[("w8a8_mma_fp8", sh)] / T[("w8a8_mma_bf16", sh)] for sh in shapes
+           if ("w8a8_mma_fp8", sh) in T and ("w8a8_mma_bf16", sh) in T]
+    mma = [T[("w8a8_mma_fp8", sh)] for sh in shapes if ("w8a8_mma_fp8", sh) in T]
+    if not (mma and slow and f2b):
+        return None
+    f2fp = (data.get("sass_counts") or {}).get("w8a8_mma_fp8", {}).get("F2FP")
+    where = "the prefill shape" if len(slow) == 1 else f"the {len(slow)} prefill shapes"
+    return (f"The emulated `mma.sync` kernel runs at {ratio_range(mma, 0)} TFLOP/s with {f2fp} `F2FP` conversions in "
+            f"its SASS; it is {ratio_range(f2b)}× the hand-written bf16 version of the same kernel (its conversion is "
+            f"one instruction per pair instead of shifts, masks and a multiply), and the fastest `wgmma` kernel is "
+            f"**{ratio_range(slow)}× faster** than it at {where} of this run where both were timed.")
+
+
+def layer_kinds_sentence(table: list[dict], point: tuple) -> str | None:
+    """Notebook 07's reading of the decode-layer table (layer_report.layer_table rows) at one (batch, context): the
+    bf16 layer's time and share of its ceiling, then the fastest variant of each kind (fp8, nvfp4, scaled_mm) as
+    x bf16 and share of its own ceiling. None where bf16 or every other kind is missing at that point."""
+    at = [r for r in table if (r["batch"], r["context"]) == tuple(point)]
+    b16 = next((r for r in at if r["variant"] == "bf16"), None)
+    best = {fam: max((r for r in at if r["variant"].startswith(fam) and r["x_vs_bf16"]), key=lambda r: r["x_vs_bf16"],
+                     default=None) for fam in ("fp8", "nvfp4", "scaled_mm")}
+    parts = [f"{fam} ({r['variant']}) {r['x_vs_bf16']:.2f}× bf16, {r['of_ceiling']:.2f} of its ceiling"
+             for fam, r in best.items() if r]
+    if not (b16 and parts):
+        return None
+    return (f"At batch {point[0]}, context {point[1] // 1024}k the bf16 layer takes {b16['time_us']:.0f} µs "
+            f"({b16['of_ceiling']:.2f} of its ceiling). The fastest of each kind: " + "; ".join(parts) + ".")
+
+
 # ---- accumulation precision (notebook 10) ---------------------------------------------------------------------
 def _loglog_slope(xs, ys) -> float:
     """Least-squares slope of log(y) against log(x): 1 = grows like K, 0.5 = like sqrt(K), 0 = flat."""

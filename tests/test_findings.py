@@ -304,3 +304,27 @@ def test_share_of_measured_roof_and_its_table():
     lines = findings.format_roofline_points(out).splitlines()
     assert len({ln.index("FLOP/B") for ln in lines}) == 1                  # the columns line up whatever the names
     assert lines[0].endswith("0.50 of the measured roof") and findings.format_roofline_points([]) == "(no measured points)"
+
+
+def test_emulated_mma_sentence_compares_at_the_shapes_where_both_ran():
+    pre = lambda k, sh, tf: dict(kernel=k, family="prefill", shape=sh, tflops=tf)  # noqa: E731
+    data = {"results": [pre("w8a8_mma_fp8", "A", 200.0), pre("w8a8_mma_bf16", "A", 100.0),
+                        pre("w8a8_wgmma_tma", "A", 800.0), pre("w8a8_wgmma_v1", "A", 600.0),
+                        pre("w8a8_wgmma_tma", "B", 900.0)],             # B: no mma.sync kernel timed there
+            "sass_counts": {"w8a8_mma_fp8": {"F2FP": 64}}}
+    text = findings.emulated_mma_sentence(data)
+    assert "runs at 200 TFLOP/s with 64 `F2FP`" in text and "it is 2.0× the hand-written bf16" in text
+    assert "**4.0× faster** than it at the prefill shape of this run" in text       # the fastest wgmma, at A only
+    assert findings.emulated_mma_sentence({"results": data["results"][2:]}) is None
+
+
+def test_layer_kinds_sentence_names_the_fastest_of_each_kind():
+    row = lambda v, x, t, c=0.5, B=1, ctx=1024: dict(variant=v, batch=B, context=ctx, x_vs_bf16=x,  # noqa: E731
+                                                     time_us=t, of_ceiling=c)
+    table = [row("bf16", 1.0, 120.0, 0.5), row("fp8", 1.5, 80.0), row("fp8_fused", 1.7, 70.0, 0.58),
+             row("nvfp4_fused", 2.1, 57.0, 0.42), row("fp8_fused", 9.9, 1.0, B=8)]
+    text = findings.layer_kinds_sentence(table, (1, 1024))
+    assert text.startswith("At batch 1, context 1k the bf16 layer takes 120 µs (0.50 of its ceiling).")
+    assert "fp8 (fp8_fused) 1.70× bf16, 0.58 of its ceiling; nvfp4 (nvfp4_fused) 2.10×" in text
+    assert "scaled_mm" not in text and "9.90" not in text                # not timed here; another batch
+    assert findings.layer_kinds_sentence(table[1:], (1, 1024)) is None    # no bf16 layer: no sentence

@@ -713,23 +713,11 @@ native FP8 MMA. On sm_90 there is no such instruction: ptxas emits `F2FP.F16.E4M
 """),
 ("code", r"""
 if data:
-    pre = [r for r in data["results"] if r.get("family") == "prefill" and r.get("tflops")]
-    shapes = list(dict.fromkeys(r["shape"] for r in pre))
-    T = {(r["kernel"], r["shape"]): r["tflops"] for r in pre}
-    wg = {sh: max((T[(k, sh)] for k, s2 in T if s2 == sh and k.startswith("w8a8_wgmma")), default=None) for sh in shapes}
-    slow = [wg[sh] / T[("w8a8_mma_fp8", sh)] for sh in shapes if wg[sh] and ("w8a8_mma_fp8", sh) in T]
-    f2b = [T[("w8a8_mma_fp8", sh)] / T[("w8a8_mma_bf16", sh)] for sh in shapes
-           if ("w8a8_mma_fp8", sh) in T and ("w8a8_mma_bf16", sh) in T]
-    f2fp = (data.get("sass_counts") or {}).get("w8a8_mma_fp8", {}).get("F2FP")
-    mma = [T[("w8a8_mma_fp8", sh)] for sh in shapes if ("w8a8_mma_fp8", sh) in T]
-    if not (mma and slow and f2b):
-        print("(the emulated mma.sync kernel was not timed in this run: the SASS above is the evidence)")
+    text = findings.emulated_mma_sentence(data)
+    if text:
+        nb.md(text)
     else:
-        nb.md(f'''The emulated `mma.sync` kernel runs at {findings.ratio_range(mma, 0)} TFLOP/s with {f2fp} `F2FP`
-conversions in its SASS; it is {findings.ratio_range(f2b)}× the hand-written bf16 version of the same kernel (its conversion is one instruction per
-pair instead of shifts, masks and a multiply), and the fastest `wgmma` kernel is **{findings.ratio_range(slow)}× faster**
-than it at {"the prefill shape" if len(slow) == 1 else f"the {len(slow)} prefill shapes"} of this run where both were
-timed.''')
+        print("(the emulated mma.sync kernel was not timed in this run: the SASS above is the evidence)")
 """),
 ("md", r"""
 ## One decode layer, end to end
@@ -754,16 +742,9 @@ if layer:
 ("code", r"""
 if layer:
     nb.show(lr.plot_layer(layer))
-    LT = lr.layer_table(layer)
-    at = [r for r in LT if (r["batch"], r["context"]) == lr.GOAL_POINT]
-    b16 = next((r for r in at if r["variant"] == "bf16"), None)
-    best = {fam: max((r for r in at if r["variant"].startswith(fam) and r["x_vs_bf16"]), key=lambda r: r["x_vs_bf16"], default=None)
-            for fam in ("fp8", "nvfp4", "scaled_mm")}
-    parts = [f"{fam} ({r['variant']}) {r['x_vs_bf16']:.2f}× bf16, {r['of_ceiling']:.2f} of its ceiling"
-             for fam, r in best.items() if r]
-    if b16 and parts:
-        nb.md(f"At batch {lr.GOAL_POINT[0]}, context {lr.GOAL_POINT[1] // 1024}k the bf16 layer takes {b16['time_us']:.0f} µs "
-              f"({b16['of_ceiling']:.2f} of its ceiling). The fastest of each kind: " + "; ".join(parts) + ".")
+    text = findings.layer_kinds_sentence(lr.layer_table(layer), lr.GOAL_POINT)
+    if text:
+        nb.md(text)
 """),
 ("md", r"""
 ### The layer goals, and where the time goes
