@@ -1006,6 +1006,231 @@ def layer_kinds_sentence(table: list[dict], point: tuple) -> str | None:
             f"({b16['of_ceiling']:.2f} of its ceiling). The fastest of each kind: " + "; ".join(parts) + ".")
 
 
+# ---- decode attention readings (notebook 08) -------------------------------------------------------------------
+def attention_goal_line(data: dict) -> str:
+    """The decode-attention recording's headline target (bench_attention.GOAL: the FP8 kernel against the same kernel
+    on a bf16 cache at 32k context, D = 128) as one line: the threshold, the measured speedup (None where the run has
+    no valid row there) and the verdict."""
+    from fp8lab.kernels import bench_attention as ba
+
+    speed, met = ba.goal_met(data)
+    return (f"goal: {ba.GOAL[0]} >= {ba.GOAL[1]}x -> measured {speed if speed is None else round(speed, 2)}: "
+            f"{'met' if met else 'not met'}")
+
+
+def copy_bandwidth_above_one(rows: list[dict]) -> str:
+    """The rows of a kernel recording's table (fp8lab.kernels.report's Summary.table) that read faster than the
+    device-to-device copy moves bytes (fraction_of_copy_bw above 1.0: a read-only stream can beat the read-write mix
+    of a copy), counted, then one per line with kernel, shape and fraction."""
+    above = [r for r in rows if (r.get("fraction_of_copy_bw") or 0) > 1.0]
+    return f"rows above 1.0 of copy bandwidth: {len(above)}" + "".join(
+        f"\n  {r['kernel']:28s} {r.get('shape', ''):28s} {r['fraction_of_copy_bw']:.3f}" for r in above)
+
+
+def attention_context_bullets(data: dict) -> str:
+    """Markdown bullets reading a decode-attention recording at D = 128, contiguous cache: at short context (up to
+    4k) the FP8 step's time and its speedup over the same kernel on bf16; at long context (16k and more) the speedup
+    over the same kernel on bf16 and over torch SDPA, and both kernels' fractions of copy bandwidth; the lab's
+    headline target (bench_attention.GOAL) with its measured value and verdict; and, where the recording's version-3
+    default is not this tree's (recorded_default_sentence), that note. A context band the run did not time gets no
+    bullet; the target's bullet is always there ('-', not measured, where the run has no valid 32k row)."""
+    from fp8lab.kernels import bench_attention as ba
+
+    sr = [r for r in ba.summary_rows(data) if r["layout"] == "contiguous" and r["head_dim"] == 128]
+    short = [r for r in sr if r["context"] <= 4096]
+    long_ = [r for r in sr if r["context"] >= 16384]
+    g, met = ba.goal_met(data)
+
+    def ks(rs):
+        return ", ".join(f"{r['context'] // 1024}k" for r in rs)
+    bullets = []
+    if short:
+        bullets.append(f"* Short context ({ks(short)}): the FP8 step takes "
+                       f"{min(r['fp8_us'] for r in short):.0f}–{max(r['fp8_us'] for r in short):.0f} µs, "
+                       f"{ratio_range([r['speedup_vs_bf16'] for r in short])}× faster than bf16 (the same kernel).")
+    if long_:
+        bullets.append(f"* At {ks(long_)} context: "
+                       f"{ratio_range([r['speedup_vs_bf16'] for r in long_])}× faster than the same kernel on bf16 and "
+                       f"{ratio_range([r['speedup_vs_torch'] for r in long_ if r['speedup_vs_torch']])}× faster than "
+                       f"torch SDPA; FP8 reaches {ratio_range([r['fp8_frac_copy'] for r in long_])} of copy bandwidth, "
+                       f"bf16 {ratio_range([r['bf16_frac_copy'] for r in long_ if r['bf16_frac_copy']])}.")
+    verdict = "not measured" if met is None else "met" if met else "not met"
+    bullets.append(f"* The lab's target ({ba.GOAL[0]}, at least {ba.GOAL[1]}×): measured "
+                   f"{'-' if g is None else f'{g:.2f}×'}, {verdict}.")
+    stale = recorded_default_sentence(data)
+    if stale:
+        bullets.append("* " + stale)
+    return "\n".join(bullets)
+
+
+def _faster_word(time_ratios) -> str:
+    """'slower' where every time ratio (new / old) is above 1, 'faster' where every one is below 1, else 'sometimes
+    faster, sometimes slower'."""
+    return ("slower" if min(time_ratios) > 1 else "faster" if max(time_ratios) < 1
+            else "sometimes faster, sometimes slower")
+
+
+def attention_version_sentences(data: dict) -> list[str]:
+    """What a decode-attention recording says about the kernel's three versions (bench_attention.versions_table):
+    whether versions 2 and 3 are faster or slower than version 1 on an FP8 cache (and on a bf16 one, where timed), as
+    time ratios vN / v1 at D = 128, contiguous; how fast the fastest FP8 and NVFP4 kernels of the run are against the
+    fastest bf16 kernel of the run, whoever wrote it; and version 3 against version 1 on FP8 at every other head dim.
+    Empty where the recording holds one version only."""
+    from fp8lab.kernels import bench_attention as ba
+
+    table = ba.versions_table(data)
+    vt = [r for r in table if r["layout"] == "contiguous" and r["head_dim"] == 128]
+    out = []
+    for v in (2, 3):
+        f8 = [r[f"v{v}_over_v1_fp8"] for r in vt if r[f"v{v}_over_v1_fp8"]]
+        b16 = [r[f"v{v}_over_v1_bf16"] for r in vt if r[f"v{v}_over_v1_bf16"]]
+        if f8:
+            out.append(f"In this run version {v} is **{_faster_word(f8)}** than version 1 on an FP8 cache (time v{v} / "
+                       f"v1 = {ratio_range(f8)} at D = 128, contiguous)"
+                       + (f", and {_faster_word(b16)} on a bf16 cache ({ratio_range(b16)})." if b16 else "."))
+    best = [r["best_fp8_vs_best_bf16"] for r in vt if r["best_fp8_vs_best_bf16"]]
+    if best:
+        out.append("A goal written as *FP8 over bf16, the same kernel* can be met for the wrong reason, by a version "
+                   "whose bf16 twin is slow. Against the fastest bf16 kernel of the run, the fastest "
+                   f"FP8 kernel is {ratio_range(best)}× as fast, the NVFP4 kernel "
+                   f"{ratio_range([r['best_nvfp4_vs_best_bf16'] for r in vt if r['best_nvfp4_vs_best_bf16']])}×.")
+    for D in sorted({r["head_dim"] for r in table} - {128}):
+        o = [r["v3_over_v1_fp8"] for r in table if r["head_dim"] == D and r["v3_over_v1_fp8"]]
+        if o:
+            out.append(f"At D = {D}, version 3 is {_faster_word(o)} than version 1 on an FP8 cache "
+                       f"(time v3 / v1 = {ratio_range(o)}).")
+    return out
+
+
+def attention_sweep_sentences(sweep: dict) -> list[str]:
+    """What a decode-attention sweep (every compiled configuration, bench_attention --sweep) says about version 3:
+    the best copy-per-tile configuration against the best copy-per-row one on an FP8 cache (fraction of copy
+    bandwidth and time ratio: whether the copy loop of a copy per row costs more than the bank conflicts its padded
+    rows avoid); at every context of the sweep, whether the default was the fastest FP8 configuration or by how much
+    another one beat it; and on an NVFP4 cache, the best version-3 configuration against the best version-2 one, with
+    the NVFP4 default version (attention_nvfp4kv.DEFAULT_VERSION). Each sentence only where the sweep timed what it
+    compares."""
+    from fp8lab.kernels import attention_nvfp4kv as nv
+    from fp8lab.kernels import bench_attention as ba
+
+    out = []
+    b0, b1 = ba.sweep_best(sweep, "fp8cvt", 3, copy=0), ba.sweep_best(sweep, "fp8cvt", 3, copy=1)
+    if b0 and b1:
+        out.append(f"Version 3 on an FP8 cache: the best copy-per-tile configuration {tuple(b1['config'])} reads at "
+                   f"{b1['fraction_of_copy_bw']:.2f} of copy bandwidth, the best copy-per-row one "
+                   f"{tuple(b0['config'])} at {b0['fraction_of_copy_bw']:.2f} ({b0['time_us'] / b1['time_us']:.2f}× "
+                   "the time): "
+                   + ("the copy loop costs more than the bank conflicts it avoids." if b0["time_us"] > b1["time_us"]
+                      else "here the padded rows pay for their copy loop."))
+    said = []
+    for L in sorted({r["context"] for r in sweep.get("results", []) if r.get("context")}):
+        best, dflt = ba.sweep_vs_default(sweep, "fp8cvt", 3, context=L)
+        if not (best and dflt):
+            continue
+        if tuple(best["config"]) == tuple(dflt["config"]):
+            said.append(f"at {L // 1024}k the default {tuple(dflt['config'])} is the fastest FP8 configuration")
+        else:
+            said.append(f"at {L // 1024}k the fastest FP8 configuration is {tuple(best['config'])}, "
+                        f"{dflt['time_us'] / best['time_us']:.3f}× as fast as the default {tuple(dflt['config'])}")
+    if said:
+        out.append("In this sweep " + "; ".join(said) + ". A configuration becomes a default only once it has been "
+                   "measured at every context the lab records, not at one; where the best one depends on the cache's "
+                   "size, the default does too (the rule below).")
+    b2, b3 = ba.sweep_best(sweep, "nvfp4", 2), ba.sweep_best(sweep, "nvfp4", 3)
+    if b2 and b3:
+        ratio = b3["time_us"] / b2["time_us"]
+        out.append(f"On an NVFP4 cache the best version-3 configuration takes {ratio:.2f}× the time of the best "
+                   f"version-2 one {tuple(b2['config'])} ({b3['fraction_of_copy_bw']:.2f} against "
+                   f"{b2['fraction_of_copy_bw']:.2f} of copy bandwidth)" + (
+                       ": the copy engine does not help there. An NVFP4 tile is 0.5625 bytes per element and every "
+                       "pair of nibbles is widened by integer bit moves, so its time goes to arithmetic rather than to "
+                       f"moving bytes; version 2's best configuration updates the softmax once per {b2['config'][0]} "
+                       "tile(s), which version 3 cannot." if ratio > 1 else ".")
+                   + f" The NVFP4 default is version {nv.DEFAULT_VERSION}.")
+    return out
+
+
+def v3_default_rule_line() -> str:
+    """This tree's size rule for version 3's default (attention_fp8kv.v3_default) as one line: per (format, head dim,
+    group) that has a long-cache configuration, the short-cache default below the threshold in rows (batch x KV
+    heads x tokens) and the long-cache one from there on."""
+    from fp8lab.kernels import attention_fp8kv as att
+
+    return "the rule: " + str({k: f"{att.V3_DEFAULTS[k]} below {att.V3_LONG_ROWS} rows, {v} from there on"
+                               for k, v in att.V3_LONG_DEFAULTS.items()})
+
+
+def default_rule_reading(data: dict) -> str:
+    """A decode-attention recording's check of the size rule (default_rule_sentence over bench_attention.
+    default_rule_rows, on the recording's device); a recording made before the rule timed no alternative beside the
+    default, and then the sentence says which default it timed: the one launched when it was recorded where that is
+    not this tree's (recorded_default_sentence, stated after the lab's target), else the one this tree's rule picks."""
+    from fp8lab.kernels import bench_attention as ba
+
+    return (default_rule_sentence(ba.default_rule_rows(data), (data.get("provenance") or {}).get("device"))
+            or "This recording holds no timing of the rule's other choice: it timed one default at every context, "
+            + ("the one launched when it was recorded (the note after the lab's target, above, says where that is "
+               "not this tree's)." if recorded_default_sentence(data) else "the one this tree's rule picks."))
+
+
+def missed_goals_sentence(goals: list[dict]) -> str | None:
+    """The decode-attention targets a run missed (bench_attention.goals_table rows whose verdict is False, not the
+    ones it did not measure), each with its context, measured value and threshold. None where none was missed."""
+    miss = [g for g in goals if g["met"] is False]
+    if not miss:
+        return None
+    return "Missed: " + "; ".join(f"{g['what']} at {g['context'] // 1024}k, {g['measured']:.2f} against "
+                                  f"{g['threshold']}" for g in miss) + "."
+
+
+def attention_fixed_cost_sentence(data: dict) -> str | None:
+    """Our default FP8 decode kernel against torch's pick in the fit time = fixed + cache bytes / rate
+    (bench_attention.fixed_cost_default_vs_torch, D = 128, contiguous): each one's fixed part per call and streaming
+    rate, the fixed part's share of our shortest context's step and the fraction of copy bandwidth the kernel would
+    read there without it, and why a fixed cost (and a slower stream) weighs on the ratio to torch. None where either
+    fit is missing."""
+    from fp8lab.kernels import bench_attention as ba
+
+    f, t = ba.fixed_cost_default_vs_torch(data)
+    if not (f and t):
+        return None
+    return (f"Our default FP8 kernel pays **{f['fixed_us']:.1f} µs** per call whatever the context and streams at "
+            f"**{f['rate_TBps']:.2f} TB/s**; torch's pick pays {t['fixed_us']:.1f} µs and streams its bf16 cache at "
+            f"{t['rate_TBps']:.2f} TB/s. At {f['shortest'] // 1024}k the fixed part is {f['fixed_share']:.0%} of our "
+            f"FP8 step; without it the kernel would read at {f['xcopy_without_fixed']:.2f} of copy bandwidth there. "
+            "A fixed cost paid on half the bytes weighs twice as much in the ratio to torch" +
+            (", and a stream slower than torch's leaves less than the factor of two that the bytes promise."
+             if f["rate_TBps"] and t["rate_TBps"] and f["rate_TBps"] < t["rate_TBps"] else "."))
+
+
+def merge_in_kernel_sentence(data: dict) -> str | None:
+    """What merging the splits inside version 3's kernel saves per call against the second (reduce) launch, timed in
+    the same run (bench_attention.merge_comparison), counted where the two rows' quartile ranges lie apart; the
+    comparisons within the spread; the default FP8 kernel's fitted fixed part (attention_fixed_cost_sentence's fit);
+    and, where that fixed part is within 1.5 µs of torch's while our stream is slower, that the stream rate, not the
+    per-call overhead, separates the two at short context. None where no comparison lies apart."""
+    from fp8lab.kernels import bench_attention as ba
+
+    mc = ba.merge_comparison(data)
+    sep = [r for r in mc if r["separated"]]
+    if not sep:
+        return None
+    sv = [r["saved_us"] for r in sep]
+    rest = [r for r in mc if not r["separated"]]
+    f, t = ba.fixed_cost_default_vs_torch(data)
+    gap = (f["fixed_us"] - t["fixed_us"]) if f and t else None
+    what = (f"saves {min(sv):.1f} to {max(sv):.1f} µs" if min(sv) > 0
+            else f"changes the call time by {-max(sv):+.1f} to {-min(sv):+.1f} µs")
+    return (f"Where the two rows' quartiles do not overlap, merging inside the kernel {what} per call in this run" +
+            (f" ({len(rest)} comparison(s) fall within the rounds' spread)" if rest else "") +
+            (f"; the fixed part fitted above is {f['fixed_us']:.1f} µs." if f else ".") + (
+                (" With it, our fixed part equals torch's to 0.1 µs" if abs(gap) < 0.05 else
+                 f" With it, our fixed part is within {abs(gap):.1f} µs of torch's") + ", so what separates the two at "
+                f"short context is the stream rate ({f['rate_TBps']:.2f} against {t['rate_TBps']:.2f} TB/s), not the "
+                "per-call overhead." if gap is not None and abs(gap) < 1.5 and f["rate_TBps"] < t["rate_TBps"]
+                else ""))
+
+
 # ---- accumulation precision (notebook 10) ---------------------------------------------------------------------
 def _loglog_slope(xs, ys) -> float:
     """Least-squares slope of log(y) against log(x): 1 = grows like K, 0.5 = like sqrt(K), 0 = flat."""

@@ -21,7 +21,7 @@ each with its provenance naming the GPU, and only read here — this notebook ne
 ("code", r"""
 from fp8lab import findings
 from fp8lab import notebook as nb
-from fp8lab.kernels import attention_fp8kv as att, attention_nvfp4kv as nv, bench_attention as ba, report
+from fp8lab.kernels import attention_fp8kv as att, bench_attention as ba, report
 
 SMALL = nb.small()          # the tests set this: a smaller numerics example
 """),
@@ -96,9 +96,7 @@ if A:
     print(ba.format_provenance(data))
     print()
     print(ba.format_summary(data))
-    speed, met = ba.goal_met(data)
-    print(f"\ngoal: {ba.GOAL[0]} >= {ba.GOAL[1]}x -> measured {speed if speed is None else round(speed, 2)}: "
-          f"{'met' if met else 'not met'}")
+    print("\n" + findings.attention_goal_line(data))
 else:
     data = None
     print("No recorded attention results: run `python -m fp8lab.kernels.bench attention` on a GPU. "
@@ -113,9 +111,7 @@ if data is not None:  # every row: both FP8 conversions, our bf16, each torch ba
     print(report.format_table(s, columns=("kernel", "shape", "time_us", "gbps", "fraction_of_copy_bw", "speedup", "anchor")))
     for n in data.get("notes", []):
         print("note:", n)
-    above = [r for r in s.table if (r.get("fraction_of_copy_bw") or 0) > 1.0]
-    print(f"\nrows above 1.0 of copy bandwidth: {len(above)}" + "".join(
-        f"\n  {r['kernel']:28s} {r.get('shape', ''):28s} {r['fraction_of_copy_bw']:.3f}" for r in above))
+    print("\n" + findings.copy_bandwidth_above_one(s.table))
 """),
 ("md", r"""
 **Reading it.** What to look for: at short context the step is short and the launches and the split merge are a
@@ -126,28 +122,7 @@ per byte. The numbers, from the recorded run:
 """),
 ("code", r"""
 if data is not None:
-    sr = [r for r in ba.summary_rows(data) if r["layout"] == "contiguous" and r["head_dim"] == 128]
-    short = [r for r in sr if r["context"] <= 4096]
-    long = [r for r in sr if r["context"] >= 16384]
-    g, met = ba.goal_met(data)
-    bullets = []
-    ks = lambda rs: ", ".join(f"{r['context'] // 1024}k" for r in rs)
-    if short:
-        bullets.append(f"* Short context ({ks(short)}): the FP8 step takes "
-                       f"{min(r['fp8_us'] for r in short):.0f}–{max(r['fp8_us'] for r in short):.0f} µs, "
-                       f"{findings.ratio_range([r['speedup_vs_bf16'] for r in short])}× faster than bf16 (the same kernel).")
-    if long:
-        bullets.append(f"* At {ks(long)} context: "
-                       f"{findings.ratio_range([r['speedup_vs_bf16'] for r in long])}× faster than the same kernel on bf16 and "
-                       f"{findings.ratio_range([r['speedup_vs_torch'] for r in long if r['speedup_vs_torch']])}× faster than torch SDPA; "
-                       f"FP8 reaches {findings.ratio_range([r['fp8_frac_copy'] for r in long])} of copy bandwidth, bf16 "
-                       f"{findings.ratio_range([r['bf16_frac_copy'] for r in long if r['bf16_frac_copy']])}.")
-    bullets.append(f"* The lab's target ({ba.GOAL[0]}, at least {ba.GOAL[1]}×): measured "
-                   f"{'-' if g is None else f'{g:.2f}×'}, {'not measured' if met is None else 'met' if met else 'not met'}.")
-    stale_default = findings.recorded_default_sentence(data)
-    if stale_default:
-        bullets.append("* " + stale_default)
-    nb.md("\n".join(bullets))
+    nb.md(findings.attention_context_bullets(data))
 """),
 ("md", r"""
 Two things to read with care:
@@ -194,26 +169,8 @@ versions, or torch SDPA).
 ("code", r"""
 if data is not None:
     print(ba.format_versions(data))
-    VT = [r for r in ba.versions_table(data) if r["layout"] == "contiguous" and r["head_dim"] == 128]
-    word = lambda rs: ("slower" if min(rs) > 1 else "faster" if max(rs) < 1 else "sometimes faster, sometimes slower")
-    for v in (2, 3):
-        f8 = [r[f"v{v}_over_v1_fp8"] for r in VT if r[f"v{v}_over_v1_fp8"]]
-        b16 = [r[f"v{v}_over_v1_bf16"] for r in VT if r[f"v{v}_over_v1_bf16"]]
-        if f8:
-            nb.md(f"In this run version {v} is **{word(f8)}** than version 1 on an FP8 cache (time v{v} / v1 = "
-                  f"{findings.ratio_range(f8)} at D = 128, contiguous)" +
-                  (f", and {word(b16)} on a bf16 cache ({findings.ratio_range(b16)})." if b16 else "."))
-    best = [r["best_fp8_vs_best_bf16"] for r in VT if r["best_fp8_vs_best_bf16"]]
-    if best:
-        nb.md("A goal written as *FP8 over bf16, the same kernel* can be met for the wrong reason, by a version whose "
-              "bf16 twin is slow. Against the fastest bf16 kernel of the run, the fastest "
-              f"FP8 kernel is {findings.ratio_range(best)}× as fast, the NVFP4 kernel "
-              f"{findings.ratio_range([r['best_nvfp4_vs_best_bf16'] for r in VT if r['best_nvfp4_vs_best_bf16']])}×.")
-    for D in sorted({r["head_dim"] for r in ba.versions_table(data)} - {128}):
-        o = [r["v3_over_v1_fp8"] for r in ba.versions_table(data) if r["head_dim"] == D and r["v3_over_v1_fp8"]]
-        if o:
-            nb.md(f"At D = {D}, version 3 is {word(o)} than version 1 on an FP8 cache "
-                  f"(time v3 / v1 = {findings.ratio_range(o)}).")
+    for text in findings.attention_version_sentences(data):
+        nb.md(text)
 """),
 ("md", r"""
 **The sweep that chose version 3's configuration** (`outputs/kernels/attention_sweep.json`: every compiled
@@ -226,38 +183,8 @@ SW = nb.recorded("kernels", "attention_sweep.json", prov=None)
 if SW:
     sweep = ba.load(SW / "attention_sweep.json")
     print(ba.format_sweep(sweep))
-    b0, b1 = ba.sweep_best(sweep, "fp8cvt", 3, copy=0), ba.sweep_best(sweep, "fp8cvt", 3, copy=1)
-    if b0 and b1:
-        nb.md(f"Version 3 on an FP8 cache: the best copy-per-tile configuration {tuple(b1['config'])} reads at "
-              f"{b1['fraction_of_copy_bw']:.2f} of copy bandwidth, the best copy-per-row one {tuple(b0['config'])} at "
-              f"{b0['fraction_of_copy_bw']:.2f} ({b0['time_us'] / b1['time_us']:.2f}× the time): "
-              + ("the copy loop costs more than the bank conflicts it avoids." if b0["time_us"] > b1["time_us"]
-                 else "here the padded rows pay for their copy loop."))
-    said = []
-    for L in sorted({r["context"] for r in sweep["results"] if r.get("context")}):
-        best, dflt = ba.sweep_vs_default(sweep, "fp8cvt", 3, context=L)
-        if not (best and dflt):
-            continue
-        if tuple(best["config"]) == tuple(dflt["config"]):
-            said.append(f"at {L // 1024}k the default {tuple(dflt['config'])} is the fastest FP8 configuration")
-        else:
-            said.append(f"at {L // 1024}k the fastest FP8 configuration is {tuple(best['config'])}, "
-                        f"{dflt['time_us'] / best['time_us']:.3f}× as fast as the default {tuple(dflt['config'])}")
-    if said:
-        nb.md("In this sweep " + "; ".join(said) + ". A configuration becomes a default only once it has been measured "
-              "at every context the lab records, not at one; where the best one depends on the cache's size, the "
-              "default does too (the rule below).")
-    b2, b3 = ba.sweep_best(sweep, "nvfp4", 2), ba.sweep_best(sweep, "nvfp4", 3)
-    if b2 and b3:
-        ratio = b3["time_us"] / b2["time_us"]
-        nb.md(f"On an NVFP4 cache the best version-3 configuration takes {ratio:.2f}× the time of the best version-2 "
-              f"one {tuple(b2['config'])} ({b3['fraction_of_copy_bw']:.2f} against {b2['fraction_of_copy_bw']:.2f} of "
-              "copy bandwidth)" + (
-                  ": the copy engine does not help there. An NVFP4 tile is 0.5625 bytes per element and every pair of "
-                  "nibbles is widened by integer bit moves, so its time goes to arithmetic rather than to moving bytes; "
-                  f"version 2's best configuration updates the softmax once per {b2['config'][0]} tile(s), which version "
-                  "3 cannot." if ratio > 1 else ".") +
-              f" The NVFP4 default is version {nv.DEFAULT_VERSION}.")
+    for text in findings.attention_sweep_sentences(sweep):
+        nb.md(text)
 else:
     print("No recorded sweep: run `python -m fp8lab.kernels.bench attention --sweep` on a GPU.")
 """),
@@ -272,14 +199,10 @@ interleaved rounds: the table below is that check (time ratio other / default: a
 "apart": the two rows' quartile ranges do not overlap).
 """),
 ("code", r"""
-print("the rule:", {k: f"{att.V3_DEFAULTS[k]} below {att.V3_LONG_ROWS} rows, {v} from there on"
-                    for k, v in att.V3_LONG_DEFAULTS.items()})
+print(findings.v3_default_rule_line())
 if data is not None:
     print(ba.format_default_rule(data))
-    nb.md(findings.default_rule_sentence(ba.default_rule_rows(data), (data.get("provenance") or {}).get("device"))
-          or "This recording holds no timing of the rule's other choice: it timed one default at every context, "
-             + ("the one launched when it was recorded (the note after the lab's target, above, says where that is "
-                "not this tree's)." if stale_default else "the one this tree's rule picks."))
+    nb.md(findings.default_rule_reading(data))
 """),
 ("code", r"""
 if data is not None:
@@ -312,11 +235,9 @@ value and the verdict. A context the run did not measure says so.
 ("code", r"""
 if data is not None:
     print(ba.format_goals(data))
-    GT = ba.goals_table(data)
-    miss = [g for g in GT if g["met"] is False]
-    if miss:
-        nb.md("Missed: " + "; ".join(f"{g['what']} at {g['context'] // 1024}k, {g['measured']:.2f} against {g['threshold']}"
-                                      for g in miss) + ".")
+    missed = findings.missed_goals_sentence(ba.goals_table(data))
+    if missed:
+        nb.md(missed)
 """),
 ("md", r"""
 One run's verdict is one sample. The H200 run above was not the only one: earlier recordings of the same benchmark
@@ -375,15 +296,9 @@ crosses below zero at zero bytes; it is not a negative cost.
 ("code", r"""
 if data is not None:
     print(ba.format_fixed_cost(data))
-    f, t = ba.fixed_cost_default_vs_torch(data)
-    if f and t:
-        nb.md(f"Our default FP8 kernel pays **{f['fixed_us']:.1f} µs** per call whatever the context and streams at "
-              f"**{f['rate_TBps']:.2f} TB/s**; torch's pick pays {t['fixed_us']:.1f} µs and streams its bf16 cache at "
-              f"{t['rate_TBps']:.2f} TB/s. At {f['shortest'] // 1024}k the fixed part is {f['fixed_share']:.0%} of our "
-              f"FP8 step; without it the kernel would read at {f['xcopy_without_fixed']:.2f} of copy bandwidth there. "
-              "A fixed cost paid on half the bytes weighs twice as much in the ratio to torch" +
-              (", and a stream slower than torch's leaves less than the factor of two that the bytes promise."
-               if f["rate_TBps"] and t["rate_TBps"] and f["rate_TBps"] < t["rate_TBps"] else "."))
+    fixed = findings.attention_fixed_cost_sentence(data)
+    if fixed:
+        nb.md(fixed)
 """),
 ("md", r"""
 **One piece of the fixed cost: merging the splits.** A long sequence is cut into splits that run on different warps;
@@ -396,23 +311,9 @@ Both merges run in every recording (the `{reduce}` rows), so the saving is measu
 ("code", r"""
 if data is not None:
     print(ba.format_merge_comparison(data))
-    MC = ba.merge_comparison(data)
-    sep = [r for r in MC if r["separated"]]
-    if sep:
-        sv = [r["saved_us"] for r in sep]
-        rest = [r for r in MC if not r["separated"]]
-        f, t = ba.fixed_cost_default_vs_torch(data)
-        gap = (f["fixed_us"] - t["fixed_us"]) if f and t else None
-        what = (f"saves {min(sv):.1f} to {max(sv):.1f} µs" if min(sv) > 0
-                else f"changes the call time by {-max(sv):+.1f} to {-min(sv):+.1f} µs")
-        nb.md(f"Where the two rows' quartiles do not overlap, merging inside the kernel {what} per call in this run" +
-              (f" ({len(rest)} comparison(s) fall within the rounds' spread)" if rest else "") +
-              (f"; the fixed part fitted above is {f['fixed_us']:.1f} µs." if f else ".") + (
-                  (" With it, our fixed part equals torch's to 0.1 µs" if abs(gap) < 0.05 else
-                   f" With it, our fixed part is within {abs(gap):.1f} µs of torch's") + ", so what separates the two at short "
-                  f"context is the stream rate ({f['rate_TBps']:.2f} against {t['rate_TBps']:.2f} TB/s), not the "
-                  "per-call overhead." if gap is not None and abs(gap) < 1.5 and f["rate_TBps"] < t["rate_TBps"]
-                  else ""))
+    merged = findings.merge_in_kernel_sentence(data)
+    if merged:
+        nb.md(merged)
 """),
 ("md", r"""
 **What the counter's fences cost in instructions.** The last block to arrive must see every other block's partial.
