@@ -1760,6 +1760,69 @@ def version_verdicts(data: dict, old: int, new: int) -> dict:
     return out
 
 
+def best_fp8_vs_scaled_mm_verdicts(data: dict) -> dict:
+    """The best of our FP8 GEMVs against torch._scaled_mm tensorwise at every decode point of a recorded GEMM run
+    (plain launches): at each (N, K, M), the FP8 record (per-channel or block, any version) with the highest same-run
+    speedup over _scaled_mm, held against the _scaled_mm record of the same run. {"points": how many, "faster" /
+    "slower": [(N, K, M, speedup)] where the two records' quartile ranges lie apart (by the medians where a record
+    has no spread), "even": where they overlap}. The median ratio alone would count a point inside the rounds'
+    spread as a win or a loss."""
+    from fp8lab.kernels.bench_attention import quartiles_apart
+    from fp8lab.kernels.gemm_report import _plain_decode, _version_label
+
+    dec = _plain_decode(data)
+    out: dict = {"points": 0, "faster": [], "slower": [], "even": []}
+    for N, K, M in sorted({(r["N"], r["K"], r["M"]) for r in dec}, key=lambda k: (k[0] * k[1], k[2])):
+        at = [r for r in dec if (r["N"], r["K"], r["M"]) == (N, K, M)]
+        fp8 = [r for r in at if (_version_label(r) or "").startswith("fp8") and r.get("speedup_vs_scaled_mm_tensorwise")]
+        anchors = [r for r in at if r["kernel"].startswith("scaled_mm_tensorwise")]
+        if not (fp8 and anchors):
+            continue
+        best = max(fp8, key=lambda r: r["speedup_vs_scaled_mm_tensorwise"])
+        anchor = next((a for a in anchors if a.get("run") == best.get("run")), anchors[0])
+        x = best["speedup_vs_scaled_mm_tensorwise"]
+        out["points"] += 1
+        out[_spread_verdict(1 / x, quartiles_apart(best, anchor))].append((N, K, M, x))
+    return out
+
+
+def gemv_version_sentences(data: dict) -> list[str]:
+    """Notebook 07's readings of a recorded GEMM run's decode versions (gemm_report.decode_versions): version 3
+    against version 1 of each kernel, version 4 against version 3 (faster / slower counted where the quartile ranges
+    lie apart, version_verdicts), and the best FP8 GEMV against torch._scaled_mm tensorwise (counted the same way,
+    best_fp8_vs_scaled_mm_verdicts). A comparison the run cannot make is left out."""
+    from fp8lab.kernels import gemm_report
+
+    vt = gemm_report.decode_versions(data)
+    out = []
+    gain = gemm_report.version_speedups(vt, 1, 3)
+    if gain:
+        out.append("Against its first version, version 3 is " + "; ".join(
+            f"{label} {ratio_range(g)}×" for label, g in gain.items()) +
+            " as fast (time of v1 over time of v3, at the points where both were timed).")
+    v4 = gemm_report.version_speedups(vt, 3, 4)
+    if v4:
+        vv = version_verdicts(data, 3, 4)
+        n4, f4, e4 = vv["points"], len(vv["faster"]), len(vv["even"])
+        out.append("Version 4 (the shared-memory ring) against version 3 (registers), the fastest record of each at "
+                   "each point: " + "; ".join(f"{label} {ratio_range(g)}×" for label, g in v4.items()) +
+                   " as fast (time of v3 over time of v4; below 1, version 4 is slower). " +
+                   f"With the quartile ranges apart, version 4 is faster at {f4 or 'none'} of the {n4} points and "
+                   f"slower at {len(vv['slower'])}" + (f"; at {e4} the two are within each other's quartiles" if e4 else "")
+                   + (": in this run, freeing the registers did not buy bandwidth." if not f4 else
+                      ": in this run, freeing the registers bought little." if f4 < n4 / 2 else
+                      ": in this run, freeing the registers bought bandwidth at most points."))
+    best = [r["best fp8 / _scaled_mm"] for r in vt if r["best fp8 / _scaled_mm"]]
+    if best:
+        bv = best_fp8_vs_scaled_mm_verdicts(data)
+        nf, ns, ne = len(bv["faster"]), len(bv["slower"]), len(bv["even"])
+        out.append(f"The best FP8 GEMV of the run is {ratio_range(best)}× as fast as `_scaled_mm` tensorwise across "
+                   f"the decode points. With the quartile ranges apart, it is faster at {nf or 'none'} of the "
+                   f"{bv['points']} points and slower at {ns}" +
+                   (f"; at {ne} the two are within each other's quartiles." if ne else "."))
+    return out
+
+
 # ---- decode and prefill attention (notebook 08) ------------------------------------------------------------------
 def paged_vs_contiguous_sentence(data: dict) -> str:
     """What an attention recording says about its paged cache (bench_attention: shuffled pages) against the

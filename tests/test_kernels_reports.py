@@ -61,6 +61,36 @@ def test_version_verdicts_count_only_what_the_quartiles_separate():
     assert [x[0] for x in v["even"]] == ["fp8 channel"] and abs(v["faster"][0][4] - 40 / 38) < 1e-12
 
 
+def test_best_fp8_against_scaled_mm_counts_only_what_the_quartiles_separate():
+    """At each decode point the best FP8 record (highest same-run speedup) is held against the _scaled_mm record of
+    its run: a ratio above 1 inside the spread is a tie, not a win."""
+    from fp8lab import findings
+
+    N, K = 28672, 8192
+    sp = lambda q1, q3: {"spread_us": {"q1": q1, "q3": q3}}  # noqa: E731
+    res = []
+    for M, t_sm, q_sm, t_ours, q_ours in ((1, 50.0, (49.9, 50.1), 49.8, (49.7, 50.0)),     # 1.004x, overlapping
+                                          (8, 60.0, (59.9, 60.1), 55.0, (54.9, 55.1)),     # apart: faster
+                                          (16, 60.0, (59.9, 60.1), 70.0, (69.9, 70.1))):   # apart: slower
+        res += [_dec("scaled_mm_tensorwise (torch._scaled_mm)", M, N, K, t_sm, N * K, run=0, **sp(*q_sm)),
+                _dec("gemv3_fp8b_r1_nt1_c4_p2_e0_n0", M, N, K, t_ours, N * K, run=0,
+                     speedup_vs_scaled_mm_tensorwise=t_sm / t_ours, **sp(*q_ours)),
+                _dec("gemv3_fp8c_r1_nt1_c4_p2_e0_n0", M, N, K, t_ours + 5, N * K, run=0,
+                     speedup_vs_scaled_mm_tensorwise=t_sm / (t_ours + 5), **sp(*q_ours))]
+    res.append(_dec("gemv3_nvfp4_r1_nt1_c2_p2_e0_n0", 1, N, K, 30.0, N * K // 2, run=0,
+                    speedup_vs_scaled_mm_tensorwise=50 / 30))                         # NVFP4 is not an FP8 GEMV
+    data = {"results": res}
+    v = findings.best_fp8_vs_scaled_mm_verdicts(data)
+    assert v["points"] == 3 and [x[2] for x in v["even"]] == [1]
+    assert [x[2] for x in v["faster"]] == [8] and [x[2] for x in v["slower"]] == [16]
+    text = findings.gemv_version_sentences(data)[-1]
+    assert "faster at 1 of the 3 points and slower at 1; at 1 the two are within each other's quartiles." in text
+    assert findings.best_fp8_vs_scaled_mm_verdicts({"results": res[-1:]})["points"] == 0
+    first = findings.gemv_version_sentences(_gemm())          # version 1 and version 3 of the per-channel GEMV
+    assert first[0].startswith("Against its first version, version 3 is fp8 channel 1.2× as fast")
+    assert first[-1].endswith("faster at none of the 1 points and slower at 1.")   # no spreads: the medians decide
+
+
 def test_attention_tables_keep_a_missing_value_in_its_column():
     """The paged row has no torch time: format_columns prints '-' in line with the column, no '-x' glued to it."""
     from fp8lab.kernels import report

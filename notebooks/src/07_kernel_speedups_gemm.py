@@ -85,27 +85,8 @@ if data:
     print()
     print(bg.format_rows([{k: v for k, v in r.items() if k in ("N", "K", "M", "bf16 cuBLAS") or k.startswith("nvfp4")}
                           for r in vt]))
-    gain = gemm_report.version_speedups(vt, 1, 3)
-    best = [r["best fp8 / _scaled_mm"] for r in vt if r["best fp8 / _scaled_mm"]]
-    if gain:
-        nb.md("Against its first version, version 3 is " + "; ".join(
-            f"{label} {findings.ratio_range(g)}×" for label, g in gain.items()) +
-            " as fast (time of v1 over time of v3, at the points where both were timed).")
-    v4 = gemm_report.version_speedups(vt, 3, 4)
-    if v4:
-        vv = findings.version_verdicts(data, 3, 4)   # faster / slower only where the quartile ranges lie apart
-        n4, f4, e4 = vv["points"], len(vv["faster"]), len(vv["even"])
-        nb.md("Version 4 (the shared-memory ring) against version 3 (registers), the fastest record of each at each "
-              "point: " + "; ".join(f"{label} {findings.ratio_range(g)}×" for label, g in v4.items()) +
-              " as fast (time of v3 over time of v4; below 1, version 4 is slower). " +
-              f"With the quartile ranges apart, version 4 is faster at {f4 or 'none'} of the {n4} points and slower at "
-              f"{len(vv['slower'])}" + (f"; at {e4} the two are within each other's quartiles" if e4 else "") +
-              (": in this run, freeing the registers did not buy bandwidth." if not f4 else
-               ": in this run, freeing the registers bought little." if f4 < n4 / 2 else
-               ": in this run, freeing the registers bought bandwidth at most points."))
-    if best:
-        nb.md(f"The best FP8 GEMV of the run is {findings.ratio_range(best)}× as fast as `_scaled_mm` tensorwise "
-              f"across the decode points (faster at {sum(b >= 1 for b in best)} of {len(best)}).")
+    for text in findings.gemv_version_sentences(data):   # v3 vs v1, v4 vs v3, best FP8 vs _scaled_mm
+        nb.md(text)
 """),
 ("code", r"""
 if data:
