@@ -1231,6 +1231,372 @@ def merge_in_kernel_sentence(data: dict) -> str | None:
                 else ""))
 
 
+# ---- beyond one model: tables and readings (notebook 12) ---------------------------------------------------------
+def _part_label(kind: str) -> str:
+    """A sensitivity part's label: its KV part takes its scale over the whole window (an oracle), a weight part is
+    quantized offline (causal)."""
+    return "ORACLE (scale over the window)" if kind == "kv" else "causal"
+
+
+def control_n_line(rows: list[dict]) -> str | None:
+    """The FP32 control's size (control.csv rows): questions, distinct passages, and the FP32 model's MRR (the
+    baseline of the first MRR row). None where the rows hold no MRR."""
+    mrr = [r for r in rows if r["metric"] == "mrr"]
+    if not mrr:
+        return None
+    return (f"n = {rows[0]['n_queries']} questions, {rows[0]['n_passages']} passages; FP32 MRR "
+            f"{float(mrr[0]['baseline']):.4f}")
+
+
+def control_table(rows: list[dict], sqnr_rows: list[dict]):
+    """The FP32 control as one table (a DataFrame, one row per weight recipe in control.CONTROL_RECIPES' order, rows
+    with nothing measured left out): median weight SQNR over MiniLM's Linears (sqnr.csv), how far the question
+    embeddings move (1 - cos), the MRR change x100 with its 95 % interval, and the top-1 change in points
+    (control.csv)."""
+    import pandas as pd
+
+    from fp8lab import control
+
+    c = pd.DataFrame(rows)
+    for k in ("value", "delta", "ci95_low", "ci95_high"):
+        c[k] = c[k].astype(float)
+    sq = pd.DataFrame(sqnr_rows).astype({"sqnr_db": float})
+    wide = c.pivot(index="recipe", columns="metric", values="delta")
+    mrr = c[c.metric == "mrr"].set_index("recipe")
+    return pd.DataFrame({
+        "median weight SQNR (dB)": sq.groupby("recipe").sqnr_db.median().round(1),
+        "1 - cos (queries)": wide["query_cos_loss"].map("{:.2e}".format),
+        "MRR change x100": mrr.delta.map("{:+.2f}".format),
+        # a Series indexed by recipe, like the other columns: a plain list would be placed by position in the
+        # DataFrame's (sorted) index, not by recipe, and put one recipe's interval beside another's change
+        "95% CI": pd.Series([f"[{lo:+.2f}, {hi:+.2f}]" for lo, hi in zip(mrr.ci95_low, mrr.ci95_high)], index=mrr.index),
+        "top-1 change (pp)": wide["top1"].map("{:+.2f}".format)}).reindex(control.CONTROL_RECIPES).dropna(how="all")
+
+
+#: the two orderings of the control compared with the 4-bit LM's (keys of comparison.json, with what each compares)
+CONTROL_RHOS = (("spearman_cos_loss_vs_lm_ppl", "MiniLM cosine loss vs LM perplexity change"),
+                ("spearman_mrr_loss_vs_lm_ppl", "MiniLM MRR loss vs LM perplexity change"))
+
+
+def control_rho_lines(cmp: dict) -> list[str]:
+    """comparison.json (control.compare_with_lm) as sentences: for MiniLM's cosine loss and its MRR loss, whether
+    the ordering of the formats agrees with their ordering by the 4-bit LM's perplexity change (rho_sentence). A
+    key the file lacks is left out."""
+    return [rho_sentence(label, cmp[k], cmp["n_formats"]) for k, label in CONTROL_RHOS if k in cmp]
+
+
+def control_comparison_table(rows: list[dict]):
+    """comparison.csv as a DataFrame of the columns a reader compares: per format MiniLM's median SQNR, cosine loss
+    and MRR change beside the 4-bit LM's perplexity change with its interval and number of windows."""
+    import pandas as pd
+
+    return pd.DataFrame(rows)[["recipe", "minilm_median_sqnr_db", "minilm_cos_loss", "minilm_mrr_delta",
+                               "lm_ppl_delta_pct", "lm_ci95_low", "lm_ci95_high", "lm_n_windows"]]
+
+
+def nvfp4_rank_sentence(rows: list[dict], recipe: str = "nvfp4-w") -> str:
+    """Where `recipe` ranks (rank_of, least cost first) by cosine loss on MiniLM's FP32 weights (one rounding) and by
+    perplexity change on the 4-bit LM (two roundings), from comparison.csv rows; a rank the rows cannot give reads
+    None."""
+    a, n = rank_of(rows, recipe, "minilm_cos_loss")
+    b, m = rank_of(rows, recipe, "lm_ppl_delta_pct")
+    return (f"`{recipe}` ranks **{a} of {n}** by cosine loss on MiniLM's FP32 weights (one rounding) and "
+            f"**{b} of {m}** by perplexity change on the 4-bit LM (its baseline is already 4-bit, so this row "
+            "compounds two roundings).")
+
+
+def sqnr_lm_table(lm_rows: list[dict], sqnr_rows: list[dict]):
+    """Median weight SQNR per format on MiniLM's FP32 weights (sqnr.csv) beside the same on the 4-bit LM's own weights
+    (sqnr_lm.csv, its column named after the LM): a DataFrame in control.CONTROL_RECIPES' order, keeping the formats
+    measured on both."""
+    import pandas as pd
+
+    from fp8lab import control
+
+    lmq = pd.DataFrame(lm_rows).astype({"sqnr_db": float})
+    mq = pd.DataFrame(sqnr_rows).astype({"sqnr_db": float})
+    both = pd.DataFrame({"MiniLM, FP32 weights (dB)": mq.groupby("recipe").sqnr_db.median(),
+                         f"{lmq.model.iloc[0]}, 4-bit weights (dB)": lmq.groupby("recipe").sqnr_db.median()})
+    return both.reindex(control.CONTROL_RECIPES).dropna(how="any")
+
+
+def sqnr_gap_sentence(table) -> str | None:
+    """How far a second rounding moves SQNR (sqnr_lm_table: the 4-bit LM's column minus MiniLM's, per format): the
+    range over the formats and the largest gap. None where no format is in both columns."""
+    d = table.iloc[:, 1] - table.iloc[:, 0]
+    if d.empty:
+        return None
+    big = d.abs().idxmax()
+    return (f"4-bit LM minus FP32 MiniLM, median SQNR per format: {d.min():+.1f} to {d.max():+.1f} dB over "
+            f"{len(d)} formats (largest gap: `{big}` {d[big]:+.1f} dB)")
+
+
+def control_live_table(rows: list[dict]):
+    """A live control slice (control.run_control's rows) as a DataFrame of its MRR and query-cosine rows, with the
+    value, the change against FP32, its interval and the counts."""
+    import pandas as pd
+
+    live = pd.DataFrame(rows)
+    return live[live.metric.isin(["mrr", "query_cos_loss"])][["recipe", "metric", "value", "delta", "ci95_low",
+                                                              "ci95_high", "n_queries", "n_passages"]]
+
+
+def sensitivity_n_line(rows: list[dict]) -> str | None:
+    """A sensitivity map's size (sensitivity.csv rows): windows x tokens and the model's note. None without rows."""
+    if not rows:
+        return None
+    r = rows[0]
+    return f"n = {r['n']} windows x {r['seq_len']} tokens; {r['model_note']}"
+
+
+def sensitivity_top_parts(rows: list[dict], top: int = 5):
+    """The `top` costliest parts per format of a sensitivity map (sensitivity.csv rows), costliest first, as a
+    DataFrame: each part's causal / ORACLE label (the KV part's scale is taken over the window), its perplexity change
+    with the interval, and whether the interval excludes zero ("significant")."""
+    import pandas as pd
+
+    s = pd.DataFrame(rows)
+    for k in ("delta_pct", "ci95_low", "ci95_high"):
+        s[k] = s[k].astype(float)
+    s["significant"] = (s.ci95_low > 0) | (s.ci95_high < 0)
+    s["label"] = [_part_label(k) for k in s.kind]
+    return s.sort_values("delta_pct", ascending=False).groupby("format").head(top)[
+        ["format", "part", "label", "delta_pct", "ci95_low", "ci95_high", "significant"]]
+
+
+def sensitivity_live_table(rows: list[dict]):
+    """A live sensitivity slice (sensitivity.csv rows, as written) as a DataFrame: part, causal / ORACLE label,
+    format, perplexity change with its interval, windows and tokens."""
+    import pandas as pd
+
+    s = pd.DataFrame(rows)
+    s["label"] = [_part_label(k) for k in s.kind]
+    return s[["part", "label", "format", "delta_pct", "ci95_low", "ci95_high", "n", "seq_len"]]
+
+
+def _frontier_label(assignment: str) -> str:
+    """'causal' for a frontier point whose KV cache stays as loaded, else the KV part's oracle label."""
+    return "causal" if "kv:bf16" in assignment or "kv:" not in assignment else "ORACLE (KV scale over the window)"
+
+
+def frontier_n_line(rows: list[dict]) -> str | None:
+    """A frontier run's setting (frontier.csv rows): batch, context, windows x tokens. None without rows."""
+    if not rows:
+        return None
+    r = rows[0]
+    return f"batch {r['batch']}, context {r['context']}; n = {r['n']} windows x {r['seq_len']}"
+
+
+def frontier_table(rows: list[dict]):
+    """A frontier run (frontier.csv rows) as a DataFrame: per point its kind, causal / ORACLE label, MB read per
+    decode step, the tokens/s ceiling on each GPU of the run (bandwidth / bytes per step: arithmetic, not a timing),
+    the greedy prediction and the measured perplexity change with its interval."""
+    import json
+
+    import pandas as pd
+
+    f = pd.DataFrame(rows)
+    f["MB/step"] = (f.bytes_per_step.astype(float) / 1e6).round(2)
+    f["label"] = [_frontier_label(a) for a in f.assignment]
+    for gpu, tbps in json.loads(f.ceilings.iloc[0]).items():
+        f[f"{gpu} tok/s ceiling"] = (tbps * 1e12 / f.bytes_per_step.astype(float)).round(0)
+    return f[["point", "kind", "label", "MB/step", *[c for c in f.columns if c.endswith("ceiling")],
+              "predicted_delta_pct", "delta_pct", "ci95_low", "ci95_high"]]
+
+
+def decode_bytes_lines(model, sens: dict | None = None, budgets=(0.35, 0.5), batch: int = 1,
+                       context: int = 512) -> list[str]:
+    """What one decode step reads (frontier.decode_bytes over the model's layers, lm_head and KV cache at `batch`
+    and `context`): the model as loaded, each of frontier.UNIFORM's recipes, and, from a sensitivity map (`sens`,
+    sensitivity.read_sensitivity), the greedy plan (frontier.plan) under each budget, a fraction of the bytes as
+    loaded, with its bytes, predicted perplexity change and assignment. Without a map, one line says what the plan
+    needs."""
+    from fp8lab import frontier, sensitivity
+
+    parts = sensitivity.model_parts(model, ("layers", "lm_head", "kv"))
+    inv = frontier.inventory(model)
+    bf16 = frontier.decode_bytes(inv, {}, parts, batch, context)
+    out = [f"{'bf16 (as loaded)':<24} {bf16 / 1e6:7.2f} MB per decode step"]
+    for label, w, head, kv in frontier.UNIFORM:
+        a = {p.name: (kv if p.kv else head if p.lm_head else w) for p in parts}
+        out.append(f"{label:<24} {frontier.decode_bytes(inv, a, parts, batch, context) / 1e6:7.2f} MB per decode step")
+    if sens is None:
+        out.append("greedy plan: needs the committed sensitivity map with every layer, lm_head and kv "
+                   "(not recorded yet)")
+        return out
+    pl = frontier.plan(model, sens, [f * bf16 for f in budgets], batch, context)
+    for (B, a, b, pred) in pl["picks"]:
+        if a is not None:
+            out.append(f"greedy under {B / bf16:.0%} of bf16: {b / 1e6:.2f} MB, predicted {pred:+.2f} %: "
+                       f"{frontier._short(a, parts)}")
+    return out
+
+
+def run_size_line(folder: str, prov: dict | None) -> str:
+    """One committed run's size and wall time from its provenance.json (its settings' windows, pairs or tokens, else
+    'all'), with its provenance line (commit, device, date, command); 'not recorded yet' without a provenance."""
+    if prov is None:
+        return f"{folder:<26} not recorded yet"
+    from fp8lab.notebook import provenance_line
+
+    st = prov.get("settings", {})
+    n = st.get("n_windows") or st.get("pairs") or st.get("tokens") or "all"
+    return f"{folder:<26} n/size {n!s:<8} wall {prov.get('wall_seconds', '?')} s\n    {provenance_line(prov)}"
+
+
+# ---- seed claims on the KV cache (notebook 13) -------------------------------------------------------------------
+def seed_kv_claims() -> dict:
+    """The seeds' claims this lab checks about the KV cache and its serving numbers, quoted as the seeds state them
+    (what they say, not what the lab measured): {who: claim}. Seed 004's numbers come from
+    fp8lab.kernels.bench_prefill_attn.SEED004, the GB10 rates from fp8lab.serving_claims.CLAIMS."""
+    from fp8lab import serving_claims
+    from fp8lab.kernels.bench_prefill_attn import SEED004
+
+    return {
+        "seed 000 (turbo KV)": "turbo4 gives measurably lower per-token error than NVFP4 on models with large RMSNorm "
+                               "weights",
+        "seed 002 (NVFP4 KV)": "--kv-cache-dtype nvfp4; --kv-high-precision-layers N keeps the first and last N "
+                               "layers in BF16 because they are the most sensitive; the attention kernel dequantizes "
+                               "at the MMA boundary",
+        "seed 004 (FP8 KV prefill)": f"{SEED004['context']}-token document: first token after "
+                                     f"{SEED004['ttft_fp8_s']:g} s with FP8 KV vs {SEED004['ttft_bf16_s']:g} s with "
+                                     "BF16 KV",
+        "seeds 000/002 (GB10 serving)": ", ".join(f"{c['tokens_per_s']:g} tok/s" for c in serving_claims.CLAIMS),
+        "seed 002 (SM121)": "does not expose the relevant MMA or conversion instructions for FP4",
+    }
+
+
+def kv_bits_lines(methods=("e4m3-uncal", "e4m3-dyn", "nvfp4", "turbo4", "turbo4-g64"), head_dim: int = 64) -> list[str]:
+    """Bits per stored element of each K/V method at `head_dim`, scale bytes counted (kv_quant.bits_per_element; the
+    per-layer constants add nothing per element), each with what makes it causal (kv_bits' note)."""
+    from fp8lab import kv_bits
+    from fp8lab.kv_quant import bits_per_element
+
+    return [f"{m:12s} {bits_per_element(m, head_dim):5.2f} bits/element   ({kv_bits._causal_note(m)})" for m in methods]
+
+
+def outlier_rotation_sentence(rows: list[dict]) -> str | None:
+    """kv_bits.outlier_channel_errors' rows read at their largest outlier: turbo4's and the Gaussian codebook's
+    per-token error as multiples of NVFP4's, at the same bits. None without rows."""
+    if not rows:
+        return None
+    r = max(rows, key=lambda r: r["outlier"])
+    return (f"With the largest outlier (×{r['outlier']}) turbo4's error is **{r['turbo4'] / r['nvfp4']:.2f}×** NVFP4's "
+            f"and the Gaussian codebook's **{r['turbo4-gauss'] / r['nvfp4']:.2f}×** (same bits; seeded synthetic "
+            "keys).")
+
+
+def kv_norms_line(layers: list[dict], summary: dict) -> str | None:
+    """What the seed's condition ("large RMSNorm weights") meets in a kv_bits run (layers.csv rows, summary.json):
+    the largest attention-norm |gamma| and its layer, the smallest of the layers' maxima, the final norm's largest
+    |gamma|, and the largest K outlier ratio (max / median channel). None without layer rows."""
+    if not layers:
+        return None
+    g = [float(r["attn_norm_max"]) for r in layers]
+    return (f"attention-norm |gamma|: largest {max(g):.3f} (layer {g.index(max(g))}), smallest layer max {min(g):.3f}; "
+            f"final norm max {summary['final_norm_abs']['max']:.3f}; K outlier ratio up to "
+            f"{max(float(r['key_outlier_ratio']) for r in layers):.1f}")
+
+
+def kv_sensitive_layer_lines(sens: list[dict], top: int = 6) -> list[str]:
+    """The `top` layers whose K/V alone in NVFP4 move the next-token distribution most (kv_bits.load's sensitivity
+    rows, by mean KL per token), each with its KL and perplexity change and their 95 % intervals over windows, under
+    a header line. Empty without rows."""
+    if not sens:
+        return []
+    rows = sorted(sens, key=lambda r: -r["kl_mean"])[:top]
+    return ["most sensitive layers (mean KL per token, nats; ppl change %, both with 95 % CI over windows):"] + [
+        f"  layer {r['layer']:2d}: KL {r['kl_mean']:.5f} [{r['kl_ci95_low']:.5f}, {r['kl_ci95_high']:.5f}]   "
+        f"ppl {r['delta_pct']:+.3f} % [{r['ci95_low']:+.3f}, {r['ci95_high']:+.3f}]" for r in rows]
+
+
+#: the paired head-to-head comparisons of the 4-bit KV run (configuration, reference)
+KV_HEAD_TO_HEAD = (("turbo4", "nvfp4"), ("nvfp4-hp1", "nvfp4"), ("nvfp4-hp2", "nvfp4"), ("nvfp4-hp4", "nvfp4"),
+                   ("nvfp4-sens4", "nvfp4-hp2"), ("nvfp4", "e4m3-dyn"))
+
+
+def kv_head_to_head_lines(res: dict, pairs=KV_HEAD_TO_HEAD) -> list[str]:
+    """Each configuration against its reference (not the baseline) over all positions, paired on the same windows
+    (kv_bits.pooled on kv_bits.load's result), with whether the interval resolves a difference. A pair the run does
+    not hold is left out."""
+    from fp8lab import kv_bits
+
+    out = []
+    for a, b in pairs:
+        t = kv_bits.pooled(res, a, b)
+        if t:
+            out.append(f"{a:12s} vs {b:10s} all positions: {ci(*t)}  "
+                       f"{'resolved' if excludes_zero(t[1], t[2]) else 'not resolved: the interval includes zero'}")
+    return out
+
+
+def nvfp4_byte_bound_line(head_dim: int = 128) -> str:
+    """How much faster an NVFP4 K/V cache could make a memory-bound decode step than a BF16 one: the byte ratio
+    16 / NVFP4's bits per element (scales counted) at `head_dim`."""
+    from fp8lab.kv_quant import bits_per_element
+
+    b = bits_per_element("nvfp4", head_dim)
+    return f"byte-ratio bound for NVFP4 vs BF16 K/V: {16 / b:.2f}x ({b:.2f} bits per element at D = {head_dim})"
+
+
+def prefill_crossover_lines(data: dict) -> list[str]:
+    """Per context of a chunked-prefill recording (bench_prefill_attn.crossover): the chunks at which the FP8 cache
+    was faster than bf16 and those at which it was slower ('none' where there are none)."""
+    from fp8lab.kernels.bench_prefill_attn import crossover
+
+    return [f"context {c['context']}: FP8 faster at chunks {c['below'] or 'none'}, slower at {c['above'] or 'none'}"
+            for c in crossover(data)]
+
+
+def fp4_sass_text(summary: dict) -> str:
+    """The FP4 jobs (E2M1 conversion, FP4 MMA) of a SASS summary (gb10_report.jobs), one block per job with the
+    instruction each architecture's machine code uses for it."""
+    from fp8lab.kernels import gb10_report
+
+    return gb10_report.format_jobs([r for r in gb10_report.jobs(summary) if "E2M1" in r["job"] or "FP4" in r["job"]],
+                                   summary)
+
+
+def rmsnorm_condition_verdict(res: dict) -> tuple[str, str, str]:
+    """(claim, verdict, evidence) for seed 000's condition "on models with large RMSNorm weights" against a kv_bits
+    run (kv_bits.load): untestable here, since the seed gives no size; the evidence states how large this model's
+    attention-norm and final-norm weights are."""
+    g = max(float(r["attn_norm_max"]) for r in res["layers"])
+    return ("seed 000's condition: 'on models with large RMSNorm weights'", "untestable here",
+            f"the seed does not say how large; this model's attention-norm |gamma| reach {g:.3f} and its final "
+            f"norm's {res['summary']['final_norm_abs']['max']:.3f} (RMSNorm weights start at 1.0). Whether turbo4's "
+            "margin grows with large weights needs a model that has them")
+
+
+def seed_kv_verdicts(res: dict | None, att: dict | None, pf: dict | None, claims: list[dict],
+                     sass: dict | None) -> list[tuple[str, str, str]]:
+    """Every KV-cache and serving claim of the seeds as (claim, verdict, evidence), each read from its result: the
+    4-bit KV run (kv_bits.verdicts and rmsnorm_condition_verdict), the decode-attention recording
+    (nvfp4_kv_kernel_verdict), the chunked-prefill recording (prefill_fp8_verdict), the GB10 arithmetic
+    (serving_claim_verdicts over serving_claims.claims_table) and the SASS summary (fp4_sass_verdict). A result
+    not recorded (None) leaves its claim untestable here, saying where it would come from."""
+    from fp8lab import kv_bits
+    from fp8lab.kernels import bench_attention, bench_prefill_attn, gb10_report
+
+    rows = []
+    if res:
+        rows += kv_bits.verdicts(res)
+        rows.append(rmsnorm_condition_verdict(res))
+    else:
+        rows.append(("4-bit KV claims (seeds 000, 002)", "untestable here until outputs/kv_bits is recorded",
+                     "python -m fp8lab.kv_bits --record"))
+    rows.append(nvfp4_kv_kernel_verdict(bench_attention.goals_table(att), (att.get("provenance") or {}).get("device"))
+                if att else ("seed 002: NVFP4-KV attention kernel", "untestable here: not recorded yet", "section 3"))
+    rows.append(prefill_fp8_verdict(bench_prefill_attn.summary_rows(pf), (pf.get("provenance") or {}).get("device"))
+                if pf else ("seed 004: FP8 KV slows long-context prefill", "untestable here: not recorded yet",
+                            "section 4"))
+    rows += serving_claim_verdicts(claims)
+    rows.append(fp4_sass_verdict(gb10_report.jobs(sass)) if sass else
+                ("seed 002: SM121 has no FP4 MMA / E2M1 conversion", "untestable here: SASS summary not recorded yet",
+                 "notebook 09"))
+    return rows
+
+
 # ---- accumulation precision (notebook 10) ---------------------------------------------------------------------
 def _loglog_slope(xs, ys) -> float:
     """Least-squares slope of log(y) against log(x): 1 = grows like K, 0.5 = like sqrt(K), 0 = flat."""

@@ -793,6 +793,73 @@ def verdicts(res: dict) -> list[tuple[str, str, str]]:
     return out
 
 
+# ---- live slices (notebook 13) -----------------------------------------------------------------------------
+def mean_rel_error(x: torch.Tensor, xq: torch.Tensor) -> float:
+    """The per-token relative error this module reports for a K/V cache: the mean over vectors of
+    ||x - x^|| / ||x||, each vector along the last dimension (head_dim)."""
+    return float(((x - xq).norm(dim=-1) / x.norm(dim=-1)).mean())
+
+
+def outlier_channel_errors(outliers=(1, 5, 20, 50), methods=("nvfp4", "turbo4", "turbo4-gauss"), seed: int = 0,
+                           channel: int = 5, tokens: int = 2048, head_dim: int = 64) -> list[dict]:
+    """The rotation's mechanism on seeded synthetic keys: for each factor in `outliers`, Gaussian keys [1, 2 heads,
+    tokens, head_dim] whose channel `channel` is multiplied by that factor; the first half of the tokens calibrates
+    the frozen constants (kv_quant.KVCalibration, groups of 32), the second half is quantized by each method.
+
+    [{"outlier": factor, method: mean per-token relative error (mean_rel_error), ...}] in the order of `outliers`:
+    with a large outlier channel NVFP4's block scale follows the outlier while the rotation spreads it over every
+    coordinate, where a fitted codebook can follow the shape it leaves."""
+    g = torch.Generator().manual_seed(seed)
+    half = tokens // 2
+    rows = []
+    for outlier in outliers:
+        k = torch.randn(1, 2, tokens, head_dim, generator=g)
+        k[..., channel] *= outlier
+        cal = kq.KVCalibration(head_dim, groups=(32,))
+        cal.observe(0, "key", k[:, :, :half])
+        p = cal.fit()
+        t = k[:, :, half:]
+        rows.append({"outlier": outlier,
+                     **{m: mean_rel_error(t, kq.KV4Plan(m, p).quantizer(0, "key")(t)) for m in methods}})
+    return rows
+
+
+def live_key_errors(model, ids: torch.Tensor, n_tok: int, every: int = 5, methods=("nvfp4", "turbo4"),
+                    head_dim: int | None = None) -> list[dict]:
+    """One short live window on a real model: the first `n_tok` tokens of `ids` [1, >= 2 n_tok] calibrate the frozen
+    constants (kv_quant.KVCalibration, groups of 32, one forward), the next `n_tok` are run once with every layer's
+    K/V captured as the model computes them; the keys of every `every`-th layer are then quantized on their own.
+
+    [{"layer", "e4m3-dyn" (a scale per token and head), method: ... (each a mean per-token relative error,
+    mean_rel_error), "attn_norm_max": max |gamma| of the layer's attention-input RMSNorm (rmsnorm_stats)}]."""
+    from .calibration import dynamic_fake_quant
+    from .recipes import install_kv_functions
+
+    cfg = model.config
+    head_dim = head_dim or getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    cal_ids, test_ids = ids[:, :n_tok], ids[:, n_tok:2 * n_tok]       # calibrate on one stretch, measure on the next
+    cal = kq.KVCalibration(head_dim, groups=(32,))
+    with install_kv_functions(model, cal.make), torch.no_grad():
+        model(cal_ids)
+    params = cal.fit("live")
+    kv = {}
+
+    def capture(layer, which):              # the K/V of the test stretch, as the model computes them
+        return lambda t: kv.setdefault((layer, which), t.clone())
+
+    with install_kv_functions(model, capture), torch.no_grad():
+        model(test_ids)
+    norms = rmsnorm_stats(model)
+    rows = []
+    for layer in range(0, cfg.num_hidden_layers, every):
+        k = kv[(layer, "key")]
+        r = {"layer": layer, "e4m3-dyn": mean_rel_error(k, dynamic_fake_quant(k))}
+        r.update({m: mean_rel_error(k, kq.KV4Plan(m, params).quantizer(layer, "key")(k)) for m in methods})
+        r["attn_norm_max"] = norms[layer].get("attn_norm_max")
+        rows.append(r)
+    return rows
+
+
 # ---- CLI --------------------------------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
     def error(self, message):          # one line on stderr, exit 2

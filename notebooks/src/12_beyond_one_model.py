@@ -31,11 +31,10 @@ recipe here is causal (weights are quantized offline); the KV part of the sensit
 Sentences about what a run *shows* are rendered from its rows; the markdown explains what to look for.
 """),
 ("code", r"""
-import json
 import pandas as pd
 from IPython.display import Image, display
 from fp8lab import notebook as nb
-from fp8lab import control, findings, frontier, sensitivity, sweep
+from fp8lab import control, findings, sensitivity, sweep
 from fp8lab.store import read_json, read_rows
 SMALL = nb.small()                  # the tests set FP8LAB_SMALL=1: the smallest live slices
 OUT = nb.OUTPUTS                    # committed results (read only)
@@ -53,21 +52,8 @@ pool is re-embedded by the same quantized model, as a deployed index would be.
 ("code", r"""
 if nb.recorded("control", "control.csv", "sqnr.csv"):
     crow, sqrow = read_rows(OUT / "control/control.csv"), read_rows(OUT / "control/sqnr.csv")
-    c = pd.DataFrame(crow)
-    for k in ("value", "delta", "ci95_low", "ci95_high"):
-        c[k] = c[k].astype(float)
-    sq = pd.DataFrame(read_rows(OUT / "control/sqnr.csv")).astype({"sqnr_db": float})
-    wide = c.pivot(index="recipe", columns="metric", values="delta")
-    ci = c[c.metric == "mrr"].set_index("recipe")
-    table = pd.DataFrame({
-        "median weight SQNR (dB)": sq.groupby("recipe").sqnr_db.median().round(1),
-        "1 - cos (queries)": wide["query_cos_loss"].map("{:.2e}".format),
-        "MRR change x100": ci.delta.map("{:+.2f}".format),
-        "95% CI": [f"[{lo:+.2f}, {hi:+.2f}]" for lo, hi in zip(ci.ci95_low, ci.ci95_high)],
-        "top-1 change (pp)": wide["top1"].map("{:+.2f}".format)}).reindex(control.CONTROL_RECIPES).dropna(how="all")
-    print(f"n = {c.n_queries.iloc[0]} questions, {c.n_passages.iloc[0]} passages; FP32 MRR "
-          f"{float(ci.baseline.iloc[0]):.4f}")
-    display(table)
+    print(findings.control_n_line(crow))
+    display(findings.control_table(crow, sqrow))
     if (OUT / "control/control.png").is_file():
         display(Image(str(OUT / "control/control.png")))
     for line in findings.control_findings(crow, sqrow):
@@ -88,17 +74,12 @@ The same weight recipes were run on SmolLM2 (`outputs/results.csv`, `outputs/swe
 ("code", r"""
 if nb.recorded("control", "comparison.json", "comparison.csv"):
     cmp = read_json(OUT / "control/comparison.json")
-    for k, label in (("spearman_cos_loss_vs_lm_ppl", "MiniLM cosine loss vs LM perplexity change"),
-                     ("spearman_mrr_loss_vs_lm_ppl", "MiniLM MRR loss vs LM perplexity change")):
-        print("-", findings.rho_sentence(label, cmp[k], cmp["n_formats"]))
+    for line in findings.control_rho_lines(cmp):
+        print("-", line)
     print(f"formats: {', '.join(cmp['formats'])}")
     ctab = read_rows(OUT / "control/comparison.csv")
-    display(pd.DataFrame(ctab)[["recipe", "minilm_median_sqnr_db", "minilm_cos_loss", "minilm_mrr_delta",
-                                "lm_ppl_delta_pct", "lm_ci95_low", "lm_ci95_high", "lm_n_windows"]])
-    a, n = findings.rank_of(ctab, "nvfp4-w", "minilm_cos_loss")
-    b, m = findings.rank_of(ctab, "nvfp4-w", "lm_ppl_delta_pct")
-    nb.md(f"`nvfp4-w` ranks **{a} of {n}** by cosine loss on MiniLM's FP32 weights (one rounding) and **{b} of {m}** "
-          "by perplexity change on the 4-bit LM (its baseline is already 4-bit, so this row compounds two roundings).")
+    display(findings.control_comparison_table(ctab))
+    nb.md(findings.nvfp4_rank_sentence(ctab, "nvfp4-w"))
 """),
 ("md", r"""
 **Where NVFP4 lands on real weights** is the row the 4-bit LM could not give: on MiniLM the `nvfp4-w` row's SQNR and
@@ -112,16 +93,13 @@ differs between the models' quality deltas is how sensitive each model's output 
 """),
 ("code", r"""
 if nb.recorded("control", "sqnr_lm.csv", "sqnr.csv"):
-    lmq = pd.DataFrame(read_rows(OUT / "control/sqnr_lm.csv")).astype({"sqnr_db": float})
-    mq = pd.DataFrame(read_rows(OUT / "control/sqnr.csv")).astype({"sqnr_db": float})
-    both = pd.DataFrame({"MiniLM, FP32 weights (dB)": mq.groupby("recipe").sqnr_db.median(),
-                         f"{lmq.model.iloc[0]}, 4-bit weights (dB)": lmq.groupby("recipe").sqnr_db.median()})
-    both = both.reindex(control.CONTROL_RECIPES).dropna(how="any")
+    lm_rows = read_rows(OUT / "control/sqnr_lm.csv")
+    both = findings.sqnr_lm_table(lm_rows, read_rows(OUT / "control/sqnr.csv"))
     display(both.round(1))
-    print(lmq.model_note.iloc[0])
-    d = (both.iloc[:, 1] - both.iloc[:, 0])
-    print(f"- 4-bit LM minus FP32 MiniLM, median SQNR per format: {d.min():+.1f} to {d.max():+.1f} dB over "
-          f"{len(d)} formats (largest gap: `{d.abs().idxmax()}` {d[d.abs().idxmax()]:+.1f} dB)")
+    print(lm_rows[0]["model_note"])
+    gap = findings.sqnr_gap_sentence(both)
+    if gap:
+        print("-", gap)
 """),
 ("md", r"""
 A live slice (a handful of questions, a few recipes; the pool is only their own passages, so retrieval is easy here):
@@ -131,10 +109,7 @@ names = ["int8-w", "e4m3-w", "nvfp4-w"] + ([] if SMALL else ["e5m2-w", "mxfp4-w"
 try:
     rows = control.run_control(SCRATCH / "control", names, n_pairs=12 if SMALL else 200, n_boot=500,
                                log=lambda *a: None)
-    live = pd.DataFrame(rows)
-    live = live[live.metric.isin(["mrr", "query_cos_loss"])][["recipe", "metric", "value", "delta", "ci95_low",
-                                                             "ci95_high", "n_queries", "n_passages"]]
-    display(live)
+    display(findings.control_live_table(rows))
 except control.ControlError as e:
     print(f"live slice skipped: {e}")
 """),
@@ -180,15 +155,9 @@ for m in ("smollm2-135m", "gemma3-270m"):
     print(f"--- {m}")
     if nb.recorded(f"sensitivity/{m}", "sensitivity.csv"):
         srows = read_rows(OUT / f"sensitivity/{m}/sensitivity.csv")
-        s = pd.DataFrame(srows)
-        for k in ("delta_pct", "ci95_low", "ci95_high"):
-            s[k] = s[k].astype(float)
-        s["significant"] = (s.ci95_low > 0) | (s.ci95_high < 0)
-        s["label"] = ["ORACLE (scale over the window)" if k == "kv" else "causal" for k in s.kind]
-        print(f"n = {s.n.iloc[0]} windows x {s.seq_len.iloc[0]} tokens; {s.model_note.iloc[0]}")
+        print(findings.sensitivity_n_line(srows))
         print("the five costliest parts per format:")
-        display(s.sort_values("delta_pct", ascending=False).groupby("format").head(5)[
-            ["format", "part", "label", "delta_pct", "ci95_low", "ci95_high", "significant"]])
+        display(findings.sensitivity_top_parts(srows, top=5))
         for line in findings.sensitivity_findings(srows):
             print("-", line)
         if (OUT / f"sensitivity/{m}/sensitivity.png").is_file():
@@ -204,9 +173,7 @@ rc = sensitivity.main(["--model", "smollm2-135m", "--parts", "lm_head,kv", "--fo
                        "--seq-len", str(L), "--out", str(SCRATCH / "sens"), "--workers", "0", "--boot", "500"])
 if rc:
     print(f"live slice failed (exit {rc})")
-live_s = pd.DataFrame(read_rows(SCRATCH / "sens/sensitivity.csv"))
-live_s["label"] = ["ORACLE (scale over the window)" if k == "kv" else "causal" for k in live_s.kind]
-display(live_s[["part", "label", "format", "delta_pct", "ci95_low", "ci95_high", "n", "seq_len"]])
+display(findings.sensitivity_live_table(read_rows(SCRATCH / "sens/sensitivity.csv")))
 """),
 ("md", r"""
 ## 4 · The bytes–quality frontier
@@ -223,17 +190,9 @@ for m in ("smollm2-135m", "gemma3-270m"):
     print(f"--- {m}")
     if nb.recorded(f"frontier/{m}", "frontier.csv"):
         frows = read_rows(OUT / f"frontier/{m}/frontier.csv")
-        f = pd.DataFrame(frows)
-        f["MB/step"] = (f.bytes_per_step.astype(float) / 1e6).round(2)
-        f["label"] = ["causal" if "kv:bf16" in a or "kv:" not in a else "ORACLE (KV scale over the window)"
-                      for a in f.assignment]
-        ceil = json.loads(f.ceilings.iloc[0])
-        for gpu, tbps in ceil.items():
-            f[f"{gpu} tok/s ceiling"] = (tbps * 1e12 / f.bytes_per_step.astype(float)).round(0)
-        print(f"batch {f.batch.iloc[0]}, context {f.context.iloc[0]}; n = {f.n.iloc[0]} windows x {f.seq_len.iloc[0]}")
-        display(f[["point", "kind", "label", "MB/step", *[c for c in f.columns if c.endswith("ceiling")], "predicted_delta_pct",
-                   "delta_pct", "ci95_low", "ci95_high"]])
-        print(f.model_note.iloc[0])
+        print(findings.frontier_n_line(frows))
+        display(findings.frontier_table(frows))
+        print(frows[0]["model_note"])
         for line in findings.frontier_findings(frows):
             print("-", line)
         if (OUT / f"frontier/{m}/frontier.png").is_file():
@@ -246,22 +205,10 @@ a 512-token context, and the greedy plan from the committed sensitivity map when
 ("code", r"""
 from fp8lab.models import load_model
 lm = load_model("smollm2-135m", verbose=False)
-parts = sensitivity.model_parts(lm.model, ("layers", "lm_head", "kv"))
-inv = frontier.inventory(lm.model)
-print(f"{'bf16 (as loaded)':<24} {frontier.decode_bytes(inv, {}, parts) / 1e6:7.2f} MB per decode step")
-for label, w, head, kv in frontier.UNIFORM:
-    a = {p.name: (kv if p.kv else head if p.lm_head else w) for p in parts}
-    print(f"{label:<24} {frontier.decode_bytes(inv, a, parts) / 1e6:7.2f} MB per decode step")
 committed = OUT / "sensitivity/smollm2-135m/sensitivity.csv"
-bf16 = frontier.decode_bytes(inv, {}, parts)
-if committed.is_file():
-    pl = frontier.plan(lm.model, sensitivity.read_sensitivity(committed), [0.35 * bf16, 0.5 * bf16])
-    for (B, a, b, pred) in pl["picks"]:
-        if a is not None:
-            print(f"greedy under {B / bf16:.0%} of bf16: {b / 1e6:.2f} MB, predicted {pred:+.2f} %: "
-                  f"{frontier._short(a, parts)}")
-else:
-    print("greedy plan: needs the committed sensitivity map with every layer, lm_head and kv (not recorded yet)")
+sens = sensitivity.read_sensitivity(committed) if committed.is_file() else None
+for line in findings.decode_bytes_lines(lm.model, sens, budgets=(0.35, 0.5)):      # batch 1, context 512
+    print(line)
 """),
 ("md", r"""
 ## 5 · How many windows, and how long
@@ -274,13 +221,7 @@ hundreds of cells, which is why they go through `fp8lab.distributed`: on a GPU m
 for folder in ("control", "gemma3", "sensitivity/smollm2-135m", "sensitivity/gemma3-270m", "frontier/smollm2-135m",
                "frontier/gemma3-270m"):
     p = nb.recorded(folder, "provenance.json", quiet=True)
-    if p is None:
-        print(f"{folder:<26} not recorded yet")
-        continue
-    pv = read_json(p / "provenance.json")
-    st = pv.get("settings", {})
-    n = st.get("n_windows") or st.get("pairs") or st.get("tokens") or "all"
-    print(f"{folder:<26} n/size {n!s:<8} wall {pv.get('wall_seconds', '?')} s\n    {nb.provenance_line(pv)}")
+    print(findings.run_size_line(folder, read_json(p / "provenance.json") if p else None))
 """),
 ("md", r"""
 ## Exercises

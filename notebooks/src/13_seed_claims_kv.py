@@ -38,22 +38,13 @@ published configurations (`fp8lab.serving_claims`), computed live.
 ("code", r"""
 import torch
 from fp8lab import notebook as nb
-from fp8lab import findings, hadamard, kv_bits, kv_quant as kq, serving_claims
+from fp8lab import findings, hadamard, kv_bits, serving_claims
 from fp8lab.kernels import bench_attention, bench_prefill_attn, gb10_report
 SMALL = nb.small()          # the tests set FP8LAB_SMALL=1: a shorter live window
 torch.manual_seed(0)
 
 # the seeds' claims, quoted (what they say, not what the lab measured)
-SEED_CLAIMS = {
-    "seed 000 (turbo KV)": "turbo4 gives measurably lower per-token error than NVFP4 on models with large RMSNorm weights",
-    "seed 002 (NVFP4 KV)": "--kv-cache-dtype nvfp4; --kv-high-precision-layers N keeps the first and last N layers in "
-                           "BF16 because they are the most sensitive; the attention kernel dequantizes at the MMA boundary",
-    "seed 004 (FP8 KV prefill)": f"{bench_prefill_attn.SEED004['context']}-token document: first token after "
-                                 f"{bench_prefill_attn.SEED004['ttft_fp8_s']:g} s with FP8 KV vs "
-                                 f"{bench_prefill_attn.SEED004['ttft_bf16_s']:g} s with BF16 KV",
-    "seeds 000/002 (GB10 serving)": ", ".join(f"{c['tokens_per_s']:g} tok/s" for c in serving_claims.CLAIMS),
-    "seed 002 (SM121)": "does not expose the relevant MMA or conversion instructions for FP4",
-}
+SEED_CLAIMS = findings.seed_kv_claims()
 for k, v in SEED_CLAIMS.items():
     print(f"{k:30s} {v}")
 """),
@@ -64,8 +55,8 @@ Bits per stored element, counting the scale bytes (the per-layer constants — N
 16-level codebook, the rotation's signs — are a few hundred bytes per layer, nothing per element):
 """),
 ("code", r"""
-for m in ("e4m3-uncal", "e4m3-dyn", "nvfp4", "turbo4", "turbo4-g64"):
-    print(f"{m:12s} {kq.bits_per_element(m, 64):5.2f} bits/element   ({kv_bits._causal_note(m)})")
+for line in findings.kv_bits_lines(("e4m3-uncal", "e4m3-dyn", "nvfp4", "turbo4", "turbo4-g64"), head_dim=64):
+    print(line)
 """),
 ("md", r"""
 **NVFP4's global scale, chosen causally.** NVFP4 multiplies each block's E4M3 scale by one fp32 global scale,
@@ -88,17 +79,12 @@ point mass at ±1 that the codebook has to spend a level on.
 ("code", r"""
 x = torch.zeros(64); x[5] = 8.0
 print("one outlier, rotated by H/sqrt(64):", hadamard.fwht(x)[:6].tolist(), "...  norm kept:", float(hadamard.fwht(x).norm()))
-g = torch.Generator().manual_seed(0)
-rel = lambda a, b: float(((a - b).norm(dim=-1) / a.norm(dim=-1)).mean())
+# seeded Gaussian keys, channel 5 multiplied by each factor; half the tokens calibrate, the other half are measured
+errs = kv_bits.outlier_channel_errors(outliers=(1, 5, 20, 50), seed=0)
 print(f"{'outlier x':>10s} {'nvfp4':>8s} {'turbo4':>8s} {'turbo4-gauss':>13s}   (mean per-token relative error, 4.5 bits each)")
-for outlier in (1, 5, 20, 50):
-    k = torch.randn(1, 2, 2048, 64, generator=g); k[..., 5] *= outlier
-    cal = kq.KVCalibration(64, groups=(32,)); cal.observe(0, "key", k[:, :, :1024]); p = cal.fit()
-    t = k[:, :, 1024:]
-    e = {m: rel(t, kq.KV4Plan(m, p).quantizer(0, "key")(t)) for m in ("nvfp4", "turbo4", "turbo4-gauss")}
-    print(f"{outlier:>10d} {e['nvfp4']:8.4f} {e['turbo4']:8.4f} {e['turbo4-gauss']:13.4f}")
-nb.md(f"With the largest outlier (×{outlier}) turbo4's error is **{e['turbo4'] / e['nvfp4']:.2f}×** NVFP4's and the "
-      f"Gaussian codebook's **{e['turbo4-gauss'] / e['nvfp4']:.2f}×** (same bits; seeded synthetic keys).")
+for e in errs:
+    print(f"{e['outlier']:>10d} {e['nvfp4']:8.4f} {e['turbo4']:8.4f} {e['turbo4-gauss']:13.4f}")
+nb.md(findings.outlier_rotation_sentence(errs))
 """),
 ("md", r"""
 The mechanism to look for: on Gaussian vectors NVFP4's grid with a scale per 16 values is already a good 4-bit
@@ -111,27 +97,16 @@ Does the lab's model have them?
 ### On the model, live: one short window
 """),
 ("code", r"""
-from fp8lab import data, models, recipes
-from fp8lab.calibration import dynamic_fake_quant
+from fp8lab import data, models
 lm = models.load_model(verbose=False)
 n_tok = 192 if SMALL else 1024
 text = data.load_corpus("boolq").text
 ids = lm.tokenizer(text[:40000], return_tensors="pt")["input_ids"]
-cal_ids, test_ids = ids[:, :n_tok], ids[:, n_tok:2 * n_tok]       # calibrate on one stretch, measure on the next
-cal = kq.KVCalibration(64, groups=(32,))
-with recipes.install_kv_functions(lm.model, cal.make), torch.no_grad():
-    lm.model(cal_ids)
-params = cal.fit("live")
-kv = {}
-with recipes.install_kv_functions(lm.model, lambda l, w: (lambda t: kv.setdefault((l, w), t.clone()))), torch.no_grad():
-    lm.model(test_ids)
-norms = kv_bits.rmsnorm_stats(lm.model)
+live = kv_bits.live_key_errors(lm.model, ids, n_tok, every=5)     # calibrate on one stretch, measure on the next
 print(f"{n_tok} calibration + {n_tok} test tokens; mean per-token relative error of the keys, every 5th layer")
 print(f"{'layer':>5s} {'e4m3-dyn':>9s} {'nvfp4':>7s} {'turbo4':>7s}   {'max|gamma| attn norm':>20s}")
-for l in range(0, lm.model.config.num_hidden_layers, 5):
-    k = kv[(l, "key")]
-    e = [rel(k, dynamic_fake_quant(k))] + [rel(k, kq.KV4Plan(m, params).quantizer(l, "key")(k)) for m in ("nvfp4", "turbo4")]
-    print(f"{l:5d} {e[0]:9.4f} {e[1]:7.4f} {e[2]:7.4f}   {norms[l]['attn_norm_max']:20.3f}")
+for r in live:
+    print(f"{r['layer']:5d} {r['e4m3-dyn']:9.4f} {r['nvfp4']:7.4f} {r['turbo4']:7.4f}   {r['attn_norm_max']:20.3f}")
 """),
 ("md", r"""
 ## 2 · The committed run: error by layer, sensitivity by layer, perplexity by position
@@ -167,10 +142,7 @@ layer, and how far the largest K/V channel sits above the median one (the outlie
 if res:
     for k, v in s["error_ratio"].items():
         print(f"error ratio {k:32s} {v['ratio']:.4f}  [{v['ci95_low']:.4f}, {v['ci95_high']:.4f}]")
-    g = [float(r["attn_norm_max"]) for r in res["layers"]]
-    print(f"attention-norm |gamma|: largest {max(g):.3f} (layer {g.index(max(g))}), smallest layer max {min(g):.3f}; "
-          f"final norm max {s['final_norm_abs']['max']:.3f}; K outlier ratio up to "
-          f"{max(float(r['key_outlier_ratio']) for r in res['layers']):.1f}")
+    print(findings.kv_norms_line(res["layers"], s))
     nb.show(kv_bits.plot_errors(res["errors"], res["layers"], s["model_note"]))
 """),
 ("md", r"""
@@ -178,11 +150,8 @@ if res:
 """),
 ("code", r"""
 if res and res["sensitivity"]:
-    top = sorted(res["sensitivity"], key=lambda r: -r["kl_mean"])[:6]
-    print("most sensitive layers (mean KL per token, nats; ppl change %, both with 95 % CI over windows):")
-    for r in top:
-        print(f"  layer {r['layer']:2d}: KL {r['kl_mean']:.5f} [{r['kl_ci95_low']:.5f}, {r['kl_ci95_high']:.5f}]   "
-              f"ppl {r['delta_pct']:+.3f} % [{r['ci95_low']:+.3f}, {r['ci95_high']:+.3f}]")
+    for line in findings.kv_sensitive_layer_lines(res["sensitivity"], top=6):
+        print(line)
     print("picked for nvfp4-sens*:", s["sens_picked"])
     print(findings.few_units_note(res["sensitivity"][0]["n"], "sensitivity windows"))
     nb.show(kv_bits.plot_sensitivity(res["sensitivity"], s["model_note"]))
@@ -205,12 +174,8 @@ Head-to-head comparisons, paired on the same windows (the reference is the secon
 """),
 ("code", r"""
 if res:
-    for a, b in (("turbo4", "nvfp4"), ("nvfp4-hp1", "nvfp4"), ("nvfp4-hp2", "nvfp4"), ("nvfp4-hp4", "nvfp4"),
-                 ("nvfp4-sens4", "nvfp4-hp2"), ("nvfp4", "e4m3-dyn")):
-        t = kv_bits.pooled(res, a, b)
-        if t:
-            print(f"{a:12s} vs {b:10s} all positions: {findings.ci(*t)}  "
-                  f"{'resolved' if findings.excludes_zero(t[1], t[2]) else 'not resolved: the interval includes zero'}")
+    for line in findings.kv_head_to_head_lines(res):
+        print(line)
 """),
 ("md", r"""
 ## 3 · Seed 002: an NVFP4-KV decode attention kernel (GPU)
@@ -223,9 +188,7 @@ GPU run of `python -m fp8lab.kernels.bench attention` (`outputs/kernels/attentio
 ("code", r"""
 att_dir = nb.recorded("kernels", "attention.json")
 att = bench_attention.load(att_dir / "attention.json") if att_dir else None
-goals = bench_attention.goals_table(att) if att else []
-print(f"byte-ratio bound for NVFP4 vs BF16 K/V: {16 / kq.bits_per_element('nvfp4', 128):.2f}x "
-      f"({kq.bits_per_element('nvfp4', 128):.2f} bits per element at D = 128)")
+print(findings.nvfp4_byte_bound_line(head_dim=128))
 if att:
     print(bench_attention.format_goals(att))
 """),
@@ -246,8 +209,8 @@ if pf:
     print(bench_prefill_attn.format_summary(pf))
     print()
     print(bench_prefill_attn.format_napkin(pf))
-    for c in bench_prefill_attn.crossover(pf):
-        print(f"context {c['context']}: FP8 faster at chunks {c['below'] or 'none'}, slower at {c['above'] or 'none'}")
+    for line in findings.prefill_crossover_lines(pf):
+        print(line)
     print()
     print(bench_prefill_attn.seed004_reading(pf))
 """),
@@ -274,7 +237,7 @@ And seed 002's statement about SM121's instructions, against the machine code no
 sass_dir = nb.recorded("kernels/sass", "summary.json")
 sass = gb10_report.load(sass_dir / "summary.json", live_if_missing=False) if sass_dir else None
 if sass:
-    print(gb10_report.format_jobs([r for r in gb10_report.jobs(sass) if "E2M1" in r["job"] or "FP4" in r["job"]], sass))
+    print(findings.fp4_sass_text(sass))
 """),
 ("md", r"""
 ## 6 · The claims, marked
@@ -287,26 +250,7 @@ interval printed beside it is the test of whether the pick matters), and the ker
 run on the GPU named in them. GPU-only claims stay open until a recorded run exists.
 """),
 ("code", r"""
-rows = []
-if res:
-    rows += kv_bits.verdicts(res)
-    g = max(float(r["attn_norm_max"]) for r in res["layers"])
-    rows.append(("seed 000's condition: 'on models with large RMSNorm weights'", "untestable here",
-                 f"the seed does not say how large; this model's attention-norm |gamma| reach {g:.3f} and its final "
-                 f"norm's {s['final_norm_abs']['max']:.3f} (RMSNorm weights start at 1.0). Whether turbo4's margin "
-                 "grows with large weights needs a model that has them"))
-else:
-    rows.append(("4-bit KV claims (seeds 000, 002)", "untestable here until outputs/kv_bits is recorded",
-                 "python -m fp8lab.kv_bits --record"))
-rows.append(findings.nvfp4_kv_kernel_verdict(goals, (att.get("provenance") or {}).get("device")) if att else
-            ("seed 002: NVFP4-KV attention kernel", "untestable here: not recorded yet", "section 3"))
-rows.append(findings.prefill_fp8_verdict(bench_prefill_attn.summary_rows(pf), (pf.get("provenance") or {}).get("device"))
-            if pf else
-            ("seed 004: FP8 KV slows long-context prefill", "untestable here: not recorded yet", "section 4"))
-rows += findings.serving_claim_verdicts(claims)
-rows.append(findings.fp4_sass_verdict(gb10_report.jobs(sass)) if sass else
-            ("seed 002: SM121 has no FP4 MMA / E2M1 conversion", "untestable here: SASS summary not recorded yet", "notebook 09"))
-for claim, verdict, evidence in rows:
+for claim, verdict, evidence in findings.seed_kv_verdicts(res, att, pf, claims, sass):
     print(f"- {claim}\n    -> {verdict.upper()}\n       {evidence}")
 """),
 ("md", r"""
