@@ -146,6 +146,110 @@ def mc_reading(df, task: str = "arc_easy") -> list[str]:
     return out
 
 
+#: seed 003, "FP8 quality, recipe by recipe": its wikitext perplexity change against its bf16 baseline, as printed
+#: (%, Qwen2.5, 8,192 tokens, no intervals). The seed's numbers, quoted, not the lab's.
+SEED003_PPL_DELTA = {"e4m3-w": 0.8, "e4m3-wa": 1.8, "e4m3-wakv": 6.0, "e5m2-w": 2.9,
+                     "e4m3-w-noscale": 2.9, "e4m3-wa-noscale": 2.7}
+
+
+def seed003_table(df):
+    """Seed 003's printed perplexity deltas beside the lab's (results frame `df`: the ppl rows, delta with its 95 %
+    interval) for the seed's recipes the run holds, each labelled causal or ORACLE, with both rankings (1 = least
+    damage). A DataFrame indexed by recipe, every column aligned by recipe; empty where the run holds none of them."""
+    import pandas as pd
+
+    from fp8lab import recipes
+
+    ours = df[(df.task == "ppl") & (df.metric == "ppl")].set_index("recipe")
+    both = [r for r in SEED003_PPL_DELTA if r in ours.index]
+    seed = pd.Series({r: SEED003_PPL_DELTA[r] for r in both}, dtype=float)
+    return pd.DataFrame({
+        "causal": pd.Series({r: causal_label(recipes.get_recipe(r).causal) for r in both}, dtype=object),
+        "seed 003 (Qwen2.5, wikitext)": seed.map("{:+.1f}%".format),
+        "fp8lab (SmolLM2 Q4_1, BoolQ)": pd.Series(
+            {r: f"{ours.delta_pct[r]:+.2f}% [{ours.ci95_low[r]:+.2f}, {ours.ci95_high[r]:+.2f}]" for r in both},
+            dtype=object),
+        "our rank (1 = least damage)": ours.delta_pct[both].rank().astype(int),
+        "seed rank": seed.rank(method="min").astype(int),
+    }, index=both)
+
+
+def seed003_noscale_step(df) -> float | None:
+    """What seed 003's table implies for adding unscaled activations to unscaled weights (its e4m3-wa-noscale minus
+    its e4m3-w-noscale, points, no interval), where the run holds both recipes; else None."""
+    have = set(df[(df.task == "ppl") & (df.metric == "ppl")].recipe)
+    if not {"e4m3-wa-noscale", "e4m3-w-noscale"} <= have:
+        return None
+    return SEED003_PPL_DELTA["e4m3-wa-noscale"] - SEED003_PPL_DELTA["e4m3-w-noscale"]
+
+
+#: notebook 02's paired steps: (recipe, the recipe it is compared with, what the step adds or changes)
+PAIRED_STEPS = (("e4m3-wa-tok", "e4m3-w", "+ E4M3 Linear inputs, per-token scales (causal)"),
+                ("e4m3-wakv-tok", "e4m3-wa-tok", "+ E4M3 KV cache, per-token scales (causal)"),
+                ("e4m3-wa", "e4m3-w", "+ E4M3 Linear inputs, per-tensor scales (oracle)"),
+                ("e4m3-wakv", "e4m3-wa", "+ E4M3 KV cache, per-tensor scales (oracle)"),
+                ("e5m2-w", "e4m3-w", "E5M2 instead of E4M3 weights"),
+                ("e4m3-w-noscale", "e4m3-w", "drop the weight scale"),
+                ("e4m3-wa-noscale", "e4m3-wa-tok", "drop the weight and input scales (vs causal per-token inputs)"),
+                ("e4m3-wa", "e4m3-wa-tok", "oracle per-tensor inputs vs causal per-token inputs"),
+                ("e4m3-wakv", "e4m3-wakv-tok", "oracle per-tensor W+A+KV vs causal per-token W+A+KV"))
+
+#: the steps notebook 02's reading sentences walk through: (label, (recipe, compared with))
+READING_CHAIN = (("+ E4M3 Linear inputs, per-token (causal)", ("e4m3-wa-tok", "e4m3-w")),
+                 ("+ E4M3 KV cache, per-token (causal)", ("e4m3-wakv-tok", "e4m3-wa-tok")),
+                 ("E5M2 instead of E4M3 weights", ("e5m2-w", "e4m3-w")),
+                 ("dropping the weight scale", ("e4m3-w-noscale", "e4m3-w")),
+                 ("dropping the weight and input scales", ("e4m3-wa-noscale", "e4m3-wa-tok")),
+                 ("the oracle's per-tensor inputs instead of per-token", ("e4m3-wa", "e4m3-wa-tok")))
+
+
+def paired_steps(folder, df, steps=PAIRED_STEPS):
+    """Each step of `steps` as a paired perplexity comparison on the same windows (sweep.compare over the run in
+    `folder`, whose results frame is `df`): (a table, one row per step the run holds; {(a, b): compare's dict};
+    ["a vs b: not in this run", ...] for the steps it does not hold)."""
+    import pandas as pd
+
+    from fp8lab import sweep
+
+    have, rows, C, missing = set(df.recipe), [], {}, []
+    for a, b, what in steps:
+        if not {a, b} <= have:
+            missing.append(f"{a} vs {b}: not in this run")
+            continue
+        c = C[(a, b)] = sweep.compare(folder, "ppl", a, b)
+        rows.append({"step": what, "recipe": recipe_label(a), "vs": recipe_label(b),
+                     "ppl change (%)": f"{c['delta']:+.2f}", "95% CI": f"[{c['ci95_low']:+.2f}, {c['ci95_high']:+.2f}]",
+                     "n windows": c["n"]})
+    table = pd.DataFrame(rows).set_index("step") if rows else pd.DataFrame()
+    return table, C, missing
+
+
+def sweep_reading_lines(folder, df, compared: dict, seed_step: float | None, recipes) -> list[str]:
+    """Notebook 02's reading of a sweep, one sentence per line: the cheapest causal recipe of `recipes`, each step
+    of READING_CHAIN with its interval and verdict (from `compared`, paired_steps' dict), and, where seed 003's table
+    implies a step without an interval (seed003_noscale_step), that step measured here beside the seed's number."""
+    from fp8lab import sweep
+
+    lines = [cheapest_causal(df, recipes)]
+    lines += [step_sentence(label, compared.get(ab), *ab) for label, ab in READING_CHAIN]
+    if seed_step is not None:
+        ab = ("e4m3-wa-noscale", "e4m3-w-noscale")
+        lines.append(step_sentence("adding unscaled activations to unscaled weights", sweep.compare(folder, "ppl", *ab), *ab)
+                     + f" The seed printed {seed_step:+.1f} points for the same step, without an interval: whether "
+                       "that was a gain or noise cannot be told.")
+    return lines
+
+
+def ppl_width_line(df) -> str:
+    """How wide the perplexity intervals of a sweep are (against the baseline, % of its perplexity) at its n."""
+    pp = df[(df.task == "ppl") & (df.metric == "ppl") & (df.recipe != "baseline")]
+    if pp.empty:
+        return "Perplexity: not in this run."
+    w = pp.ci95_high - pp.ci95_low
+    return (f"Perplexity, n = {int(pp.n.max())} windows: interval widths {w.min():.2f} to {w.max():.2f} % (of a "
+            f"{pp.baseline.iloc[0]:.2f} baseline)")
+
+
 def _isna(v) -> bool:
     try:
         return v is None or (isinstance(v, float) and math.isnan(v)) or str(v) in ("<NA>", "nan", "")

@@ -328,3 +328,57 @@ def test_layer_kinds_sentence_names_the_fastest_of_each_kind():
     assert "fp8 (fp8_fused) 1.70× bf16, 0.58 of its ceiling; nvfp4 (nvfp4_fused) 2.10×" in text
     assert "scaled_mm" not in text and "9.90" not in text                # not timed here; another batch
     assert findings.layer_kinds_sentence(table[1:], (1, 1024)) is None    # no bf16 layer: no sentence
+
+
+def _ppl_frame(rows):
+    """A results frame with the columns notebook 02 reads: (recipe, delta %, low, high, causal) ppl rows."""
+    import pandas as pd
+
+    base = [dict(recipe="baseline", task="ppl", metric="ppl", n=12, delta_pct=0.0, ci95_low=0.0, ci95_high=0.0,
+                 causal=True, baseline=19.0, delta_unit="%")]
+    return pd.DataFrame(base + [dict(recipe=r, task="ppl", metric="ppl", n=12, delta_pct=d, ci95_low=lo, ci95_high=hi,
+                                     causal=c, baseline=19.0, delta_unit="%") for r, d, lo, hi, c in rows])
+
+
+def test_seed003_table_keeps_each_value_beside_its_recipe():
+    # rows in an order unlike SEED003_PPL_DELTA's: every column must still line up by recipe
+    df = _ppl_frame([("e5m2-w", 3.0, 2.5, 3.5, True), ("e4m3-wa", 0.9, 0.5, 1.3, False),
+                       ("e4m3-w", 0.2, 0.1, 0.3, True)])
+    t = findings.seed003_table(df)
+    assert list(t.index) == ["e4m3-w", "e4m3-wa", "e5m2-w"]                     # the seed's order, held rows only
+    assert t.loc["e5m2-w", "fp8lab (SmolLM2 Q4_1, BoolQ)"] == "+3.00% [+2.50, +3.50]"
+    assert t.loc["e5m2-w", "seed 003 (Qwen2.5, wikitext)"] == "+2.9%" and t.loc["e5m2-w", "our rank (1 = least damage)"] == 3
+    assert t.loc["e4m3-wa", "causal"] == findings.causal_label(False) and t.loc["e4m3-w", "seed rank"] == 1
+    assert findings.seed003_noscale_step(df) is None
+    both = _ppl_frame([("e4m3-w-noscale", 1.0, 0.5, 1.5, True), ("e4m3-wa-noscale", 0.9, 0.4, 1.4, True)])
+    assert findings.seed003_noscale_step(both) == pytest.approx(-0.2)
+    assert findings.ppl_width_line(df) == "Perplexity, n = 12 windows: interval widths 0.20 to 1.00 % (of a 19.00 baseline)"
+    assert findings.ppl_width_line(df.iloc[:0]) == "Perplexity: not in this run."
+
+
+def test_paired_steps_and_the_reading_sentences(monkeypatch):
+    from fp8lab import sweep
+
+    calls = []
+
+    def fake_compare(folder, task, a, b):
+        calls.append((a, b))
+        return dict(delta=1.0 if a.startswith("e4m3-wakv") else -0.1, ci95_low=0.5 if a.startswith("e4m3-wakv") else -0.4,
+                    ci95_high=1.5 if a.startswith("e4m3-wakv") else 0.2, unit="%", n=12)
+
+    monkeypatch.setattr(sweep, "compare", fake_compare)
+    df = _ppl_frame([(r, 0.5, 0.1, 0.9, "-tok" in r) for r in ("e4m3-w", "e4m3-wa-tok", "e4m3-wakv-tok")])
+    table, C, missing = findings.paired_steps("runs/x", df)
+    assert list(table.index) == ["+ E4M3 Linear inputs, per-token scales (causal)", "+ E4M3 KV cache, per-token scales (causal)"]
+    assert table.iloc[1]["ppl change (%)"] == "+1.00" and table.iloc[1]["95% CI"] == "[+0.50, +1.50]"
+    assert set(C) == {("e4m3-wa-tok", "e4m3-w"), ("e4m3-wakv-tok", "e4m3-wa-tok")} and len(missing) == 7
+    assert "e5m2-w vs e4m3-w: not in this run" in missing
+    lines = findings.sweep_reading_lines("runs/x", df, C, None, ["baseline", "e4m3-w", "e4m3-wa-tok"])
+    assert len(lines) == 1 + len(findings.READING_CHAIN)
+    assert "+ E4M3 KV cache, per-token (causal)" in lines[2] and "resolved (the interval excludes zero)" in lines[2]
+    assert "not resolved" in lines[1] and lines[3].endswith("not in this run.")
+    more = findings.sweep_reading_lines("runs/x", df, C, -0.2, [])
+    assert more[-1].endswith("The seed printed -0.2 points for the same step, without an interval: whether that was a "
+                             "gain or noise cannot be told.") and calls[-1] == ("e4m3-wa-noscale", "e4m3-w-noscale")
+    empty, _, _ = findings.paired_steps("runs/x", df.iloc[:1])
+    assert empty.empty

@@ -132,24 +132,9 @@ what a serving engine would run.
 """),
 ("code", r"""
 if REF:
-    # seed 003, "FP8 quality, recipe by recipe": wikitext ppl change vs its bf16 baseline, as printed (%)
-    SEED003_PPL_DELTA = {"e4m3-w": 0.8, "e4m3-wa": 1.8, "e4m3-wakv": 6.0, "e5m2-w": 2.9,
-                         "e4m3-w-noscale": 2.9, "e4m3-wa-noscale": 2.7}
-    ours = res[(res.task == "ppl") & (res.metric == "ppl")].set_index("recipe")
-    both = [r for r in SEED003_PPL_DELTA if r in ours.index]        # the seed's recipes this run holds
-    seed = pd.Series({r: SEED003_PPL_DELTA[r] for r in both})
-    cmp = pd.DataFrame({
-        "causal": [findings.causal_label(recipes.get_recipe(r).causal) for r in both],
-        "seed 003 (Qwen2.5, wikitext)": seed.map("{:+.1f}%".format),
-        "fp8lab (SmolLM2 Q4_1, BoolQ)": [f"{ours.delta_pct[r]:+.2f}% [{ours.ci95_low[r]:+.2f}, {ours.ci95_high[r]:+.2f}]"
-                                         for r in both],
-        "our rank (1 = least damage)": ours.delta_pct[both].rank().astype(int),
-        "seed rank": seed.rank(method="min").astype(int),
-    }, index=both)
-    display(cmp)
-    seed_no = None
-    if {"e4m3-wa-noscale", "e4m3-w-noscale"} <= set(both):
-        seed_no = SEED003_PPL_DELTA["e4m3-wa-noscale"] - SEED003_PPL_DELTA["e4m3-w-noscale"]
+    display(findings.seed003_table(res))      # seed 003's numbers, quoted, beside ours (findings.SEED003_PPL_DELTA)
+    seed_no = findings.seed003_noscale_step(res)
+    if seed_no is not None:
         print(f"seed: adding unscaled activations to unscaled weights: {seed_no:+.1f} points (no interval)")
 """),
 ("md", r"""
@@ -162,26 +147,10 @@ the oracle's per-tensor ones? What does dropping the scale cost?
 """),
 ("code", r"""
 if REF:
-    steps = [("e4m3-wa-tok", "e4m3-w", "+ E4M3 Linear inputs, per-token scales (causal)"),
-             ("e4m3-wakv-tok", "e4m3-wa-tok", "+ E4M3 KV cache, per-token scales (causal)"),
-             ("e4m3-wa", "e4m3-w", "+ E4M3 Linear inputs, per-tensor scales (oracle)"),
-             ("e4m3-wakv", "e4m3-wa", "+ E4M3 KV cache, per-tensor scales (oracle)"),
-             ("e5m2-w", "e4m3-w", "E5M2 instead of E4M3 weights"),
-             ("e4m3-w-noscale", "e4m3-w", "drop the weight scale"),
-             ("e4m3-wa-noscale", "e4m3-wa-tok", "drop the weight and input scales (vs causal per-token inputs)"),
-             ("e4m3-wa", "e4m3-wa-tok", "oracle per-tensor inputs vs causal per-token inputs"),
-             ("e4m3-wakv", "e4m3-wakv-tok", "oracle per-tensor W+A+KV vs causal per-token W+A+KV")]
-    rows, C = [], {}
-    for a, b, what in steps:
-        if not {a, b} <= set(res.recipe):
-            print(f"{a} vs {b}: not in this run")
-            continue
-        c = sweep.compare(REF, "ppl", a, b)
-        C[(a, b)] = c
-        rows.append({"step": what, "recipe": findings.recipe_label(a), "vs": findings.recipe_label(b),
-                     "ppl change (%)": f"{c['delta']:+.2f}", "95% CI": f"[{c['ci95_low']:+.2f}, {c['ci95_high']:+.2f}]",
-                     "n windows": c["n"]})
-    display(pd.DataFrame(rows).set_index("step"))
+    steps, C, missing = findings.paired_steps(REF, res)      # the steps: findings.PAIRED_STEPS
+    for line in missing:
+        print(line)
+    display(steps)
 """),
 ("md", r"""
 **What holds up from seed 003, and what does not.** The bullets below are rendered from the tables above (every
@@ -199,20 +168,7 @@ comparison paired, every recipe labelled causal or ORACLE). What to look for, an
 """),
 ("code", r"""
 if REF:
-    chain = [("+ E4M3 Linear inputs, per-token (causal)", ("e4m3-wa-tok", "e4m3-w")),
-             ("+ E4M3 KV cache, per-token (causal)", ("e4m3-wakv-tok", "e4m3-wa-tok")),
-             ("E5M2 instead of E4M3 weights", ("e5m2-w", "e4m3-w")),
-             ("dropping the weight scale", ("e4m3-w-noscale", "e4m3-w")),
-             ("dropping the weight and input scales", ("e4m3-wa-noscale", "e4m3-wa-tok")),
-             ("the oracle's per-tensor inputs instead of per-token", ("e4m3-wa", "e4m3-wa-tok"))]
-    lines = [findings.cheapest_causal(res, sweep.DEFAULTS["recipes"])]
-    lines += [findings.step_sentence(label, C.get(ab), *ab) for label, ab in chain]
-    if seed_no is not None:
-        ab = ("e4m3-wa-noscale", "e4m3-w-noscale")
-        lines.append(findings.step_sentence("adding unscaled activations to unscaled weights",
-                                            sweep.compare(REF, "ppl", *ab), *ab)
-                     + f" The seed printed {seed_no:+.1f} points for the same step, without an interval: whether that "
-                       "was a gain or noise cannot be told.")
+    lines = findings.sweep_reading_lines(REF, res, C, seed_no, sweep.DEFAULTS["recipes"])
     nb.md("\n".join(f"* {l}" for l in lines))
 """),
 ("md", r"""
@@ -233,9 +189,7 @@ in that column; prefer ARC-Easy, PIQA and HellaSwag (well above chance for this 
 ("code", r"""
 if REF:
     nb.md("\n".join(f"* {l}" for l in findings.mc_reading(res, "arc_easy")))
-    pp = res[(res.task == "ppl") & (res.metric == "ppl") & (res.recipe != "baseline")]
-    print(f"Perplexity, n = {int(pp.n.max())} windows: interval widths {(pp.ci95_high - pp.ci95_low).min():.2f} "
-          f"to {(pp.ci95_high - pp.ci95_low).max():.2f} % (of a {pp.baseline.iloc[0]:.2f} baseline)")
+    print(findings.ppl_width_line(res))
 """),
 ("md", r"""
 ## Exercises
