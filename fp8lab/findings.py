@@ -169,7 +169,7 @@ def seed003_table(df):
         "fp8lab (SmolLM2 Q4_1, BoolQ)": pd.Series(
             {r: f"{ours.delta_pct[r]:+.2f}% [{ours.ci95_low[r]:+.2f}, {ours.ci95_high[r]:+.2f}]" for r in both},
             dtype=object),
-        "our rank (1 = least damage)": ours.delta_pct[both].rank().astype(int),
+        "our rank (1 = least damage)": ours.delta_pct[both].rank(method="min").astype(int),   # ties: the same rank
         "seed rank": seed.rank(method="min").astype(int),
     }, index=both)
 
@@ -1643,13 +1643,18 @@ def nvfp4_byte_bound_line(head_dim: int = 128) -> str:
     return f"byte-ratio bound for NVFP4 vs BF16 K/V: {16 / b:.2f}x ({b:.2f} bits per element at D = {head_dim})"
 
 
-def prefill_crossover_lines(data: dict) -> list[str]:
-    """Per context of a chunked-prefill recording (bench_prefill_attn.crossover): the chunks at which the FP8 cache
-    was faster than bf16 and those at which it was slower ('none' where there are none)."""
-    from fp8lab.kernels.bench_prefill_attn import crossover
-
-    return [f"context {c['context']}: FP8 faster at chunks {c['below'] or 'none'}, slower at {c['above'] or 'none'}"
-            for c in crossover(data)]
+def prefill_crossover_lines(data: dict, variant: str = "w4") -> list[str]:
+    """Per context of a chunked-prefill recording: the chunks at which the FP8 cache was faster than bf16, those at
+    which it was slower, each counted only where the two records' quartile ranges lie apart (prefill_kv_points; by
+    the medians where a record has no spread), and those the spread cannot decide ('none' where there are none)."""
+    pts = prefill_kv_points(data, variant)
+    out = []
+    for L in sorted({r["context"] for r in pts}):
+        at = sorted((r for r in pts if r["context"] == L), key=lambda r: r["chunk"])
+        chunks = {v: [r["chunk"] for r in at if r["verdict"] == v] for v in ("faster", "slower", "even")}
+        out.append(f"context {L}: FP8 faster at chunks {chunks['faster'] or 'none'}, slower at "
+                   f"{chunks['slower'] or 'none'}" + (f", within the quartiles at {chunks['even']}" if chunks["even"] else ""))
+    return out
 
 
 def fp4_sass_text(summary: dict) -> str:
@@ -1689,7 +1694,8 @@ def seed_kv_verdicts(res: dict | None, att: dict | None, pf: dict | None, claims
     else:
         rows.append(("4-bit KV claims (seeds 000, 002)", "untestable here until outputs/kv_bits is recorded",
                      "python -m fp8lab.kv_bits --record"))
-    rows.append(nvfp4_kv_kernel_verdict(bench_attention.goals_table(att), (att.get("provenance") or {}).get("device"))
+    rows.append(nvfp4_kv_kernel_verdict(bench_attention.goals_table(att), (att.get("provenance") or {}).get("device"),
+                                        bench_attention.versions_table(att))
                 if att else ("seed 002: NVFP4-KV attention kernel", "untestable here: not recorded yet", "section 3"))
     rows.append(prefill_fp8_verdict(bench_prefill_attn.summary_rows(pf), (pf.get("provenance") or {}).get("device"))
                 if pf else ("seed 004: FP8 KV slows long-context prefill", "untestable here: not recorded yet",
@@ -1821,10 +1827,14 @@ def fast_accum_findings(rec: dict, device: str | None = None) -> list[str]:
 
 
 # ---- the seeds' remaining claims (notebook 13) -------------------------------------------------------------------
-def nvfp4_kv_kernel_verdict(goals: list[dict], device: str | None = None) -> tuple[str, str, str]:
+def nvfp4_kv_kernel_verdict(goals: list[dict], device: str | None = None,
+                            versions: list[dict] | None = None) -> tuple[str, str, str]:
     """(claim, verdict, evidence) for seed 002's NVFP4-KV decode attention kernel, from
     fp8lab.kernels.bench_attention.goals_table(data) (measured speedup of the same kernel on NVFP4 vs bf16 K/V);
-    `device`: the GPU of the recording (its provenance), named in the verdict."""
+    `device`: the GPU of the recording (its provenance), named in the verdict. With `versions`
+    (bench_attention.versions_table(data)) the evidence also gives the ratio a user sees at the same point: the fastest
+    NVFP4 kernel against the fastest bf16 kernel of the run (any version, or torch SDPA). The same-kernel ratio can
+    flatter a format whose kernel's bf16 twin is slow."""
     claim = "seed 002: an attention kernel can read NVFP4 K/V and dequantize at the MMA boundary (and gain from it)"
     g = [r for r in goals if r.get("goal") == "nvfp4_vs_bf16" and r.get("measured") is not None]
     if not g:
@@ -1837,6 +1847,11 @@ def nvfp4_kv_kernel_verdict(goals: list[dict], device: str | None = None) -> tup
     ev = (f"the same decode kernel on NVFP4 K/V is {m:.2f}× its bf16 speed at context {r['context']}, D = "
           f"{r['head_dim']} (byte ratio bound {bound:.2f}×; the lab's goal ≥ {r['threshold']}: "
           f"{'met' if r.get('met') else 'NOT met' if r.get('met') is False else 'not measured'})")
+    best = next((v["best_nvfp4_vs_best_bf16"] for v in versions or [] if v.get("best_nvfp4_vs_best_bf16")
+                 and (v.get("layout"), v.get("context"), v.get("head_dim")) == ("contiguous", r["context"], r["head_dim"])),
+                None)
+    if best:
+        ev += f"; against the fastest bf16 kernel of the run (any version, or torch SDPA) it is {best:.2f}×"
     return claim, verdict, ev
 
 
@@ -2325,12 +2340,10 @@ def paged_vs_contiguous_sentence(data: dict) -> str:
     return text + "."
 
 
-def prefill_kv_sentence(data: dict, variant: str = "w4") -> str:
-    """What a chunked-prefill attention recording (bench_prefill_attn) says about an FP8 cache against bf16: at how
-    many (context, chunk) points FP8 was slower and at how many faster, each counted only where the two records'
-    quartile ranges lie apart (by the medians where a record has no spread), the points the spread cannot decide, the
-    largest slowdown, and where FP8 / bf16 crosses 1 (bench_prefill_attn.crossover) at a context where FP8 was
-    faster beyond the spread somewhere."""
+def prefill_kv_points(data: dict, variant: str = "w4") -> list[dict]:
+    """Each (context, chunk) point of a chunked-prefill attention recording timed on both caches
+    (bench_prefill_attn.summary_rows) with `apart` (whether the bf16 and FP8 records' quartile ranges lie apart;
+    None without spreads) and `verdict`: 'faster' / 'slower' for FP8 only where they lie apart, else 'even'."""
     from fp8lab.kernels import bench_prefill_attn as bpa
     from fp8lab.kernels.bench_attention import quartiles_apart
 
@@ -2339,10 +2352,25 @@ def prefill_kv_sentence(data: dict, variant: str = "w4") -> str:
     def rec(r, kv):
         return next((x for x in res if (x.get("context"), x.get("chunk")) == (r["context"], r["chunk"])
                      and x.get("kv") == kv and x.get("variant") == variant), None)
-    rows = [{**r, "apart": quartiles_apart(rec(r, "bf16"), rec(r, "fp8"))} for r in bpa.summary_rows(data, variant)]
+    rows = []
+    for r in bpa.summary_rows(data, variant):
+        apart = quartiles_apart(rec(r, "bf16"), rec(r, "fp8"))
+        rows.append({**r, "apart": apart, "verdict": _spread_verdict(r["fp8_over_bf16"], apart)})
+    return rows
+
+
+def prefill_kv_sentence(data: dict, variant: str = "w4") -> str:
+    """What a chunked-prefill attention recording (bench_prefill_attn) says about an FP8 cache against bf16: at how
+    many (context, chunk) points FP8 was slower and at how many faster, each counted only where the two records'
+    quartile ranges lie apart (by the medians where a record has no spread), the points the spread cannot decide, the
+    largest slowdown, and where FP8 / bf16 crosses 1 (bench_prefill_attn.crossover) at a context where FP8 was
+    faster beyond the spread somewhere."""
+    from fp8lab.kernels import bench_prefill_attn as bpa
+
+    rows = prefill_kv_points(data, variant)
     if not rows:
         return "This run holds no (context, chunk) point timed on both caches."
-    by = {v: [r for r in rows if _spread_verdict(r["fp8_over_bf16"], r["apart"]) == v] for v in ("slower", "faster", "even")}
+    by = {v: [r for r in rows if r["verdict"] == v] for v in ("slower", "faster", "even")}
     slower, faster, even = by["slower"], by["faster"], by["even"]
     pt = lambda r: f"{r['context'] // 1024}k, chunk {r['chunk']}: x{r['fp8_over_bf16']:.2f}"  # noqa: E731
     spread = any(r["apart"] is not None for r in rows)

@@ -350,6 +350,9 @@ def test_seed003_table_keeps_each_value_beside_its_recipe():
     assert t.loc["e5m2-w", "seed 003 (Qwen2.5, wikitext)"] == "+2.9%" and t.loc["e5m2-w", "our rank (1 = least damage)"] == 3
     assert t.loc["e4m3-wa", "causal"] == findings.causal_label(False) and t.loc["e4m3-w", "seed rank"] == 1
     assert findings.seed003_noscale_step(df) is None
+    tie = findings.seed003_table(_ppl_frame([("e4m3-w", 0.5, 0.1, 0.9, True), ("e5m2-w", 0.5, 0.2, 0.8, True),
+                                             ("e4m3-wa", 0.9, 0.5, 1.3, False)]))
+    assert list(tie["our rank (1 = least damage)"]) == [1, 3, 1]            # a tie shares the better rank, as the seed's
     both = _ppl_frame([("e4m3-w-noscale", 1.0, 0.5, 1.5, True), ("e4m3-wa-noscale", 0.9, 0.4, 1.4, True)])
     assert findings.seed003_noscale_step(both) == pytest.approx(-0.2)
     assert findings.ppl_width_line(df) == "Perplexity, n = 12 windows: interval widths 0.20 to 1.00 % (of a 19.00 baseline)"

@@ -81,6 +81,12 @@ def test_kernel_and_serving_verdicts():
     assert F.nvfp4_kv_kernel_verdict(g)[1].startswith("confirmed")
     assert "on the NVIDIA H200" in F.nvfp4_kv_kernel_verdict(g, "NVIDIA H200")[1]
     assert F.nvfp4_kv_kernel_verdict([])[1].startswith("untestable")
+    vt = [dict(layout="paged16", context=32768, head_dim=128, best_nvfp4_vs_best_bf16=9.9),
+          dict(layout="contiguous", context=32768, head_dim=128, best_nvfp4_vs_best_bf16=2.17)]
+    ev = F.nvfp4_kv_kernel_verdict(g, versions=vt)[2]
+    assert ev.startswith("the same decode kernel on NVFP4 K/V is 3.10× its bf16 speed at context 32768")
+    assert ev.endswith("against the fastest bf16 kernel of the run (any version, or torch SDPA) it is 2.17×")
+    assert "fastest bf16" not in F.nvfp4_kv_kernel_verdict(g)[2]           # no versions table: the same-kernel ratio only
     rows = [dict(context=32768, chunk=c, fp8_over_bf16=r, valid=True) for c, r in ((16, 0.9), (512, 1.3), (4096, 1.4))]
     assert F.prefill_fp8_verdict(rows)[1].startswith("confirmed")
     assert "on the NVIDIA H100" in F.prefill_fp8_verdict(rows, "NVIDIA H100")[1]

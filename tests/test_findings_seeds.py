@@ -332,6 +332,16 @@ def test_prefill_crossover_lines():
     assert findings.prefill_crossover_lines(slow)[0] == ("context 32768: FP8 faster at chunks none, slower at "
                                                          "[16, 512, 2048, 8192]")
     assert findings.prefill_crossover_lines({"results": []}) == []
+    spread = _prefill_records()                                   # quartiles: the 16-token point overlaps at 32k
+    for r in spread["results"]:
+        t = r["time_us"]
+        wide = r["context"] == 32768 and r["chunk"] == 16 and r.get("variant") == "w4"
+        r["spread_us"] = {"q1": t * (0.5 if wide else 0.99), "q3": t * (1.5 if wide else 1.01)}
+    assert findings.prefill_crossover_lines(spread) == [
+        "context 32768: FP8 faster at chunks [512], slower at [2048, 8192], within the quartiles at [16]",
+        "context 131072: FP8 faster at chunks [16, 512], slower at [2048, 8192]"]
+    pts = findings.prefill_kv_points(spread)
+    assert len(pts) == 8 and sum(p["verdict"] == "even" for p in pts) == 1 and pts[0]["apart"] is False
 
 
 def _sass_summary():

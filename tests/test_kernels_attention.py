@@ -9,6 +9,7 @@ every compiled version-2 configuration, output poisoned first.
 """
 import functools
 import math
+import re
 import zlib
 
 import pytest
@@ -577,7 +578,7 @@ def _decode_records():
                  dict(kernel="v2_bf16kv", fmt="bf16", version=2, default=True, time_us=266 * t, speedup=0.9,
                       fraction_of_copy_bw=0.96, **base),
                  dict(kernel="v2_nvfp4kv", fmt="nvfp4", version=2, default=True, time_us=85 * t, speedup=3.1,
-                      fraction_of_copy_bw=0.84, **base),
+                      anchor_time_us=263.5 * t, fraction_of_copy_bw=0.84, **base),
                  dict(kernel="v1_fp8kv[cvt]", fmt="fp8cvt", version=1, default=False, time_us=146 * t, speedup=1.79,
                       fraction_of_copy_bw=0.87, **base),
                  dict(kernel="v1_bf16kv", fmt="bf16", version=1, default=False, time_us=262 * t, **base),
@@ -725,6 +726,10 @@ def test_bench_report_functions_current_schema():
     assert len(rows) == 3 and all(r["version"] == 2 for r in rows)  # the sweep row is not a summary row
     r32 = next(r for r in rows if r["context"] == 32768)
     assert r32["fp8_us"] == 140 and r32["nvfp4_vs_bf16"] == 3.1 and r32["fp8_v1_us"] == 146 and r32["torch_us"] == 238
+    assert r32["nvfp4_twin_us"] == 263.5                 # the base of nvfp4/twin, shown beside it
+    head, row32 = ba.format_summary(data).splitlines()[0], next(l for l in ba.format_summary(data).splitlines() if " 32768 " in l)
+    cols = dict(zip(re.split(r"\s{2,}", head.strip()), row32.split()))
+    assert cols["nvfp4 twin us"] == "263.5" and cols["nvfp4/twin"] == "3.10" and "nvfp4/bf16" not in head
     g = ba.goals_table(data)
     assert {x["goal"] for x in g} == {"fp8_vs_bf16", "fp8_vs_torch", "fp8_xcopy", "nvfp4_vs_bf16"}
     assert all(x["met"] for x in g if x["goal"] in ("fp8_vs_bf16", "fp8_xcopy", "nvfp4_vs_bf16"))
