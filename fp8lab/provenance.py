@@ -185,4 +185,7 @@ def describe(prov: dict, short: int = 12) -> str:
         dev = dev.get("device", "?")
     date = str(prov.get("date", "?"))[:10]
     label = "commits" if len(commits) > 1 else "commit"
-    return f"{label} {' + '.join(commits)} ({state}) · {dev} · {date} · {prov.get('command', '?')}"
+    # a merged file names every run's command (each run recorded its own rows), not only the last one's
+    cmds = list(dict.fromkeys(r.get("command") for r in runs if r.get("command"))) if len(runs) > 1 else []
+    command = " + ".join(cmds) if len(cmds) > 1 else prov.get("command", "?")
+    return f"{label} {' + '.join(commits)} ({state}) · {dev} · {date} · {command}"

@@ -198,6 +198,14 @@ def test_describe_never_hides_a_dirty_tree(prov, want):
     assert want in P.describe(prov)
 
 
+def test_describe_names_every_merged_run_command():
+    runs = [{"git_commit": "a" * 40, "dirty": False, "command": "bench gemm --only decode"},
+            {"git_commit": "a" * 40, "dirty": False, "command": "bench gemm --only prefill"}]
+    text = P.describe({"git_commit": "a" * 40, "dirty": False, "command": "bench gemm --only prefill", "merged_from": runs})
+    assert text.endswith("bench gemm --only decode + bench gemm --only prefill") and "runs merged, clean" in text
+    assert P.describe({**runs[0], "merged_from": runs[:1]}).endswith("bench gemm --only decode")
+
+
 def test_provenance_takes_the_state_captured_when_the_run_started(tmp_path):
     """A run that writes provenance last passes the git state it saw at its start: its own output files must not
     turn a clean commit into a DIRTY record."""
