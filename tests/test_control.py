@@ -130,3 +130,27 @@ def test_lm_weight_sqnr_on_the_4bit_lm():
     for r in rows:
         by[r["recipe"]].append(float(r["sqnr_db"]))
     assert min(by["int8-w"]) > max(by["e5m2-w"])           # 8 bits of integer grid beat 2 mantissa bits
+
+
+def test_the_committed_comparison_reads_the_committed_sweeps():
+    """outputs/control/comparison.csv sets MiniLM's damage beside the 4-bit LM's perplexity change: each LM number it
+    holds must be the one the committed sweeps hold now (outputs/results.csv, outputs/sweep_more/results.csv), or the
+    control compares against a run that is no longer there (re-record the control after re-recording a sweep)."""
+    import csv
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    cmp_file = repo / "outputs" / "control" / "comparison.csv"
+    if not cmp_file.is_file():
+        pytest.skip("no committed control comparison")
+    lm = {}
+    for f in (repo / "outputs" / "results.csv", repo / "outputs" / "sweep_more" / "results.csv"):
+        for r in csv.DictReader(f.open()) if f.is_file() else []:
+            if (r["task"], r["metric"]) == ("ppl", "ppl"):
+                lm.setdefault(r["recipe"], []).append((float(r["delta_pct"]), int(r["n"])))
+    rows = list(csv.DictReader(cmp_file.open()))
+    assert rows
+    for r in rows:
+        have = lm.get(r["recipe"], [])
+        assert any(abs(d - float(r["lm_ppl_delta_pct"])) < 1e-6 * max(1.0, abs(d)) and n == int(r["lm_n_windows"])
+                   for d, n in have), f"{r['recipe']}: {r['lm_ppl_delta_pct']} (n {r['lm_n_windows']}) not in {have}"
