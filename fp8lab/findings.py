@@ -183,16 +183,20 @@ def seed003_noscale_step(df) -> float | None:
     return SEED003_PPL_DELTA["e4m3-wa-noscale"] - SEED003_PPL_DELTA["e4m3-w-noscale"]
 
 
-#: notebook 02's paired steps: (recipe, the recipe it is compared with, what the step adds or changes)
-PAIRED_STEPS = (("e4m3-wa-tok", "e4m3-w", "+ E4M3 Linear inputs, per-token scales (causal)"),
-                ("e4m3-wakv-tok", "e4m3-wa-tok", "+ E4M3 KV cache, per-token scales (causal)"),
-                ("e4m3-wa", "e4m3-w", "+ E4M3 Linear inputs, per-tensor scales (oracle)"),
-                ("e4m3-wakv", "e4m3-wa", "+ E4M3 KV cache, per-tensor scales (oracle)"),
-                ("e5m2-w", "e4m3-w", "E5M2 instead of E4M3 weights"),
-                ("e4m3-w-noscale", "e4m3-w", "drop the weight scale"),
-                ("e4m3-wa-noscale", "e4m3-wa-tok", "drop the weight and input scales (vs causal per-token inputs)"),
-                ("e4m3-wa", "e4m3-wa-tok", "oracle per-tensor inputs vs causal per-token inputs"),
-                ("e4m3-wakv", "e4m3-wakv-tok", "oracle per-tensor W+A+KV vs causal per-token W+A+KV"))
+def paired_steps_table(compared: dict, steps=None):
+    """results.paired_steps' comparisons as a table, one row per step of `steps` (default results.PAIRED_STEPS) the
+    run holds: what the step changes, both recipes (labelled causal / ORACLE), the perplexity change with its 95 %
+    interval and the number of windows. An empty DataFrame where the run holds none."""
+    import pandas as pd
+
+    from fp8lab.results import PAIRED_STEPS
+
+    rows = [{"step": what, "recipe": recipe_label(a), "vs": recipe_label(b),
+             "ppl change (%)": f"{c['delta']:+.2f}", "95% CI": f"[{c['ci95_low']:+.2f}, {c['ci95_high']:+.2f}]",
+             "n windows": c["n"]}
+            for a, b, what in (PAIRED_STEPS if steps is None else steps) if (c := compared.get((a, b)))]
+    return pd.DataFrame(rows).set_index("step") if rows else pd.DataFrame()
+
 
 #: the steps notebook 02's reading sentences walk through: (label, (recipe, compared with))
 READING_CHAIN = (("+ E4M3 Linear inputs, per-token (causal)", ("e4m3-wa-tok", "e4m3-w")),
@@ -203,38 +207,19 @@ READING_CHAIN = (("+ E4M3 Linear inputs, per-token (causal)", ("e4m3-wa-tok", "e
                  ("the oracle's per-tensor inputs instead of per-token", ("e4m3-wa", "e4m3-wa-tok")))
 
 
-def paired_steps(folder, df, steps=PAIRED_STEPS):
-    """Each step of `steps` as a paired perplexity comparison on the same windows (sweep.compare over the run in
-    `folder`, whose results frame is `df`): (a table, one row per step the run holds; {(a, b): compare's dict};
-    ["a vs b: not in this run", ...] for the steps it does not hold)."""
-    import pandas as pd
-
-    from fp8lab import sweep
-
-    have, rows, C, missing = set(df.recipe), [], {}, []
-    for a, b, what in steps:
-        if not {a, b} <= have:
-            missing.append(f"{a} vs {b}: not in this run")
-            continue
-        c = C[(a, b)] = sweep.compare(folder, "ppl", a, b)
-        rows.append({"step": what, "recipe": recipe_label(a), "vs": recipe_label(b),
-                     "ppl change (%)": f"{c['delta']:+.2f}", "95% CI": f"[{c['ci95_low']:+.2f}, {c['ci95_high']:+.2f}]",
-                     "n windows": c["n"]})
-    table = pd.DataFrame(rows).set_index("step") if rows else pd.DataFrame()
-    return table, C, missing
+#: the step seed 003's table implies without an interval (seed003_noscale_step): (recipe, compared with)
+NOSCALE_STEP = ("e4m3-wa-noscale", "e4m3-w-noscale")
 
 
-def sweep_reading_lines(folder, df, compared: dict, seed_step: float | None, recipes) -> list[str]:
+def sweep_reading_lines(df, compared: dict, seed_step: float | None, recipes, noscale: dict | None = None) -> list[str]:
     """Notebook 02's reading of a sweep, one sentence per line: the cheapest causal recipe of `recipes`, each step
-    of READING_CHAIN with its interval and verdict (from `compared`, paired_steps' dict), and, where seed 003's table
-    implies a step without an interval (seed003_noscale_step), that step measured here beside the seed's number."""
-    from fp8lab import sweep
-
+    of READING_CHAIN with its interval and verdict (from `compared`: results.paired_steps' {(a, b): compare's dict}),
+    and, where seed 003's table implies a step without an interval (`seed_step`, seed003_noscale_step), that step as
+    measured here (`noscale`: results.compare over NOSCALE_STEP) beside the seed's number."""
     lines = [cheapest_causal(df, recipes)]
     lines += [step_sentence(label, compared.get(ab), *ab) for label, ab in READING_CHAIN]
     if seed_step is not None:
-        ab = ("e4m3-wa-noscale", "e4m3-w-noscale")
-        lines.append(step_sentence("adding unscaled activations to unscaled weights", sweep.compare(folder, "ppl", *ab), *ab)
+        lines.append(step_sentence("adding unscaled activations to unscaled weights", noscale, *NOSCALE_STEP)
                      + f" The seed printed {seed_step:+.1f} points for the same step, without an interval: whether "
                        "that was a gain or noise cannot be told.")
     return lines
@@ -1110,601 +1095,99 @@ def layer_kinds_sentence(table: list[dict], point: tuple) -> str | None:
             f"({b16['of_ceiling']:.2f} of its ceiling). The fastest of each kind: " + "; ".join(parts) + ".")
 
 
-# ---- decode attention readings (notebook 08) -------------------------------------------------------------------
-def attention_goal_line(data: dict) -> str:
-    """The decode-attention recording's headline target (bench_attention.GOAL: the FP8 kernel against the same kernel
-    on a bf16 cache at 32k context, D = 128) as one line: the threshold, the measured speedup (None where the run has
-    no valid row there) and the verdict."""
-    from fp8lab.kernels import bench_attention as ba
-
-    speed, met = ba.goal_met(data)
-    return (f"goal: {ba.GOAL[0]} >= {ba.GOAL[1]}x -> measured {speed if speed is None else round(speed, 2)}: "
-            f"{'met' if met else 'not met'}")
+def _spread_verdict(ratio: float, apart: bool | None) -> str:
+    """'faster' (ratio = time / the reference's time below 1), 'slower', or 'even' where the ratio is 1 or
+    bench_attention.quartiles_apart found the two quartile ranges overlapping (False); where a record has no spread
+    (None) the medians decide."""
+    return "even" if ratio == 1 or apart is False else "faster" if ratio < 1 else "slower"
 
 
-def copy_bandwidth_above_one(rows: list[dict]) -> str:
-    """The rows of a kernel recording's table (fp8lab.kernels.report's Summary.table) that read faster than the
-    device-to-device copy moves bytes (fraction_of_copy_bw above 1.0: a read-only stream can beat the read-write mix
-    of a copy), counted, then one per line with kernel, shape and fraction."""
-    above = [r for r in rows if (r.get("fraction_of_copy_bw") or 0) > 1.0]
-    return f"rows above 1.0 of copy bandwidth: {len(above)}" + "".join(
-        f"\n  {r['kernel']:28s} {r.get('shape', ''):28s} {r['fraction_of_copy_bw']:.3f}" for r in above)
+def version_verdicts(data: dict, old: int, new: int) -> dict:
+    """Version `new` against version `old` of each of our decode kernels, at every decode point where both ran (the
+    fastest plain-launch record of each version there, gemm_report.best_version_records): {"points": how many (kernel,
+    point) pairs, "faster" / "slower": [(label, N, K, M, time old / time new)] where the two records' quartile ranges
+    lie apart (a record without a spread counts by its median), "even": the same where they overlap}. A ratio of
+    medians alone would call a point "faster" that the rounds' spread cannot tell apart.
 
+        version_verdicts(data, 3, 4) -> {"points": 72, "faster": [("fp8 block", 28672, 8192, 1, 1.008), ...], ...}
+    """
+    from fp8lab.kernels.bench_attention import quartiles_apart
+    from fp8lab.kernels.gemm_report import best_version_records
 
-def attention_context_bullets(data: dict) -> str:
-    """Markdown bullets reading a decode-attention recording at D = 128, contiguous cache: at short context (up to
-    4k) the FP8 step's time and its speedup over the same kernel on bf16; at long context (16k and more) the speedup
-    over the same kernel on bf16 and over torch SDPA, and both kernels' fractions of copy bandwidth; the lab's
-    headline target (bench_attention.GOAL) with its measured value and verdict; and, where the recording's version-3
-    default is not this tree's (recorded_default_sentence), that note. A context band the run did not time gets no
-    bullet; the target's bullet is always there ('-', not measured, where the run has no valid 32k row)."""
-    from fp8lab.kernels import bench_attention as ba
-
-    sr = [r for r in ba.summary_rows(data) if r["layout"] == "contiguous" and r["head_dim"] == 128]
-    short = [r for r in sr if r["context"] <= 4096]
-    long_ = [r for r in sr if r["context"] >= 16384]
-    g, met = ba.goal_met(data)
-
-    def ks(rs):
-        return ", ".join(f"{r['context'] // 1024}k" for r in rs)
-    bullets = []
-    if short:
-        bullets.append(f"* Short context ({ks(short)}): the FP8 step takes "
-                       f"{min(r['fp8_us'] for r in short):.0f}–{max(r['fp8_us'] for r in short):.0f} µs, "
-                       f"{ratio_range([r['speedup_vs_bf16'] for r in short])}× faster than bf16 (the same kernel).")
-    if long_:
-        bullets.append(f"* At {ks(long_)} context: "
-                       f"{ratio_range([r['speedup_vs_bf16'] for r in long_])}× faster than the same kernel on bf16 and "
-                       f"{ratio_range([r['speedup_vs_torch'] for r in long_ if r['speedup_vs_torch']])}× faster than "
-                       f"torch SDPA; FP8 reaches {ratio_range([r['fp8_frac_copy'] for r in long_])} of copy bandwidth, "
-                       f"bf16 {ratio_range([r['bf16_frac_copy'] for r in long_ if r['bf16_frac_copy']])}.")
-    verdict = "not measured" if met is None else "met" if met else "not met"
-    bullets.append(f"* The lab's target ({ba.GOAL[0]}, at least {ba.GOAL[1]}×): measured "
-                   f"{'-' if g is None else f'{g:.2f}×'}, {verdict}.")
-    stale = recorded_default_sentence(data)
-    if stale:
-        bullets.append("* " + stale)
-    return "\n".join(bullets)
-
-
-def _faster_word(time_ratios) -> str:
-    """'slower' where every time ratio (new / old) is above 1, 'faster' where every one is below 1, else 'sometimes
-    faster, sometimes slower'."""
-    return ("slower" if min(time_ratios) > 1 else "faster" if max(time_ratios) < 1
-            else "sometimes faster, sometimes slower")
-
-
-def attention_version_sentences(data: dict) -> list[str]:
-    """What a decode-attention recording says about the kernel's three versions (bench_attention.versions_table):
-    whether versions 2 and 3 are faster or slower than version 1 on an FP8 cache (and on a bf16 one, where timed), as
-    time ratios vN / v1 at D = 128, contiguous; how fast the fastest FP8 and NVFP4 kernels of the run are against the
-    fastest bf16 kernel of the run, whoever wrote it; and version 3 against version 1 on FP8 at every other head dim.
-    Empty where the recording holds one version only."""
-    from fp8lab.kernels import bench_attention as ba
-
-    table = ba.versions_table(data)
-    vt = [r for r in table if r["layout"] == "contiguous" and r["head_dim"] == 128]
-    out = []
-    for v in (2, 3):
-        f8 = [r[f"v{v}_over_v1_fp8"] for r in vt if r[f"v{v}_over_v1_fp8"]]
-        b16 = [r[f"v{v}_over_v1_bf16"] for r in vt if r[f"v{v}_over_v1_bf16"]]
-        if f8:
-            out.append(f"In this run version {v} is **{_faster_word(f8)}** than version 1 on an FP8 cache (time v{v} / "
-                       f"v1 = {ratio_range(f8)} at D = 128, contiguous)"
-                       + (f", and {_faster_word(b16)} on a bf16 cache ({ratio_range(b16)})." if b16 else "."))
-    best = [r["best_fp8_vs_best_bf16"] for r in vt if r["best_fp8_vs_best_bf16"]]
-    if best:
-        out.append("A goal written as *FP8 over bf16, the same kernel* can be met for the wrong reason, by a version "
-                   "whose bf16 twin is slow. Against the fastest bf16 kernel of the run, the fastest "
-                   f"FP8 kernel is {ratio_range(best)}× as fast, the NVFP4 kernel "
-                   f"{ratio_range([r['best_nvfp4_vs_best_bf16'] for r in vt if r['best_nvfp4_vs_best_bf16']])}×.")
-    for D in sorted({r["head_dim"] for r in table} - {128}):
-        o = [r["v3_over_v1_fp8"] for r in table if r["head_dim"] == D and r["v3_over_v1_fp8"]]
-        if o:
-            out.append(f"At D = {D}, version 3 is {_faster_word(o)} than version 1 on an FP8 cache "
-                       f"(time v3 / v1 = {ratio_range(o)}).")
-    return out
-
-
-def attention_sweep_sentences(sweep: dict) -> list[str]:
-    """What a decode-attention sweep (every compiled configuration, bench_attention --sweep) says about version 3:
-    the best copy-per-tile configuration against the best copy-per-row one on an FP8 cache (fraction of copy
-    bandwidth and time ratio: whether the copy loop of a copy per row costs more than the bank conflicts its padded
-    rows avoid); at every context of the sweep, whether the default was the fastest FP8 configuration or by how much
-    another one beat it; and on an NVFP4 cache, the best version-3 configuration against the best version-2 one, with
-    the NVFP4 default version (attention_nvfp4kv.DEFAULT_VERSION). Each sentence only where the sweep timed what it
-    compares."""
-    from fp8lab.kernels import attention_nvfp4kv as nv
-    from fp8lab.kernels import bench_attention as ba
-
-    out = []
-    b0, b1 = ba.sweep_best(sweep, "fp8cvt", 3, copy=0), ba.sweep_best(sweep, "fp8cvt", 3, copy=1)
-    if b0 and b1:
-        out.append(f"Version 3 on an FP8 cache: the best copy-per-tile configuration {tuple(b1['config'])} reads at "
-                   f"{b1['fraction_of_copy_bw']:.2f} of copy bandwidth, the best copy-per-row one "
-                   f"{tuple(b0['config'])} at {b0['fraction_of_copy_bw']:.2f} ({b0['time_us'] / b1['time_us']:.2f}× "
-                   "the time): "
-                   + ("the copy loop costs more than the bank conflicts it avoids." if b0["time_us"] > b1["time_us"]
-                      else "here the padded rows pay for their copy loop."))
-    said = []
-    for L in sorted({r["context"] for r in sweep.get("results", []) if r.get("context")}):
-        best, dflt = ba.sweep_vs_default(sweep, "fp8cvt", 3, context=L)
-        if not (best and dflt):
+    best = best_version_records(data)
+    out: dict = {"points": 0, "faster": [], "slower": [], "even": []}
+    for (label, N, K, M), a in sorted(best.items(), key=lambda kv: (kv[0][1] * kv[0][2], kv[0][3], kv[0][0])):
+        fam, v = label.rsplit(" v", 1)
+        b = best.get((f"{fam} v{new}", N, K, M))
+        if int(v) != old or b is None:
             continue
-        if tuple(best["config"]) == tuple(dflt["config"]):
-            said.append(f"at {L // 1024}k the default {tuple(dflt['config'])} is the fastest FP8 configuration")
-        else:
-            said.append(f"at {L // 1024}k the fastest FP8 configuration is {tuple(best['config'])}, "
-                        f"{dflt['time_us'] / best['time_us']:.3f}× as fast as the default {tuple(dflt['config'])}")
-    if said:
-        out.append("In this sweep " + "; ".join(said) + ". A configuration becomes a default only once it has been "
-                   "measured at every context the lab records, not at one; where the best one depends on the cache's "
-                   "size, the default does too (the rule below).")
-    b2, b3 = ba.sweep_best(sweep, "nvfp4", 2), ba.sweep_best(sweep, "nvfp4", 3)
-    if b2 and b3:
-        ratio = b3["time_us"] / b2["time_us"]
-        out.append(f"On an NVFP4 cache the best version-3 configuration takes {ratio:.2f}× the time of the best "
-                   f"version-2 one {tuple(b2['config'])} ({b3['fraction_of_copy_bw']:.2f} against "
-                   f"{b2['fraction_of_copy_bw']:.2f} of copy bandwidth)" + (
-                       ": the copy engine does not help there. An NVFP4 tile is 0.5625 bytes per element and every "
-                       "pair of nibbles is widened by integer bit moves, so its time goes to arithmetic rather than to "
-                       f"moving bytes; version 2's best configuration updates the softmax once per {b2['config'][0]} "
-                       "tile(s), which version 3 cannot." if ratio > 1 else ".")
-                   + f" The NVFP4 default is version {nv.DEFAULT_VERSION}.")
+        out["points"] += 1
+        out[_spread_verdict(b["time_us"] / a["time_us"], quartiles_apart(a, b))].append(
+            (fam, N, K, M, a["time_us"] / b["time_us"]))
     return out
 
 
-def v3_default_rule_line() -> str:
-    """This tree's size rule for version 3's default (attention_fp8kv.v3_default) as one line: per (format, head dim,
-    group) that has a long-cache configuration, the short-cache default below the threshold in rows (batch x KV
-    heads x tokens) and the long-cache one from there on."""
-    from fp8lab.kernels import attention_fp8kv as att
+def best_fp8_vs_scaled_mm_verdicts(data: dict) -> dict:
+    """The best of our FP8 GEMVs against torch._scaled_mm tensorwise at every decode point of a recorded GEMM run
+    (plain launches): at each (N, K, M), the FP8 record (per-channel or block, any version) with the highest same-run
+    speedup over _scaled_mm, held against the _scaled_mm record of the same run. {"points": how many, "faster" /
+    "slower": [(N, K, M, speedup)] where the two records' quartile ranges lie apart (by the medians where a record
+    has no spread), "even": where they overlap}. The median ratio alone would count a point inside the rounds'
+    spread as a win or a loss."""
+    from fp8lab.kernels.bench_attention import quartiles_apart
+    from fp8lab.kernels.gemm_report import _plain_decode, _version_label
 
-    return "the rule: " + str({k: f"{att.V3_DEFAULTS[k]} below {att.V3_LONG_ROWS} rows, {v} from there on"
-                               for k, v in att.V3_LONG_DEFAULTS.items()})
-
-
-def default_rule_reading(data: dict) -> str:
-    """A decode-attention recording's check of the size rule (default_rule_sentence over bench_attention.
-    default_rule_rows, on the recording's device); a recording made before the rule timed no alternative beside the
-    default, and then the sentence says which default it timed: the one launched when it was recorded where that is
-    not this tree's (recorded_default_sentence, stated after the lab's target), else the one this tree's rule picks."""
-    from fp8lab.kernels import bench_attention as ba
-
-    return (default_rule_sentence(ba.default_rule_rows(data), (data.get("provenance") or {}).get("device"))
-            or "This recording holds no timing of the rule's other choice: it timed one default at every context, "
-            + ("the one launched when it was recorded (the note after the lab's target, above, says where that is "
-               "not this tree's)." if recorded_default_sentence(data) else "the one this tree's rule picks."))
-
-
-def missed_goals_sentence(goals: list[dict]) -> str | None:
-    """The decode-attention targets a run missed (bench_attention.goals_table rows whose verdict is False, not the
-    ones it did not measure), each with its context, measured value and threshold. None where none was missed."""
-    miss = [g for g in goals if g["met"] is False]
-    if not miss:
-        return None
-    return "Missed: " + "; ".join(f"{g['what']} at {g['context'] // 1024}k, {g['measured']:.2f} against "
-                                  f"{g['threshold']}" for g in miss) + "."
-
-
-def attention_fixed_cost_sentence(data: dict) -> str | None:
-    """Our default FP8 decode kernel against torch's pick in the fit time = fixed + cache bytes / rate
-    (bench_attention.fixed_cost_default_vs_torch, D = 128, contiguous): each one's fixed part per call and streaming
-    rate, the fixed part's share of our shortest context's step and the fraction of copy bandwidth the kernel would
-    read there without it, and why a fixed cost (and a slower stream) weighs on the ratio to torch. None where either
-    fit is missing."""
-    from fp8lab.kernels import bench_attention as ba
-
-    f, t = ba.fixed_cost_default_vs_torch(data)
-    if not (f and t):
-        return None
-    return (f"Our default FP8 kernel pays **{f['fixed_us']:.1f} µs** per call whatever the context and streams at "
-            f"**{f['rate_TBps']:.2f} TB/s**; torch's pick pays {t['fixed_us']:.1f} µs and streams its bf16 cache at "
-            f"{t['rate_TBps']:.2f} TB/s. At {f['shortest'] // 1024}k the fixed part is {f['fixed_share']:.0%} of our "
-            f"FP8 step; without it the kernel would read at {f['xcopy_without_fixed']:.2f} of copy bandwidth there. "
-            "A fixed cost paid on half the bytes weighs twice as much in the ratio to torch" +
-            (", and a stream slower than torch's leaves less than the factor of two that the bytes promise."
-             if f["rate_TBps"] and t["rate_TBps"] and f["rate_TBps"] < t["rate_TBps"] else "."))
-
-
-def merge_in_kernel_sentence(data: dict) -> str | None:
-    """What merging the splits inside version 3's kernel saves per call against the second (reduce) launch, timed in
-    the same run (bench_attention.merge_comparison), counted where the two rows' quartile ranges lie apart; the
-    comparisons within the spread; the default FP8 kernel's fitted fixed part (attention_fixed_cost_sentence's fit);
-    and, where that fixed part is within 1.5 µs of torch's while our stream is slower, that the stream rate, not the
-    per-call overhead, separates the two at short context. None where no comparison lies apart."""
-    from fp8lab.kernels import bench_attention as ba
-
-    mc = ba.merge_comparison(data)
-    sep = [r for r in mc if r["separated"]]
-    if not sep:
-        return None
-    sv = [r["saved_us"] for r in sep]
-    rest = [r for r in mc if not r["separated"]]
-    f, t = ba.fixed_cost_default_vs_torch(data)
-    gap = (f["fixed_us"] - t["fixed_us"]) if f and t else None
-    what = (f"saves {min(sv):.1f} to {max(sv):.1f} µs" if min(sv) > 0
-            else f"changes the call time by {-max(sv):+.1f} to {-min(sv):+.1f} µs")
-    return (f"Where the two rows' quartiles do not overlap, merging inside the kernel {what} per call in this run" +
-            (f" ({len(rest)} comparison(s) fall within the rounds' spread)" if rest else "") +
-            (f"; the fixed part fitted above is {f['fixed_us']:.1f} µs." if f else ".") + (
-                (" With it, our fixed part equals torch's to 0.1 µs" if abs(gap) < 0.05 else
-                 f" With it, our fixed part is within {abs(gap):.1f} µs of torch's") + ", so what separates the two at "
-                f"short context is the stream rate ({f['rate_TBps']:.2f} against {t['rate_TBps']:.2f} TB/s), not the "
-                "per-call overhead." if gap is not None and abs(gap) < 1.5 and f["rate_TBps"] < t["rate_TBps"]
-                else ""))
-
-
-# ---- beyond one model: tables and readings (notebook 12) ---------------------------------------------------------
-def _part_label(kind: str) -> str:
-    """A sensitivity part's label: its KV part takes its scale over the whole window (an oracle), a weight part is
-    quantized offline (causal)."""
-    return "ORACLE (scale over the window)" if kind == "kv" else "causal"
-
-
-def control_n_line(rows: list[dict]) -> str | None:
-    """The FP32 control's size (control.csv rows): questions, distinct passages, and the FP32 model's MRR (the
-    baseline of the first MRR row). None where the rows hold no MRR."""
-    mrr = [r for r in rows if r["metric"] == "mrr"]
-    if not mrr:
-        return None
-    return (f"n = {rows[0]['n_queries']} questions, {rows[0]['n_passages']} passages; FP32 MRR "
-            f"{float(mrr[0]['baseline']):.4f}")
-
-
-def control_table(rows: list[dict], sqnr_rows: list[dict]):
-    """The FP32 control as one table (a DataFrame, one row per weight recipe in control.CONTROL_RECIPES' order, rows
-    with nothing measured left out): median weight SQNR over MiniLM's Linears (sqnr.csv), how far the question
-    embeddings move (1 - cos), the MRR change x100 with its 95 % interval, and the top-1 change in points
-    (control.csv)."""
-    import pandas as pd
-
-    from fp8lab import control
-
-    c = pd.DataFrame(rows)
-    for k in ("value", "delta", "ci95_low", "ci95_high"):
-        c[k] = c[k].astype(float)
-    sq = pd.DataFrame(sqnr_rows).astype({"sqnr_db": float})
-    wide = c.pivot(index="recipe", columns="metric", values="delta")
-    mrr = c[c.metric == "mrr"].set_index("recipe")
-    return pd.DataFrame({
-        "median weight SQNR (dB)": sq.groupby("recipe").sqnr_db.median().round(1),
-        "1 - cos (queries)": wide["query_cos_loss"].map("{:.2e}".format),
-        "MRR change x100": mrr.delta.map("{:+.2f}".format),
-        # a Series indexed by recipe, like the other columns: a plain list would be placed by position in the
-        # DataFrame's (sorted) index, not by recipe, and put one recipe's interval beside another's change
-        "95% CI": pd.Series([f"[{lo:+.2f}, {hi:+.2f}]" for lo, hi in zip(mrr.ci95_low, mrr.ci95_high)], index=mrr.index),
-        "top-1 change (pp)": wide["top1"].map("{:+.2f}".format)}).reindex(control.CONTROL_RECIPES).dropna(how="all")
-
-
-#: the two orderings of the control compared with the 4-bit LM's (keys of comparison.json, with what each compares)
-CONTROL_RHOS = (("spearman_cos_loss_vs_lm_ppl", "MiniLM cosine loss vs LM perplexity change"),
-                ("spearman_mrr_loss_vs_lm_ppl", "MiniLM MRR loss vs LM perplexity change"))
-
-
-def control_rho_lines(cmp: dict) -> list[str]:
-    """comparison.json (control.compare_with_lm) as sentences: for MiniLM's cosine loss and its MRR loss, whether
-    the ordering of the formats agrees with their ordering by the 4-bit LM's perplexity change (rho_sentence). A
-    key the file lacks is left out."""
-    return [rho_sentence(label, cmp[k], cmp["n_formats"]) for k, label in CONTROL_RHOS if k in cmp]
-
-
-def control_comparison_table(rows: list[dict]):
-    """comparison.csv as a DataFrame of the columns a reader compares: per format MiniLM's median SQNR, cosine loss
-    and MRR change beside the 4-bit LM's perplexity change with its interval and number of windows."""
-    import pandas as pd
-
-    return pd.DataFrame(rows)[["recipe", "minilm_median_sqnr_db", "minilm_cos_loss", "minilm_mrr_delta",
-                               "lm_ppl_delta_pct", "lm_ci95_low", "lm_ci95_high", "lm_n_windows"]]
-
-
-def nvfp4_rank_sentence(rows: list[dict], recipe: str = "nvfp4-w") -> str:
-    """Where `recipe` ranks (rank_of, least cost first) by cosine loss on MiniLM's FP32 weights (one rounding) and by
-    perplexity change on the 4-bit LM (two roundings), from comparison.csv rows; a rank the rows cannot give reads
-    None."""
-    a, n = rank_of(rows, recipe, "minilm_cos_loss")
-    b, m = rank_of(rows, recipe, "lm_ppl_delta_pct")
-    return (f"`{recipe}` ranks **{a} of {n}** by cosine loss on MiniLM's FP32 weights (one rounding) and "
-            f"**{b} of {m}** by perplexity change on the 4-bit LM (its baseline is already 4-bit, so this row "
-            "compounds two roundings).")
-
-
-def sqnr_lm_table(lm_rows: list[dict], sqnr_rows: list[dict]):
-    """Median weight SQNR per format on MiniLM's FP32 weights (sqnr.csv) beside the same on the 4-bit LM's own weights
-    (sqnr_lm.csv, its column named after the LM): a DataFrame in control.CONTROL_RECIPES' order, keeping the formats
-    measured on both."""
-    import pandas as pd
-
-    from fp8lab import control
-
-    lmq = pd.DataFrame(lm_rows).astype({"sqnr_db": float})
-    mq = pd.DataFrame(sqnr_rows).astype({"sqnr_db": float})
-    both = pd.DataFrame({"MiniLM, FP32 weights (dB)": mq.groupby("recipe").sqnr_db.median(),
-                         f"{lmq.model.iloc[0]}, 4-bit weights (dB)": lmq.groupby("recipe").sqnr_db.median()})
-    return both.reindex(control.CONTROL_RECIPES).dropna(how="any")
-
-
-def sqnr_gap_sentence(table) -> str | None:
-    """How far a second rounding moves SQNR (sqnr_lm_table: the 4-bit LM's column minus MiniLM's, per format): the
-    range over the formats and the largest gap. None where no format is in both columns."""
-    d = table.iloc[:, 1] - table.iloc[:, 0]
-    if d.empty:
-        return None
-    big = d.abs().idxmax()
-    return (f"4-bit LM minus FP32 MiniLM, median SQNR per format: {d.min():+.1f} to {d.max():+.1f} dB over "
-            f"{len(d)} formats (largest gap: `{big}` {d[big]:+.1f} dB)")
-
-
-def control_live_table(rows: list[dict]):
-    """A live control slice (control.run_control's rows) as a DataFrame of its MRR and query-cosine rows, with the
-    value, the change against FP32, its interval and the counts."""
-    import pandas as pd
-
-    live = pd.DataFrame(rows)
-    return live[live.metric.isin(["mrr", "query_cos_loss"])][["recipe", "metric", "value", "delta", "ci95_low",
-                                                              "ci95_high", "n_queries", "n_passages"]]
-
-
-def sensitivity_n_line(rows: list[dict]) -> str | None:
-    """A sensitivity map's size (sensitivity.csv rows): windows x tokens and the model's note. None without rows."""
-    if not rows:
-        return None
-    r = rows[0]
-    return f"n = {r['n']} windows x {r['seq_len']} tokens; {r['model_note']}"
-
-
-def sensitivity_top_parts(rows: list[dict], top: int = 5):
-    """The `top` costliest parts per format of a sensitivity map (sensitivity.csv rows), costliest first, as a
-    DataFrame: each part's causal / ORACLE label (the KV part's scale is taken over the window), its perplexity change
-    with the interval, and whether the interval excludes zero ("significant")."""
-    import pandas as pd
-
-    s = pd.DataFrame(rows)
-    for k in ("delta_pct", "ci95_low", "ci95_high"):
-        s[k] = s[k].astype(float)
-    s["significant"] = (s.ci95_low > 0) | (s.ci95_high < 0)
-    s["label"] = [_part_label(k) for k in s.kind]
-    return s.sort_values("delta_pct", ascending=False).groupby("format").head(top)[
-        ["format", "part", "label", "delta_pct", "ci95_low", "ci95_high", "significant"]]
-
-
-def sensitivity_live_table(rows: list[dict]):
-    """A live sensitivity slice (sensitivity.csv rows, as written) as a DataFrame: part, causal / ORACLE label,
-    format, perplexity change with its interval, windows and tokens."""
-    import pandas as pd
-
-    s = pd.DataFrame(rows)
-    s["label"] = [_part_label(k) for k in s.kind]
-    return s[["part", "label", "format", "delta_pct", "ci95_low", "ci95_high", "n", "seq_len"]]
-
-
-def _frontier_label(assignment: str) -> str:
-    """'causal' for a frontier point whose KV cache stays as loaded, else the KV part's oracle label."""
-    return "causal" if "kv:bf16" in assignment or "kv:" not in assignment else "ORACLE (KV scale over the window)"
-
-
-def frontier_n_line(rows: list[dict]) -> str | None:
-    """A frontier run's setting (frontier.csv rows): batch, context, windows x tokens. None without rows."""
-    if not rows:
-        return None
-    r = rows[0]
-    return f"batch {r['batch']}, context {r['context']}; n = {r['n']} windows x {r['seq_len']}"
-
-
-def frontier_table(rows: list[dict]):
-    """A frontier run (frontier.csv rows) as a DataFrame: per point its kind, causal / ORACLE label, MB read per
-    decode step, the tokens/s ceiling on each GPU of the run (bandwidth / bytes per step: arithmetic, not a timing),
-    the greedy prediction and the measured perplexity change with its interval."""
-    import json
-
-    import pandas as pd
-
-    f = pd.DataFrame(rows)
-    f["MB/step"] = (f.bytes_per_step.astype(float) / 1e6).round(2)
-    f["label"] = [_frontier_label(a) for a in f.assignment]
-    for gpu, tbps in json.loads(f.ceilings.iloc[0]).items():
-        f[f"{gpu} tok/s ceiling"] = (tbps * 1e12 / f.bytes_per_step.astype(float)).round(0)
-    return f[["point", "kind", "label", "MB/step", *[c for c in f.columns if c.endswith("ceiling")],
-              "predicted_delta_pct", "delta_pct", "ci95_low", "ci95_high"]]
-
-
-def decode_bytes_lines(model, sens: dict | None = None, budgets=(0.35, 0.5), batch: int = 1,
-                       context: int = 512) -> list[str]:
-    """What one decode step reads (frontier.decode_bytes over the model's layers, lm_head and KV cache at `batch`
-    and `context`): the model as loaded, each of frontier.UNIFORM's recipes, and, from a sensitivity map (`sens`,
-    sensitivity.read_sensitivity), the greedy plan (frontier.plan) under each budget, a fraction of the bytes as
-    loaded, with its bytes, predicted perplexity change and assignment. Without a map, one line says what the plan
-    needs."""
-    from fp8lab import frontier, sensitivity
-
-    parts = sensitivity.model_parts(model, ("layers", "lm_head", "kv"))
-    inv = frontier.inventory(model)
-    bf16 = frontier.decode_bytes(inv, {}, parts, batch, context)
-    out = [f"{'bf16 (as loaded)':<24} {bf16 / 1e6:7.2f} MB per decode step"]
-    for label, w, head, kv in frontier.UNIFORM:
-        a = {p.name: (kv if p.kv else head if p.lm_head else w) for p in parts}
-        out.append(f"{label:<24} {frontier.decode_bytes(inv, a, parts, batch, context) / 1e6:7.2f} MB per decode step")
-    if sens is None:
-        out.append("greedy plan: needs the committed sensitivity map with every layer, lm_head and kv "
-                   "(not recorded yet)")
-        return out
-    pl = frontier.plan(model, sens, [f * bf16 for f in budgets], batch, context)
-    for (B, a, b, pred) in pl["picks"]:
-        if a is not None:
-            out.append(f"greedy under {B / bf16:.0%} of bf16: {b / 1e6:.2f} MB, predicted {pred:+.2f} %: "
-                       f"{frontier._short(a, parts)}")
+    dec = _plain_decode(data)
+    out: dict = {"points": 0, "faster": [], "slower": [], "even": []}
+    for N, K, M in sorted({(r["N"], r["K"], r["M"]) for r in dec}, key=lambda k: (k[0] * k[1], k[2])):
+        at = [r for r in dec if (r["N"], r["K"], r["M"]) == (N, K, M)]
+        fp8 = [r for r in at if (_version_label(r) or "").startswith("fp8") and r.get("speedup_vs_scaled_mm_tensorwise")]
+        anchors = [r for r in at if r["kernel"].startswith("scaled_mm_tensorwise")]
+        if not (fp8 and anchors):
+            continue
+        best = max(fp8, key=lambda r: r["speedup_vs_scaled_mm_tensorwise"])
+        anchor = next((a for a in anchors if a.get("run") == best.get("run")), anchors[0])
+        x = best["speedup_vs_scaled_mm_tensorwise"]
+        out["points"] += 1
+        out[_spread_verdict(1 / x, quartiles_apart(best, anchor))].append((N, K, M, x))
     return out
 
 
-def run_size_line(folder: str, prov: dict | None) -> str:
-    """One committed run's size and wall time from its provenance.json (its settings' windows, pairs or tokens, else
-    'all'), with its provenance line (commit, device, date, command); 'not recorded yet' without a provenance."""
-    if prov is None:
-        return f"{folder:<26} not recorded yet"
-    from fp8lab.notebook import provenance_line
+def gemv_version_sentences(data: dict) -> list[str]:
+    """Notebook 07's readings of a recorded GEMM run's decode versions (gemm_report.decode_versions): version 3
+    against version 1 of each kernel, version 4 against version 3 (faster / slower counted where the quartile ranges
+    lie apart, version_verdicts), and the best FP8 GEMV against torch._scaled_mm tensorwise (counted the same way,
+    best_fp8_vs_scaled_mm_verdicts). A comparison the run cannot make is left out."""
+    from fp8lab.kernels import gemm_report
 
-    st = prov.get("settings", {})
-    n = st.get("n_windows") or st.get("pairs") or st.get("tokens") or "all"
-    return f"{folder:<26} n/size {n!s:<8} wall {prov.get('wall_seconds', '?')} s\n    {provenance_line(prov)}"
-
-
-# ---- seed claims on the KV cache (notebook 13) -------------------------------------------------------------------
-def seed_kv_claims() -> dict:
-    """The seeds' claims this lab checks about the KV cache and its serving numbers, quoted as the seeds state them
-    (what they say, not what the lab measured): {who: claim}. Seed 004's numbers come from
-    fp8lab.kernels.bench_prefill_attn.SEED004, the GB10 rates from fp8lab.serving_claims.CLAIMS."""
-    from fp8lab import serving_claims
-    from fp8lab.kernels.bench_prefill_attn import SEED004
-
-    return {
-        "seed 000 (turbo KV)": "turbo4 gives measurably lower per-token error than NVFP4 on models with large RMSNorm "
-                               "weights",
-        "seed 002 (NVFP4 KV)": "--kv-cache-dtype nvfp4; --kv-high-precision-layers N keeps the first and last N "
-                               "layers in BF16 because they are the most sensitive; the attention kernel dequantizes "
-                               "at the MMA boundary",
-        "seed 004 (FP8 KV prefill)": f"{SEED004['context']}-token document: first token after "
-                                     f"{SEED004['ttft_fp8_s']:g} s with FP8 KV vs {SEED004['ttft_bf16_s']:g} s with "
-                                     "BF16 KV",
-        "seeds 000/002 (GB10 serving)": ", ".join(f"{c['tokens_per_s']:g} tok/s" for c in serving_claims.CLAIMS),
-        "seed 002 (SM121)": "does not expose the relevant MMA or conversion instructions for FP4",
-    }
-
-
-def kv_bits_lines(methods=("e4m3-uncal", "e4m3-dyn", "nvfp4", "turbo4", "turbo4-g64"), head_dim: int = 64) -> list[str]:
-    """Bits per stored element of each K/V method at `head_dim`, scale bytes counted (kv_quant.bits_per_element; the
-    per-layer constants add nothing per element), each with what makes it causal (kv_bits' note)."""
-    from fp8lab import kv_bits
-    from fp8lab.kv_quant import bits_per_element
-
-    return [f"{m:12s} {bits_per_element(m, head_dim):5.2f} bits/element   ({kv_bits._causal_note(m)})" for m in methods]
-
-
-def outlier_rotation_sentence(rows: list[dict]) -> str | None:
-    """kv_bits.outlier_channel_errors' rows read at their largest outlier: turbo4's and the Gaussian codebook's
-    per-token error as multiples of NVFP4's, at the same bits. None without rows."""
-    if not rows:
-        return None
-    r = max(rows, key=lambda r: r["outlier"])
-    return (f"With the largest outlier (×{r['outlier']}) turbo4's error is **{r['turbo4'] / r['nvfp4']:.2f}×** NVFP4's "
-            f"and the Gaussian codebook's **{r['turbo4-gauss'] / r['nvfp4']:.2f}×** (same bits; seeded synthetic "
-            "keys).")
-
-
-def kv_norms_line(layers: list[dict], summary: dict) -> str | None:
-    """What the seed's condition ("large RMSNorm weights") meets in a kv_bits run (layers.csv rows, summary.json):
-    the largest attention-norm |gamma| and its layer, the smallest of the layers' maxima, the final norm's largest
-    |gamma|, and the largest K outlier ratio (max / median channel). None without layer rows."""
-    if not layers:
-        return None
-    g = [float(r["attn_norm_max"]) for r in layers]
-    return (f"attention-norm |gamma|: largest {max(g):.3f} (layer {g.index(max(g))}), smallest layer max {min(g):.3f}; "
-            f"final norm max {summary['final_norm_abs']['max']:.3f}; K outlier ratio up to "
-            f"{max(float(r['key_outlier_ratio']) for r in layers):.1f}")
-
-
-def kv_sensitive_layer_lines(sens: list[dict], top: int = 6) -> list[str]:
-    """The `top` layers whose K/V alone in NVFP4 move the next-token distribution most (kv_bits.load's sensitivity
-    rows, by mean KL per token), each with its KL and perplexity change and their 95 % intervals over windows, under
-    a header line. Empty without rows."""
-    if not sens:
-        return []
-    rows = sorted(sens, key=lambda r: -r["kl_mean"])[:top]
-    return ["most sensitive layers (mean KL per token, nats; ppl change %, both with 95 % CI over windows):"] + [
-        f"  layer {r['layer']:2d}: KL {r['kl_mean']:.5f} [{r['kl_ci95_low']:.5f}, {r['kl_ci95_high']:.5f}]   "
-        f"ppl {r['delta_pct']:+.3f} % [{r['ci95_low']:+.3f}, {r['ci95_high']:+.3f}]" for r in rows]
-
-
-#: the paired head-to-head comparisons of the 4-bit KV run (configuration, reference)
-KV_HEAD_TO_HEAD = (("turbo4", "nvfp4"), ("nvfp4-hp1", "nvfp4"), ("nvfp4-hp2", "nvfp4"), ("nvfp4-hp4", "nvfp4"),
-                   ("nvfp4-sens4", "nvfp4-hp2"), ("nvfp4", "e4m3-dyn"))
-
-
-def kv_head_to_head_lines(res: dict, pairs=KV_HEAD_TO_HEAD) -> list[str]:
-    """Each configuration against its reference (not the baseline) over all positions, paired on the same windows
-    (kv_bits.pooled on kv_bits.load's result), with whether the interval resolves a difference. A pair the run does
-    not hold is left out."""
-    from fp8lab import kv_bits
-
+    vt = gemm_report.decode_versions(data)
     out = []
-    for a, b in pairs:
-        t = kv_bits.pooled(res, a, b)
-        if t:
-            out.append(f"{a:12s} vs {b:10s} all positions: {ci(*t)}  "
-                       f"{'resolved' if excludes_zero(t[1], t[2]) else 'not resolved: the interval includes zero'}")
+    gain = gemm_report.version_speedups(vt, 1, 3)
+    if gain:
+        out.append("Against its first version, version 3 is " + "; ".join(
+            f"{label} {ratio_range(g)}×" for label, g in gain.items()) +
+            " as fast (time of v1 over time of v3, at the points where both were timed).")
+    v4 = gemm_report.version_speedups(vt, 3, 4)
+    if v4:
+        vv = version_verdicts(data, 3, 4)
+        n4, f4, e4 = vv["points"], len(vv["faster"]), len(vv["even"])
+        out.append("Version 4 (the shared-memory ring) against version 3 (registers), the fastest record of each at "
+                   "each point: " + "; ".join(f"{label} {ratio_range(g)}×" for label, g in v4.items()) +
+                   " as fast (time of v3 over time of v4; below 1, version 4 is slower). " +
+                   f"With the quartile ranges apart, version 4 is faster at {f4 or 'none'} of the {n4} points and "
+                   f"slower at {len(vv['slower'])}" + (f"; at {e4} the two are within each other's quartiles" if e4 else "")
+                   + (": in this run, freeing the registers did not buy bandwidth." if not f4 else
+                      ": in this run, freeing the registers bought little." if f4 < n4 / 2 else
+                      ": in this run, freeing the registers bought bandwidth at most points."))
+    best = [r["best fp8 / _scaled_mm"] for r in vt if r["best fp8 / _scaled_mm"]]
+    if best:
+        bv = best_fp8_vs_scaled_mm_verdicts(data)
+        nf, ns, ne = len(bv["faster"]), len(bv["slower"]), len(bv["even"])
+        out.append(f"The best FP8 GEMV of the run is {ratio_range(best)}× as fast as `_scaled_mm` tensorwise across "
+                   f"the decode points. With the quartile ranges apart, it is faster at {nf or 'none'} of the "
+                   f"{bv['points']} points and slower at {ns}" +
+                   (f"; at {ne} the two are within each other's quartiles." if ne else "."))
     return out
-
-
-def nvfp4_byte_bound_line(head_dim: int = 128) -> str:
-    """How much faster an NVFP4 K/V cache could make a memory-bound decode step than a BF16 one: the byte ratio
-    16 / NVFP4's bits per element (scales counted) at `head_dim`."""
-    from fp8lab.kv_quant import bits_per_element
-
-    b = bits_per_element("nvfp4", head_dim)
-    return f"byte-ratio bound for NVFP4 vs BF16 K/V: {16 / b:.2f}x ({b:.2f} bits per element at D = {head_dim})"
-
-
-def prefill_crossover_lines(data: dict, variant: str = "w4") -> list[str]:
-    """Per context of a chunked-prefill recording: the chunks at which the FP8 cache was faster than bf16, those at
-    which it was slower, each counted only where the two records' quartile ranges lie apart (prefill_kv_points; by
-    the medians where a record has no spread), and those the spread cannot decide ('none' where there are none)."""
-    pts = prefill_kv_points(data, variant)
-    out = []
-    for L in sorted({r["context"] for r in pts}):
-        at = sorted((r for r in pts if r["context"] == L), key=lambda r: r["chunk"])
-        chunks = {v: [r["chunk"] for r in at if r["verdict"] == v] for v in ("faster", "slower", "even")}
-        out.append(f"context {L}: FP8 faster at chunks {chunks['faster'] or 'none'}, slower at "
-                   f"{chunks['slower'] or 'none'}" + (f", within the quartiles at {chunks['even']}" if chunks["even"] else ""))
-    return out
-
-
-def fp4_sass_text(summary: dict) -> str:
-    """The FP4 jobs (E2M1 conversion, FP4 MMA) of a SASS summary (gb10_report.jobs), one block per job with the
-    instruction each architecture's machine code uses for it."""
-    from fp8lab.kernels import gb10_report
-
-    return gb10_report.format_jobs([r for r in gb10_report.jobs(summary) if "E2M1" in r["job"] or "FP4" in r["job"]],
-                                   summary)
-
-
-def rmsnorm_condition_verdict(res: dict) -> tuple[str, str, str]:
-    """(claim, verdict, evidence) for seed 000's condition "on models with large RMSNorm weights" against a kv_bits
-    run (kv_bits.load): untestable here, since the seed gives no size; the evidence states how large this model's
-    attention-norm and final-norm weights are."""
-    g = max(float(r["attn_norm_max"]) for r in res["layers"])
-    return ("seed 000's condition: 'on models with large RMSNorm weights'", "untestable here",
-            f"the seed does not say how large; this model's attention-norm |gamma| reach {g:.3f} and its final "
-            f"norm's {res['summary']['final_norm_abs']['max']:.3f} (RMSNorm weights start at 1.0). Whether turbo4's "
-            "margin grows with large weights needs a model that has them")
-
-
-def seed_kv_verdicts(res: dict | None, att: dict | None, pf: dict | None, claims: list[dict],
-                     sass: dict | None) -> list[tuple[str, str, str]]:
-    """Every KV-cache and serving claim of the seeds as (claim, verdict, evidence), each read from its result: the
-    4-bit KV run (kv_bits.verdicts and rmsnorm_condition_verdict), the decode-attention recording
-    (nvfp4_kv_kernel_verdict), the chunked-prefill recording (prefill_fp8_verdict), the GB10 arithmetic
-    (serving_claim_verdicts over serving_claims.claims_table) and the SASS summary (fp4_sass_verdict). A result
-    not recorded (None) leaves its claim untestable here, saying where it would come from."""
-    from fp8lab import kv_bits
-    from fp8lab.kernels import bench_attention, bench_prefill_attn, gb10_report
-
-    rows = []
-    if res:
-        rows += kv_bits.verdicts(res)
-        rows.append(rmsnorm_condition_verdict(res))
-    else:
-        rows.append(("4-bit KV claims (seeds 000, 002)", "untestable here until outputs/kv_bits is recorded",
-                     "python -m fp8lab.kv_bits --record"))
-    rows.append(nvfp4_kv_kernel_verdict(bench_attention.goals_table(att), (att.get("provenance") or {}).get("device"),
-                                        bench_attention.versions_table(att))
-                if att else ("seed 002: NVFP4-KV attention kernel", "untestable here: not recorded yet", "section 3"))
-    rows.append(prefill_fp8_verdict(bench_prefill_attn.summary_rows(pf), (pf.get("provenance") or {}).get("device"))
-                if pf else ("seed 004: FP8 KV slows long-context prefill", "untestable here: not recorded yet",
-                            "section 4"))
-    rows += serving_claim_verdicts(claims)
-    rows.append(fp4_sass_verdict(gb10_report.jobs(sass)) if sass else
-                ("seed 002: SM121 has no FP4 MMA / E2M1 conversion", "untestable here: SASS summary not recorded yet",
-                 "notebook 09"))
-    return rows
 
 
 # ---- accumulation precision (notebook 10) ---------------------------------------------------------------------
@@ -1909,6 +1392,164 @@ def fp4_sass_verdict(job_rows: list[dict], arch: str = "sm_121") -> tuple[str, s
     ev = "; ".join(f"{j}: {c}" for j, c in cells.items() if "E2M1" in j or "FP4" in j)
     return claim, verdict, f"{arch} machine code: {ev}. Compiling proves the instructions exist for the arch-specific " \
                            "target; it does not time them (no GB10 here)"
+
+
+def seed_kv_claims() -> dict:
+    """The seeds' claims this lab checks about the KV cache and its serving numbers, quoted as the seeds state them
+    (what they say, not what the lab measured): {who: claim}. Seed 004's numbers come from
+    fp8lab.kernels.bench_prefill_attn.SEED004, the GB10 rates from fp8lab.serving_claims.CLAIMS."""
+    from fp8lab import serving_claims
+    from fp8lab.kernels.bench_prefill_attn import SEED004
+
+    return {
+        "seed 000 (turbo KV)": "turbo4 gives measurably lower per-token error than NVFP4 on models with large RMSNorm "
+                               "weights",
+        "seed 002 (NVFP4 KV)": "--kv-cache-dtype nvfp4; --kv-high-precision-layers N keeps the first and last N "
+                               "layers in BF16 because they are the most sensitive; the attention kernel dequantizes "
+                               "at the MMA boundary",
+        "seed 004 (FP8 KV prefill)": f"{SEED004['context']}-token document: first token after "
+                                     f"{SEED004['ttft_fp8_s']:g} s with FP8 KV vs {SEED004['ttft_bf16_s']:g} s with "
+                                     "BF16 KV",
+        "seeds 000/002 (GB10 serving)": ", ".join(f"{c['tokens_per_s']:g} tok/s" for c in serving_claims.CLAIMS),
+        "seed 002 (SM121)": "does not expose the relevant MMA or conversion instructions for FP4",
+    }
+
+
+def kv_bits_lines(methods=("e4m3-uncal", "e4m3-dyn", "nvfp4", "turbo4", "turbo4-g64"), head_dim: int = 64) -> list[str]:
+    """Bits per stored element of each K/V method at `head_dim`, scale bytes counted (kv_quant.bits_per_element; the
+    per-layer constants add nothing per element), each with what makes it causal (kv_bits' note)."""
+    from fp8lab import kv_bits
+    from fp8lab.kv_quant import bits_per_element
+
+    return [f"{m:12s} {bits_per_element(m, head_dim):5.2f} bits/element   ({kv_bits._causal_note(m)})" for m in methods]
+
+
+def outlier_rotation_sentence(rows: list[dict]) -> str | None:
+    """kv_bits.outlier_channel_errors' rows read at their largest outlier: turbo4's and the Gaussian codebook's
+    per-token error as multiples of NVFP4's, at the same bits. None without rows."""
+    if not rows:
+        return None
+    r = max(rows, key=lambda r: r["outlier"])
+    return (f"With the largest outlier (×{r['outlier']}) turbo4's error is **{r['turbo4'] / r['nvfp4']:.2f}×** NVFP4's "
+            f"and the Gaussian codebook's **{r['turbo4-gauss'] / r['nvfp4']:.2f}×** (same bits; seeded synthetic "
+            "keys).")
+
+
+def kv_norms_line(layers: list[dict], summary: dict) -> str | None:
+    """What the seed's condition ("large RMSNorm weights") meets in a kv_bits run (layers.csv rows, summary.json):
+    the largest attention-norm |gamma| and its layer, the smallest of the layers' maxima, the final norm's largest
+    |gamma|, and the largest K outlier ratio (max / median channel). None without layer rows."""
+    if not layers:
+        return None
+    g = [float(r["attn_norm_max"]) for r in layers]
+    return (f"attention-norm |gamma|: largest {max(g):.3f} (layer {g.index(max(g))}), smallest layer max {min(g):.3f}; "
+            f"final norm max {summary['final_norm_abs']['max']:.3f}; K outlier ratio up to "
+            f"{max(float(r['key_outlier_ratio']) for r in layers):.1f}")
+
+
+def kv_sensitive_layer_lines(sens: list[dict], top: int = 6) -> list[str]:
+    """The `top` layers whose K/V alone in NVFP4 move the next-token distribution most (kv_bits.load's sensitivity
+    rows, by mean KL per token), each with its KL and perplexity change and their 95 % intervals over windows, under
+    a header line. Empty without rows."""
+    if not sens:
+        return []
+    rows = sorted(sens, key=lambda r: -r["kl_mean"])[:top]
+    return ["most sensitive layers (mean KL per token, nats; ppl change %, both with 95 % CI over windows):"] + [
+        f"  layer {r['layer']:2d}: KL {r['kl_mean']:.5f} [{r['kl_ci95_low']:.5f}, {r['kl_ci95_high']:.5f}]   "
+        f"ppl {r['delta_pct']:+.3f} % [{r['ci95_low']:+.3f}, {r['ci95_high']:+.3f}]" for r in rows]
+
+
+#: the paired head-to-head comparisons of the 4-bit KV run (configuration, reference)
+KV_HEAD_TO_HEAD = (("turbo4", "nvfp4"), ("nvfp4-hp1", "nvfp4"), ("nvfp4-hp2", "nvfp4"), ("nvfp4-hp4", "nvfp4"),
+                   ("nvfp4-sens4", "nvfp4-hp2"), ("nvfp4", "e4m3-dyn"))
+
+
+def kv_head_to_head_lines(res: dict, pairs=KV_HEAD_TO_HEAD) -> list[str]:
+    """Each configuration against its reference (not the baseline) over all positions, paired on the same windows
+    (kv_bits.pooled on kv_bits.load's result), with whether the interval resolves a difference. A pair the run does
+    not hold is left out."""
+    from fp8lab import kv_bits
+
+    out = []
+    for a, b in pairs:
+        t = kv_bits.pooled(res, a, b)
+        if t:
+            out.append(f"{a:12s} vs {b:10s} all positions: {ci(*t)}  "
+                       f"{'resolved' if excludes_zero(t[1], t[2]) else 'not resolved: the interval includes zero'}")
+    return out
+
+
+def nvfp4_byte_bound_line(head_dim: int = 128) -> str:
+    """How much faster an NVFP4 K/V cache could make a memory-bound decode step than a BF16 one: the byte ratio
+    16 / NVFP4's bits per element (scales counted) at `head_dim`."""
+    from fp8lab.kv_quant import bits_per_element
+
+    b = bits_per_element("nvfp4", head_dim)
+    return f"byte-ratio bound for NVFP4 vs BF16 K/V: {16 / b:.2f}x ({b:.2f} bits per element at D = {head_dim})"
+
+
+def prefill_crossover_lines(data: dict, variant: str = "w4") -> list[str]:
+    """Per context of a chunked-prefill recording: the chunks at which the FP8 cache was faster than bf16, those at
+    which it was slower, each counted only where the two records' quartile ranges lie apart (prefill_kv_points; by
+    the medians where a record has no spread), and those the spread cannot decide ('none' where there are none)."""
+    pts = prefill_kv_points(data, variant)
+    out = []
+    for L in sorted({r["context"] for r in pts}):
+        at = sorted((r for r in pts if r["context"] == L), key=lambda r: r["chunk"])
+        chunks = {v: [r["chunk"] for r in at if r["verdict"] == v] for v in ("faster", "slower", "even")}
+        out.append(f"context {L}: FP8 faster at chunks {chunks['faster'] or 'none'}, slower at "
+                   f"{chunks['slower'] or 'none'}" + (f", within the quartiles at {chunks['even']}" if chunks["even"] else ""))
+    return out
+
+
+def fp4_sass_text(summary: dict) -> str:
+    """The FP4 jobs (E2M1 conversion, FP4 MMA) of a SASS summary (gb10_report.jobs), one block per job with the
+    instruction each architecture's machine code uses for it."""
+    from fp8lab.kernels import gb10_report
+
+    return gb10_report.format_jobs([r for r in gb10_report.jobs(summary) if "E2M1" in r["job"] or "FP4" in r["job"]],
+                                   summary)
+
+
+def rmsnorm_condition_verdict(res: dict) -> tuple[str, str, str]:
+    """(claim, verdict, evidence) for seed 000's condition "on models with large RMSNorm weights" against a kv_bits
+    run (kv_bits.load): untestable here, since the seed gives no size; the evidence states how large this model's
+    attention-norm and final-norm weights are."""
+    g = max(float(r["attn_norm_max"]) for r in res["layers"])
+    return ("seed 000's condition: 'on models with large RMSNorm weights'", "untestable here",
+            f"the seed does not say how large; this model's attention-norm |gamma| reach {g:.3f} and its final "
+            f"norm's {res['summary']['final_norm_abs']['max']:.3f} (RMSNorm weights start at 1.0). Whether turbo4's "
+            "margin grows with large weights needs a model that has them")
+
+
+def seed_kv_verdicts(res: dict | None, att: dict | None, pf: dict | None, claims: list[dict],
+                     sass: dict | None) -> list[tuple[str, str, str]]:
+    """Every KV-cache and serving claim of the seeds as (claim, verdict, evidence), each read from its result: the
+    4-bit KV run (kv_bits.verdicts and rmsnorm_condition_verdict), the decode-attention recording
+    (nvfp4_kv_kernel_verdict), the chunked-prefill recording (prefill_fp8_verdict), the GB10 arithmetic
+    (serving_claim_verdicts over serving_claims.claims_table) and the SASS summary (fp4_sass_verdict). A result
+    not recorded (None) leaves its claim untestable here, saying where it would come from."""
+    from fp8lab import kv_bits
+    from fp8lab.kernels import bench_attention, bench_prefill_attn, gb10_report
+
+    rows = []
+    if res:
+        rows += kv_bits.verdicts(res)
+        rows.append(rmsnorm_condition_verdict(res))
+    else:
+        rows.append(("4-bit KV claims (seeds 000, 002)", "untestable here until outputs/kv_bits is recorded",
+                     "python -m fp8lab.kv_bits --record"))
+    rows.append(nvfp4_kv_kernel_verdict(bench_attention.goals_table(att), (att.get("provenance") or {}).get("device"),
+                                        bench_attention.versions_table(att))
+                if att else ("seed 002: NVFP4-KV attention kernel", "untestable here: not recorded yet", "section 3"))
+    rows.append(prefill_fp8_verdict(bench_prefill_attn.summary_rows(pf), (pf.get("provenance") or {}).get("device"))
+                if pf else ("seed 004: FP8 KV slows long-context prefill", "untestable here: not recorded yet",
+                            "section 4"))
+    rows += serving_claim_verdicts(claims)
+    rows.append(fp4_sass_verdict(gb10_report.jobs(sass)) if sass else
+                ("seed 002: SM121 has no FP4 MMA / E2M1 conversion", "untestable here: SASS summary not recorded yet",
+                 "notebook 09"))
+    return rows
 
 
 # ---- activations and their outliers (notebook 11) ------------------------------------------------------------------
@@ -2185,6 +1826,218 @@ def v6_tune_sentence(rows: list[dict], device: str | None = None) -> str:
     return text
 
 
+def _part_label(kind: str) -> str:
+    """A sensitivity part's label: its KV part takes its scale over the whole window (an oracle), a weight part is
+    quantized offline (causal)."""
+    return "ORACLE (scale over the window)" if kind == "kv" else "causal"
+
+
+def control_n_line(rows: list[dict]) -> str | None:
+    """The FP32 control's size (control.csv rows): questions, distinct passages, and the FP32 model's MRR (the
+    baseline of the first MRR row). None where the rows hold no MRR."""
+    mrr = [r for r in rows if r["metric"] == "mrr"]
+    if not mrr:
+        return None
+    return (f"n = {rows[0]['n_queries']} questions, {rows[0]['n_passages']} passages; FP32 MRR "
+            f"{float(mrr[0]['baseline']):.4f}")
+
+
+def control_table(rows: list[dict], sqnr_rows: list[dict]):
+    """The FP32 control as one table (a DataFrame, one row per weight recipe in control.CONTROL_RECIPES' order, rows
+    with nothing measured left out): median weight SQNR over MiniLM's Linears (sqnr.csv), how far the question
+    embeddings move (1 - cos), the MRR change x100 with its 95 % interval, and the top-1 change in points
+    (control.csv)."""
+    import pandas as pd
+
+    from fp8lab import control
+
+    c = pd.DataFrame(rows)
+    for k in ("value", "delta", "ci95_low", "ci95_high"):
+        c[k] = c[k].astype(float)
+    sq = pd.DataFrame(sqnr_rows).astype({"sqnr_db": float})
+    wide = c.pivot(index="recipe", columns="metric", values="delta")
+    mrr = c[c.metric == "mrr"].set_index("recipe")
+    return pd.DataFrame({
+        "median weight SQNR (dB)": sq.groupby("recipe").sqnr_db.median().round(1),
+        "1 - cos (queries)": wide["query_cos_loss"].map("{:.2e}".format),
+        "MRR change x100": mrr.delta.map("{:+.2f}".format),
+        # a Series indexed by recipe, like the other columns: a plain list would be placed by position in the
+        # DataFrame's (sorted) index, not by recipe, and put one recipe's interval beside another's change
+        "95% CI": pd.Series([f"[{lo:+.2f}, {hi:+.2f}]" for lo, hi in zip(mrr.ci95_low, mrr.ci95_high)], index=mrr.index),
+        "top-1 change (pp)": wide["top1"].map("{:+.2f}".format)}).reindex(control.CONTROL_RECIPES).dropna(how="all")
+
+
+#: the two orderings of the control compared with the 4-bit LM's (keys of comparison.json, with what each compares)
+CONTROL_RHOS = (("spearman_cos_loss_vs_lm_ppl", "MiniLM cosine loss vs LM perplexity change"),
+                ("spearman_mrr_loss_vs_lm_ppl", "MiniLM MRR loss vs LM perplexity change"))
+
+
+def control_rho_lines(cmp: dict) -> list[str]:
+    """comparison.json (control.compare_with_lm) as sentences: for MiniLM's cosine loss and its MRR loss, whether
+    the ordering of the formats agrees with their ordering by the 4-bit LM's perplexity change (rho_sentence). A
+    key the file lacks is left out."""
+    return [rho_sentence(label, cmp[k], cmp["n_formats"]) for k, label in CONTROL_RHOS if k in cmp]
+
+
+def control_comparison_table(rows: list[dict]):
+    """comparison.csv as a DataFrame of the columns a reader compares: per format MiniLM's median SQNR, cosine loss
+    and MRR change beside the 4-bit LM's perplexity change with its interval and number of windows."""
+    import pandas as pd
+
+    return pd.DataFrame(rows)[["recipe", "minilm_median_sqnr_db", "minilm_cos_loss", "minilm_mrr_delta",
+                               "lm_ppl_delta_pct", "lm_ci95_low", "lm_ci95_high", "lm_n_windows"]]
+
+
+def nvfp4_rank_sentence(rows: list[dict], recipe: str = "nvfp4-w") -> str:
+    """Where `recipe` ranks (rank_of, least cost first) by cosine loss on MiniLM's FP32 weights (one rounding) and by
+    perplexity change on the 4-bit LM (two roundings), from comparison.csv rows; a rank the rows cannot give reads
+    None."""
+    a, n = rank_of(rows, recipe, "minilm_cos_loss")
+    b, m = rank_of(rows, recipe, "lm_ppl_delta_pct")
+    return (f"`{recipe}` ranks **{a} of {n}** by cosine loss on MiniLM's FP32 weights (one rounding) and "
+            f"**{b} of {m}** by perplexity change on the 4-bit LM (its baseline is already 4-bit, so this row "
+            "compounds two roundings).")
+
+
+def sqnr_lm_table(lm_rows: list[dict], sqnr_rows: list[dict]):
+    """Median weight SQNR per format on MiniLM's FP32 weights (sqnr.csv) beside the same on the 4-bit LM's own weights
+    (sqnr_lm.csv, its column named after the LM): a DataFrame in control.CONTROL_RECIPES' order, keeping the formats
+    measured on both."""
+    import pandas as pd
+
+    from fp8lab import control
+
+    lmq = pd.DataFrame(lm_rows).astype({"sqnr_db": float})
+    mq = pd.DataFrame(sqnr_rows).astype({"sqnr_db": float})
+    both = pd.DataFrame({"MiniLM, FP32 weights (dB)": mq.groupby("recipe").sqnr_db.median(),
+                         f"{lmq.model.iloc[0]}, 4-bit weights (dB)": lmq.groupby("recipe").sqnr_db.median()})
+    return both.reindex(control.CONTROL_RECIPES).dropna(how="any")
+
+
+def sqnr_gap_sentence(table) -> str | None:
+    """How far a second rounding moves SQNR (sqnr_lm_table: the 4-bit LM's column minus MiniLM's, per format): the
+    range over the formats and the largest gap. None where no format is in both columns."""
+    d = table.iloc[:, 1] - table.iloc[:, 0]
+    if d.empty:
+        return None
+    big = d.abs().idxmax()
+    return (f"4-bit LM minus FP32 MiniLM, median SQNR per format: {d.min():+.1f} to {d.max():+.1f} dB over "
+            f"{len(d)} formats (largest gap: `{big}` {d[big]:+.1f} dB)")
+
+
+def control_live_table(rows: list[dict]):
+    """A live control slice (control.run_control's rows) as a DataFrame of its MRR and query-cosine rows, with the
+    value, the change against FP32, its interval and the counts."""
+    import pandas as pd
+
+    live = pd.DataFrame(rows)
+    return live[live.metric.isin(["mrr", "query_cos_loss"])][["recipe", "metric", "value", "delta", "ci95_low",
+                                                              "ci95_high", "n_queries", "n_passages"]]
+
+
+def sensitivity_n_line(rows: list[dict]) -> str | None:
+    """A sensitivity map's size (sensitivity.csv rows): windows x tokens and the model's note. None without rows."""
+    if not rows:
+        return None
+    r = rows[0]
+    return f"n = {r['n']} windows x {r['seq_len']} tokens; {r['model_note']}"
+
+
+def sensitivity_top_parts(rows: list[dict], top: int = 5):
+    """The `top` costliest parts per format of a sensitivity map (sensitivity.csv rows), costliest first, as a
+    DataFrame: each part's causal / ORACLE label (the KV part's scale is taken over the window), its perplexity change
+    with the interval, and whether the interval excludes zero ("significant")."""
+    import pandas as pd
+
+    s = pd.DataFrame(rows)
+    for k in ("delta_pct", "ci95_low", "ci95_high"):
+        s[k] = s[k].astype(float)
+    s["significant"] = (s.ci95_low > 0) | (s.ci95_high < 0)
+    s["label"] = [_part_label(k) for k in s.kind]
+    return s.sort_values("delta_pct", ascending=False).groupby("format").head(top)[
+        ["format", "part", "label", "delta_pct", "ci95_low", "ci95_high", "significant"]]
+
+
+def sensitivity_live_table(rows: list[dict]):
+    """A live sensitivity slice (sensitivity.csv rows, as written) as a DataFrame: part, causal / ORACLE label,
+    format, perplexity change with its interval, windows and tokens."""
+    import pandas as pd
+
+    s = pd.DataFrame(rows)
+    s["label"] = [_part_label(k) for k in s.kind]
+    return s[["part", "label", "format", "delta_pct", "ci95_low", "ci95_high", "n", "seq_len"]]
+
+
+def _frontier_label(assignment: str) -> str:
+    """'causal' for a frontier point whose KV cache stays as loaded, else the KV part's oracle label."""
+    return "causal" if "kv:bf16" in assignment or "kv:" not in assignment else "ORACLE (KV scale over the window)"
+
+
+def frontier_n_line(rows: list[dict]) -> str | None:
+    """A frontier run's setting (frontier.csv rows): batch, context, windows x tokens. None without rows."""
+    if not rows:
+        return None
+    r = rows[0]
+    return f"batch {r['batch']}, context {r['context']}; n = {r['n']} windows x {r['seq_len']}"
+
+
+def frontier_table(rows: list[dict]):
+    """A frontier run (frontier.csv rows) as a DataFrame: per point its kind, causal / ORACLE label, MB read per
+    decode step, the tokens/s ceiling on each GPU of the run (bandwidth / bytes per step: arithmetic, not a timing),
+    the greedy prediction and the measured perplexity change with its interval."""
+    import json
+
+    import pandas as pd
+
+    f = pd.DataFrame(rows)
+    f["MB/step"] = (f.bytes_per_step.astype(float) / 1e6).round(2)
+    f["label"] = [_frontier_label(a) for a in f.assignment]
+    for gpu, tbps in json.loads(f.ceilings.iloc[0]).items():
+        f[f"{gpu} tok/s ceiling"] = (tbps * 1e12 / f.bytes_per_step.astype(float)).round(0)
+    return f[["point", "kind", "label", "MB/step", *[c for c in f.columns if c.endswith("ceiling")],
+              "predicted_delta_pct", "delta_pct", "ci95_low", "ci95_high"]]
+
+
+def decode_bytes_lines(model, sens: dict | None = None, budgets=(0.35, 0.5), batch: int = 1,
+                       context: int = 512) -> list[str]:
+    """What one decode step reads (frontier.decode_bytes over the model's layers, lm_head and KV cache at `batch`
+    and `context`): the model as loaded, each of frontier.UNIFORM's recipes, and, from a sensitivity map (`sens`,
+    sensitivity.read_sensitivity), the greedy plan (frontier.plan) under each budget, a fraction of the bytes as
+    loaded, with its bytes, predicted perplexity change and assignment. Without a map, one line says what the plan
+    needs."""
+    from fp8lab import frontier, sensitivity
+
+    parts = sensitivity.model_parts(model, ("layers", "lm_head", "kv"))
+    inv = frontier.inventory(model)
+    bf16 = frontier.decode_bytes(inv, {}, parts, batch, context)
+    out = [f"{'bf16 (as loaded)':<24} {bf16 / 1e6:7.2f} MB per decode step"]
+    for label, w, head, kv in frontier.UNIFORM:
+        a = {p.name: (kv if p.kv else head if p.lm_head else w) for p in parts}
+        out.append(f"{label:<24} {frontier.decode_bytes(inv, a, parts, batch, context) / 1e6:7.2f} MB per decode step")
+    if sens is None:
+        out.append("greedy plan: needs the committed sensitivity map with every layer, lm_head and kv "
+                   "(not recorded yet)")
+        return out
+    pl = frontier.plan(model, sens, [f * bf16 for f in budgets], batch, context)
+    for (B, a, b, pred) in pl["picks"]:
+        if a is not None:
+            out.append(f"greedy under {B / bf16:.0%} of bf16: {b / 1e6:.2f} MB, predicted {pred:+.2f} %: "
+                       f"{frontier._short(a, parts)}")
+    return out
+
+
+def run_size_line(folder: str, prov: dict | None) -> str:
+    """One committed run's size and wall time from its provenance.json (its settings' windows, pairs or tokens, else
+    'all'), with its provenance line (commit, device, date, command); 'not recorded yet' without a provenance."""
+    if prov is None:
+        return f"{folder:<26} not recorded yet"
+    from fp8lab.notebook import provenance_line
+
+    st = prov.get("settings", {})
+    n = st.get("n_windows") or st.get("pairs") or st.get("tokens") or "all"
+    return f"{folder:<26} n/size {n!s:<8} wall {prov.get('wall_seconds', '?')} s\n    {provenance_line(prov)}"
+
+
 # ---- FP8 KV cache numerics (notebook 08) ------------------------------------------------------------------------
 def cache_error_sentence(tables: list[list[dict]]) -> str:
     """What the cache-format error tables say (tables: one fp8lab.kernels.attention_fp8kv.cache_error_table per seed,
@@ -2211,101 +2064,6 @@ def cache_error_sentence(tables: list[list[dict]]) -> str:
     return (f"Over {n} independent draw{'s' if n != 1 else ''} of q, K and V: with well-behaved keys an E4M3 cache "
             f"costs an output error {med(ratios['fp8_over_bf16'], 1)} bf16's, at half the bytes. With outlier key "
             f"channels the E4M3 error is {med(ratios['outlier_over_normal'], 1)} that of normal keys.")
-
-
-def _spread_verdict(ratio: float, apart: bool | None) -> str:
-    """'faster' (ratio = time / the reference's time below 1), 'slower', or 'even' where the ratio is 1 or
-    bench_attention.quartiles_apart found the two quartile ranges overlapping (False); where a record has no spread
-    (None) the medians decide."""
-    return "even" if ratio == 1 or apart is False else "faster" if ratio < 1 else "slower"
-
-
-def version_verdicts(data: dict, old: int, new: int) -> dict:
-    """Version `new` against version `old` of each of our decode kernels, at every decode point where both ran (the
-    fastest plain-launch record of each version there, gemm_report.best_version_records): {"points": how many (kernel,
-    point) pairs, "faster" / "slower": [(label, N, K, M, time old / time new)] where the two records' quartile ranges
-    lie apart (a record without a spread counts by its median), "even": the same where they overlap}. A ratio of
-    medians alone would call a point "faster" that the rounds' spread cannot tell apart.
-
-        version_verdicts(data, 3, 4) -> {"points": 72, "faster": [("fp8 block", 28672, 8192, 1, 1.008), ...], ...}
-    """
-    from fp8lab.kernels.bench_attention import quartiles_apart
-    from fp8lab.kernels.gemm_report import best_version_records
-
-    best = best_version_records(data)
-    out: dict = {"points": 0, "faster": [], "slower": [], "even": []}
-    for (label, N, K, M), a in sorted(best.items(), key=lambda kv: (kv[0][1] * kv[0][2], kv[0][3], kv[0][0])):
-        fam, v = label.rsplit(" v", 1)
-        b = best.get((f"{fam} v{new}", N, K, M))
-        if int(v) != old or b is None:
-            continue
-        out["points"] += 1
-        out[_spread_verdict(b["time_us"] / a["time_us"], quartiles_apart(a, b))].append(
-            (fam, N, K, M, a["time_us"] / b["time_us"]))
-    return out
-
-
-def best_fp8_vs_scaled_mm_verdicts(data: dict) -> dict:
-    """The best of our FP8 GEMVs against torch._scaled_mm tensorwise at every decode point of a recorded GEMM run
-    (plain launches): at each (N, K, M), the FP8 record (per-channel or block, any version) with the highest same-run
-    speedup over _scaled_mm, held against the _scaled_mm record of the same run. {"points": how many, "faster" /
-    "slower": [(N, K, M, speedup)] where the two records' quartile ranges lie apart (by the medians where a record
-    has no spread), "even": where they overlap}. The median ratio alone would count a point inside the rounds'
-    spread as a win or a loss."""
-    from fp8lab.kernels.bench_attention import quartiles_apart
-    from fp8lab.kernels.gemm_report import _plain_decode, _version_label
-
-    dec = _plain_decode(data)
-    out: dict = {"points": 0, "faster": [], "slower": [], "even": []}
-    for N, K, M in sorted({(r["N"], r["K"], r["M"]) for r in dec}, key=lambda k: (k[0] * k[1], k[2])):
-        at = [r for r in dec if (r["N"], r["K"], r["M"]) == (N, K, M)]
-        fp8 = [r for r in at if (_version_label(r) or "").startswith("fp8") and r.get("speedup_vs_scaled_mm_tensorwise")]
-        anchors = [r for r in at if r["kernel"].startswith("scaled_mm_tensorwise")]
-        if not (fp8 and anchors):
-            continue
-        best = max(fp8, key=lambda r: r["speedup_vs_scaled_mm_tensorwise"])
-        anchor = next((a for a in anchors if a.get("run") == best.get("run")), anchors[0])
-        x = best["speedup_vs_scaled_mm_tensorwise"]
-        out["points"] += 1
-        out[_spread_verdict(1 / x, quartiles_apart(best, anchor))].append((N, K, M, x))
-    return out
-
-
-def gemv_version_sentences(data: dict) -> list[str]:
-    """Notebook 07's readings of a recorded GEMM run's decode versions (gemm_report.decode_versions): version 3
-    against version 1 of each kernel, version 4 against version 3 (faster / slower counted where the quartile ranges
-    lie apart, version_verdicts), and the best FP8 GEMV against torch._scaled_mm tensorwise (counted the same way,
-    best_fp8_vs_scaled_mm_verdicts). A comparison the run cannot make is left out."""
-    from fp8lab.kernels import gemm_report
-
-    vt = gemm_report.decode_versions(data)
-    out = []
-    gain = gemm_report.version_speedups(vt, 1, 3)
-    if gain:
-        out.append("Against its first version, version 3 is " + "; ".join(
-            f"{label} {ratio_range(g)}×" for label, g in gain.items()) +
-            " as fast (time of v1 over time of v3, at the points where both were timed).")
-    v4 = gemm_report.version_speedups(vt, 3, 4)
-    if v4:
-        vv = version_verdicts(data, 3, 4)
-        n4, f4, e4 = vv["points"], len(vv["faster"]), len(vv["even"])
-        out.append("Version 4 (the shared-memory ring) against version 3 (registers), the fastest record of each at "
-                   "each point: " + "; ".join(f"{label} {ratio_range(g)}×" for label, g in v4.items()) +
-                   " as fast (time of v3 over time of v4; below 1, version 4 is slower). " +
-                   f"With the quartile ranges apart, version 4 is faster at {f4 or 'none'} of the {n4} points and "
-                   f"slower at {len(vv['slower'])}" + (f"; at {e4} the two are within each other's quartiles" if e4 else "")
-                   + (": in this run, freeing the registers did not buy bandwidth." if not f4 else
-                      ": in this run, freeing the registers bought little." if f4 < n4 / 2 else
-                      ": in this run, freeing the registers bought bandwidth at most points."))
-    best = [r["best fp8 / _scaled_mm"] for r in vt if r["best fp8 / _scaled_mm"]]
-    if best:
-        bv = best_fp8_vs_scaled_mm_verdicts(data)
-        nf, ns, ne = len(bv["faster"]), len(bv["slower"]), len(bv["even"])
-        out.append(f"The best FP8 GEMV of the run is {ratio_range(best)}× as fast as `_scaled_mm` tensorwise across "
-                   f"the decode points. With the quartile ranges apart, it is faster at {nf or 'none'} of the "
-                   f"{bv['points']} points and slower at {ns}" +
-                   (f"; at {ne} the two are within each other's quartiles." if ne else "."))
-    return out
 
 
 # ---- decode and prefill attention (notebook 08) ------------------------------------------------------------------
@@ -2421,3 +2179,227 @@ def recorded_default_sentence(data: dict) -> str:
     return ("This recording's version-3 default is not this tree's everywhere (" + "; ".join(parts) + "): there its "
             "rows, and the goal lines read from them, time the configuration it recorded, not the one this tree "
             "launches.")
+
+
+def attention_goal_line(data: dict) -> str:
+    """The decode-attention recording's headline target (bench_attention.GOAL: the FP8 kernel against the same kernel
+    on a bf16 cache at 32k context, D = 128) as one line: the threshold, the measured speedup (None where the run has
+    no valid row there) and the verdict."""
+    from fp8lab.kernels import bench_attention as ba
+
+    speed, met = ba.goal_met(data)
+    return (f"goal: {ba.GOAL[0]} >= {ba.GOAL[1]}x -> measured {speed if speed is None else round(speed, 2)}: "
+            f"{'met' if met else 'not met'}")
+
+
+def copy_bandwidth_above_one(rows: list[dict]) -> str:
+    """The rows of a kernel recording's table (fp8lab.kernels.report's Summary.table) that read faster than the
+    device-to-device copy moves bytes (fraction_of_copy_bw above 1.0: a read-only stream can beat the read-write mix
+    of a copy), counted, then one per line with kernel, shape and fraction."""
+    above = [r for r in rows if (r.get("fraction_of_copy_bw") or 0) > 1.0]
+    return f"rows above 1.0 of copy bandwidth: {len(above)}" + "".join(
+        f"\n  {r['kernel']:28s} {r.get('shape', ''):28s} {r['fraction_of_copy_bw']:.3f}" for r in above)
+
+
+def attention_context_bullets(data: dict) -> str:
+    """Markdown bullets reading a decode-attention recording at D = 128, contiguous cache: at short context (up to
+    4k) the FP8 step's time and its speedup over the same kernel on bf16; at long context (16k and more) the speedup
+    over the same kernel on bf16 and over torch SDPA, and both kernels' fractions of copy bandwidth; the lab's
+    headline target (bench_attention.GOAL) with its measured value and verdict; and, where the recording's version-3
+    default is not this tree's (recorded_default_sentence), that note. A context band the run did not time gets no
+    bullet; the target's bullet is always there ('-', not measured, where the run has no valid 32k row)."""
+    from fp8lab.kernels import bench_attention as ba
+
+    sr = [r for r in ba.summary_rows(data) if r["layout"] == "contiguous" and r["head_dim"] == 128]
+    short = [r for r in sr if r["context"] <= 4096]
+    long_ = [r for r in sr if r["context"] >= 16384]
+    g, met = ba.goal_met(data)
+
+    def ks(rs):
+        return ", ".join(f"{r['context'] // 1024}k" for r in rs)
+    bullets = []
+    if short:
+        bullets.append(f"* Short context ({ks(short)}): the FP8 step takes "
+                       f"{min(r['fp8_us'] for r in short):.0f}–{max(r['fp8_us'] for r in short):.0f} µs, "
+                       f"{ratio_range([r['speedup_vs_bf16'] for r in short])}× faster than bf16 (the same kernel).")
+    if long_:
+        bullets.append(f"* At {ks(long_)} context: "
+                       f"{ratio_range([r['speedup_vs_bf16'] for r in long_])}× faster than the same kernel on bf16 and "
+                       f"{ratio_range([r['speedup_vs_torch'] for r in long_ if r['speedup_vs_torch']])}× faster than "
+                       f"torch SDPA; FP8 reaches {ratio_range([r['fp8_frac_copy'] for r in long_])} of copy bandwidth, "
+                       f"bf16 {ratio_range([r['bf16_frac_copy'] for r in long_ if r['bf16_frac_copy']])}.")
+    verdict = "not measured" if met is None else "met" if met else "not met"
+    bullets.append(f"* The lab's target ({ba.GOAL[0]}, at least {ba.GOAL[1]}×): measured "
+                   f"{'-' if g is None else f'{g:.2f}×'}, {verdict}.")
+    stale = recorded_default_sentence(data)
+    if stale:
+        bullets.append("* " + stale)
+    return "\n".join(bullets)
+
+
+def _faster_word(time_ratios) -> str:
+    """'slower' where every time ratio (new / old) is above 1, 'faster' where every one is below 1, else 'sometimes
+    faster, sometimes slower'."""
+    return ("slower" if min(time_ratios) > 1 else "faster" if max(time_ratios) < 1
+            else "sometimes faster, sometimes slower")
+
+
+def attention_version_sentences(data: dict) -> list[str]:
+    """What a decode-attention recording says about the kernel's three versions (bench_attention.versions_table):
+    whether versions 2 and 3 are faster or slower than version 1 on an FP8 cache (and on a bf16 one, where timed), as
+    time ratios vN / v1 at D = 128, contiguous; how fast the fastest FP8 and NVFP4 kernels of the run are against the
+    fastest bf16 kernel of the run, whoever wrote it; and version 3 against version 1 on FP8 at every other head dim.
+    Empty where the recording holds one version only."""
+    from fp8lab.kernels import bench_attention as ba
+
+    table = ba.versions_table(data)
+    vt = [r for r in table if r["layout"] == "contiguous" and r["head_dim"] == 128]
+    out = []
+    for v in (2, 3):
+        f8 = [r[f"v{v}_over_v1_fp8"] for r in vt if r[f"v{v}_over_v1_fp8"]]
+        b16 = [r[f"v{v}_over_v1_bf16"] for r in vt if r[f"v{v}_over_v1_bf16"]]
+        if f8:
+            out.append(f"In this run version {v} is **{_faster_word(f8)}** than version 1 on an FP8 cache (time v{v} / "
+                       f"v1 = {ratio_range(f8)} at D = 128, contiguous)"
+                       + (f", and {_faster_word(b16)} on a bf16 cache ({ratio_range(b16)})." if b16 else "."))
+    best = [r["best_fp8_vs_best_bf16"] for r in vt if r["best_fp8_vs_best_bf16"]]
+    if best:
+        out.append("A goal written as *FP8 over bf16, the same kernel* can be met for the wrong reason, by a version "
+                   "whose bf16 twin is slow. Against the fastest bf16 kernel of the run, the fastest "
+                   f"FP8 kernel is {ratio_range(best)}× as fast, the NVFP4 kernel "
+                   f"{ratio_range([r['best_nvfp4_vs_best_bf16'] for r in vt if r['best_nvfp4_vs_best_bf16']])}×.")
+    for D in sorted({r["head_dim"] for r in table} - {128}):
+        o = [r["v3_over_v1_fp8"] for r in table if r["head_dim"] == D and r["v3_over_v1_fp8"]]
+        if o:
+            out.append(f"At D = {D}, version 3 is {_faster_word(o)} than version 1 on an FP8 cache "
+                       f"(time v3 / v1 = {ratio_range(o)}).")
+    return out
+
+
+def attention_sweep_sentences(sweep: dict) -> list[str]:
+    """What a decode-attention sweep (every compiled configuration, bench_attention --sweep) says about version 3:
+    the best copy-per-tile configuration against the best copy-per-row one on an FP8 cache (fraction of copy
+    bandwidth and time ratio: whether the copy loop of a copy per row costs more than the bank conflicts its padded
+    rows avoid); at every context of the sweep, whether the default was the fastest FP8 configuration or by how much
+    another one beat it; and on an NVFP4 cache, the best version-3 configuration against the best version-2 one, with
+    the NVFP4 default version (attention_nvfp4kv.DEFAULT_VERSION). Each sentence only where the sweep timed what it
+    compares."""
+    from fp8lab.kernels import attention_nvfp4kv as nv
+    from fp8lab.kernels import bench_attention as ba
+
+    out = []
+    b0, b1 = ba.sweep_best(sweep, "fp8cvt", 3, copy=0), ba.sweep_best(sweep, "fp8cvt", 3, copy=1)
+    if b0 and b1:
+        out.append(f"Version 3 on an FP8 cache: the best copy-per-tile configuration {tuple(b1['config'])} reads at "
+                   f"{b1['fraction_of_copy_bw']:.2f} of copy bandwidth, the best copy-per-row one "
+                   f"{tuple(b0['config'])} at {b0['fraction_of_copy_bw']:.2f} ({b0['time_us'] / b1['time_us']:.2f}× "
+                   "the time): "
+                   + ("the copy loop costs more than the bank conflicts it avoids." if b0["time_us"] > b1["time_us"]
+                      else "here the padded rows pay for their copy loop."))
+    said = []
+    for L in sorted({r["context"] for r in sweep.get("results", []) if r.get("context")}):
+        best, dflt = ba.sweep_vs_default(sweep, "fp8cvt", 3, context=L)
+        if not (best and dflt):
+            continue
+        if tuple(best["config"]) == tuple(dflt["config"]):
+            said.append(f"at {L // 1024}k the default {tuple(dflt['config'])} is the fastest FP8 configuration")
+        else:
+            said.append(f"at {L // 1024}k the fastest FP8 configuration is {tuple(best['config'])}, "
+                        f"{dflt['time_us'] / best['time_us']:.3f}× as fast as the default {tuple(dflt['config'])}")
+    if said:
+        out.append("In this sweep " + "; ".join(said) + ". A configuration becomes a default only once it has been "
+                   "measured at every context the lab records, not at one; where the best one depends on the cache's "
+                   "size, the default does too (the rule below).")
+    b2, b3 = ba.sweep_best(sweep, "nvfp4", 2), ba.sweep_best(sweep, "nvfp4", 3)
+    if b2 and b3:
+        ratio = b3["time_us"] / b2["time_us"]
+        out.append(f"On an NVFP4 cache the best version-3 configuration takes {ratio:.2f}× the time of the best "
+                   f"version-2 one {tuple(b2['config'])} ({b3['fraction_of_copy_bw']:.2f} against "
+                   f"{b2['fraction_of_copy_bw']:.2f} of copy bandwidth)" + (
+                       ": the copy engine does not help there. An NVFP4 tile is 0.5625 bytes per element and every "
+                       "pair of nibbles is widened by integer bit moves, so its time goes to arithmetic rather than to "
+                       f"moving bytes; version 2's best configuration updates the softmax once per {b2['config'][0]} "
+                       "tile(s), which version 3 cannot." if ratio > 1 else ".")
+                   + f" The NVFP4 default is version {nv.DEFAULT_VERSION}.")
+    return out
+
+
+def v3_default_rule_line() -> str:
+    """This tree's size rule for version 3's default (attention_fp8kv.v3_default) as one line: per (format, head dim,
+    group) that has a long-cache configuration, the short-cache default below the threshold in rows (batch x KV
+    heads x tokens) and the long-cache one from there on."""
+    from fp8lab.kernels import attention_fp8kv as att
+
+    return "the rule: " + str({k: f"{att.V3_DEFAULTS[k]} below {att.V3_LONG_ROWS} rows, {v} from there on"
+                               for k, v in att.V3_LONG_DEFAULTS.items()})
+
+
+def default_rule_reading(data: dict) -> str:
+    """A decode-attention recording's check of the size rule (default_rule_sentence over bench_attention.
+    default_rule_rows, on the recording's device); a recording made before the rule timed no alternative beside the
+    default, and then the sentence says which default it timed: the one launched when it was recorded where that is
+    not this tree's (recorded_default_sentence, stated after the lab's target), else the one this tree's rule picks."""
+    from fp8lab.kernels import bench_attention as ba
+
+    return (default_rule_sentence(ba.default_rule_rows(data), (data.get("provenance") or {}).get("device"))
+            or "This recording holds no timing of the rule's other choice: it timed one default at every context, "
+            + ("the one launched when it was recorded (the note after the lab's target, above, says where that is "
+               "not this tree's)." if recorded_default_sentence(data) else "the one this tree's rule picks."))
+
+
+def missed_goals_sentence(goals: list[dict]) -> str | None:
+    """The decode-attention targets a run missed (bench_attention.goals_table rows whose verdict is False, not the
+    ones it did not measure), each with its context, measured value and threshold. None where none was missed."""
+    miss = [g for g in goals if g["met"] is False]
+    if not miss:
+        return None
+    return "Missed: " + "; ".join(f"{g['what']} at {g['context'] // 1024}k, {g['measured']:.2f} against "
+                                  f"{g['threshold']}" for g in miss) + "."
+
+
+def attention_fixed_cost_sentence(data: dict) -> str | None:
+    """Our default FP8 decode kernel against torch's pick in the fit time = fixed + cache bytes / rate
+    (bench_attention.fixed_cost_default_vs_torch, D = 128, contiguous): each one's fixed part per call and streaming
+    rate, the fixed part's share of our shortest context's step and the fraction of copy bandwidth the kernel would
+    read there without it, and why a fixed cost (and a slower stream) weighs on the ratio to torch. None where either
+    fit is missing."""
+    from fp8lab.kernels import bench_attention as ba
+
+    f, t = ba.fixed_cost_default_vs_torch(data)
+    if not (f and t):
+        return None
+    return (f"Our default FP8 kernel pays **{f['fixed_us']:.1f} µs** per call whatever the context and streams at "
+            f"**{f['rate_TBps']:.2f} TB/s**; torch's pick pays {t['fixed_us']:.1f} µs and streams its bf16 cache at "
+            f"{t['rate_TBps']:.2f} TB/s. At {f['shortest'] // 1024}k the fixed part is {f['fixed_share']:.0%} of our "
+            f"FP8 step; without it the kernel would read at {f['xcopy_without_fixed']:.2f} of copy bandwidth there. "
+            "A fixed cost paid on half the bytes weighs twice as much in the ratio to torch" +
+            (", and a stream slower than torch's leaves less than the factor of two that the bytes promise."
+             if f["rate_TBps"] and t["rate_TBps"] and f["rate_TBps"] < t["rate_TBps"] else "."))
+
+
+def merge_in_kernel_sentence(data: dict) -> str | None:
+    """What merging the splits inside version 3's kernel saves per call against the second (reduce) launch, timed in
+    the same run (bench_attention.merge_comparison), counted where the two rows' quartile ranges lie apart; the
+    comparisons within the spread; the default FP8 kernel's fitted fixed part (attention_fixed_cost_sentence's fit);
+    and, where that fixed part is within 1.5 µs of torch's while our stream is slower, that the stream rate, not the
+    per-call overhead, separates the two at short context. None where no comparison lies apart."""
+    from fp8lab.kernels import bench_attention as ba
+
+    mc = ba.merge_comparison(data)
+    sep = [r for r in mc if r["separated"]]
+    if not sep:
+        return None
+    sv = [r["saved_us"] for r in sep]
+    rest = [r for r in mc if not r["separated"]]
+    f, t = ba.fixed_cost_default_vs_torch(data)
+    gap = (f["fixed_us"] - t["fixed_us"]) if f and t else None
+    what = (f"saves {min(sv):.1f} to {max(sv):.1f} µs" if min(sv) > 0
+            else f"changes the call time by {-max(sv):+.1f} to {-min(sv):+.1f} µs")
+    return (f"Where the two rows' quartiles do not overlap, merging inside the kernel {what} per call in this run" +
+            (f" ({len(rest)} comparison(s) fall within the rounds' spread)" if rest else "") +
+            (f"; the fixed part fitted above is {f['fixed_us']:.1f} µs." if f else ".") + (
+                (" With it, our fixed part equals torch's to 0.1 µs" if abs(gap) < 0.05 else
+                 f" With it, our fixed part is within {abs(gap):.1f} µs of torch's") + ", so what separates the two at "
+                f"short context is the stream rate ({f['rate_TBps']:.2f} against {t['rate_TBps']:.2f} TB/s), not the "
+                "per-call overhead." if gap is not None and abs(gap) < 1.5 and f["rate_TBps"] < t["rate_TBps"]
+                else ""))

@@ -27,7 +27,8 @@ from fp8lab.cli import UsageError  # noqa: F401 - a request the results cannot a
 from fp8lab.store import DamagedFile, atomic_write_json, read_json, read_rows
 
 __all__ = ["CSV_FIELDS", "KEY_FIELDS", "LEGACY_FIELDS", "PPL_TASKS", "key", "read_results", "cell_tag",
-           "size_tag", "LegacyTable", "Cell", "rows_for", "delta_table", "compare", "UsageError"]
+           "size_tag", "LegacyTable", "Cell", "rows_for", "delta_table", "compare", "PAIRED_STEPS", "paired_steps",
+           "UsageError"]
 
 PPL_TASKS = ("ppl", "ppl_lambada", "ppl_wikitext")
 CSV_FIELDS = ["model", "model_sha256", "recipe", "causal", "task", "metric", "value", "baseline", "delta_pct",
@@ -261,3 +262,28 @@ def compare(out: str | Path, task: str, recipe: str, against: str, metric: str |
     r = stats.acc_delta_with_ci(xa, xb, n_boot=n_boot, seed=seed)
     return dict(delta=r.delta, ci95_low=r.low, ci95_high=r.high, unit="pp", n=len(keys), method=r.method,
                 changed=r.changed, folder=str(where))
+
+
+#: the paired steps notebook 02 walks through: (recipe, the recipe it is compared with, what the step adds or changes)
+PAIRED_STEPS = (("e4m3-wa-tok", "e4m3-w", "+ E4M3 Linear inputs, per-token scales (causal)"),
+                ("e4m3-wakv-tok", "e4m3-wa-tok", "+ E4M3 KV cache, per-token scales (causal)"),
+                ("e4m3-wa", "e4m3-w", "+ E4M3 Linear inputs, per-tensor scales (oracle)"),
+                ("e4m3-wakv", "e4m3-wa", "+ E4M3 KV cache, per-tensor scales (oracle)"),
+                ("e5m2-w", "e4m3-w", "E5M2 instead of E4M3 weights"),
+                ("e4m3-w-noscale", "e4m3-w", "drop the weight scale"),
+                ("e4m3-wa-noscale", "e4m3-wa-tok", "drop the weight and input scales (vs causal per-token inputs)"),
+                ("e4m3-wa", "e4m3-wa-tok", "oracle per-tensor inputs vs causal per-token inputs"),
+                ("e4m3-wakv", "e4m3-wakv-tok", "oracle per-tensor W+A+KV vs causal per-token W+A+KV"))
+
+
+def paired_steps(out, df, steps=PAIRED_STEPS) -> tuple[dict, list[str]]:
+    """Each step of `steps` as a paired perplexity comparison on the same windows (compare over the per-item files
+    under `out`, whose results frame is `df`): ({(a, b): compare's dict} for the steps the run holds,
+    ["a vs b: not in this run", ...] for the others). findings.paired_steps_table lays them out."""
+    have, C, missing = set(df.recipe), {}, []
+    for a, b, _ in steps:
+        if {a, b} <= have:
+            C[(a, b)] = compare(out, "ppl", a, b)
+        else:
+            missing.append(f"{a} vs {b}: not in this run")
+    return C, missing

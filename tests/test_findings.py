@@ -360,7 +360,7 @@ def test_seed003_table_keeps_each_value_beside_its_recipe():
 
 
 def test_paired_steps_and_the_reading_sentences(monkeypatch):
-    from fp8lab import sweep
+    from fp8lab import results, sweep
 
     calls = []
 
@@ -370,18 +370,20 @@ def test_paired_steps_and_the_reading_sentences(monkeypatch):
                     ci95_high=1.5 if a.startswith("e4m3-wakv") else 0.2, unit="%", n=12)
 
     monkeypatch.setattr(sweep, "compare", fake_compare)
+    monkeypatch.setattr(results, "compare", fake_compare)     # results.paired_steps reads the per-item files
     df = _ppl_frame([(r, 0.5, 0.1, 0.9, "-tok" in r) for r in ("e4m3-w", "e4m3-wa-tok", "e4m3-wakv-tok")])
-    table, C, missing = findings.paired_steps("runs/x", df)
+    C, missing = results.paired_steps("runs/x", df)
+    table = findings.paired_steps_table(C)
     assert list(table.index) == ["+ E4M3 Linear inputs, per-token scales (causal)", "+ E4M3 KV cache, per-token scales (causal)"]
     assert table.iloc[1]["ppl change (%)"] == "+1.00" and table.iloc[1]["95% CI"] == "[+0.50, +1.50]"
     assert set(C) == {("e4m3-wa-tok", "e4m3-w"), ("e4m3-wakv-tok", "e4m3-wa-tok")} and len(missing) == 7
     assert "e5m2-w vs e4m3-w: not in this run" in missing
-    lines = findings.sweep_reading_lines("runs/x", df, C, None, ["baseline", "e4m3-w", "e4m3-wa-tok"])
+    lines = findings.sweep_reading_lines(df, C, None, ["baseline", "e4m3-w", "e4m3-wa-tok"])
     assert len(lines) == 1 + len(findings.READING_CHAIN)
     assert "+ E4M3 KV cache, per-token (causal)" in lines[2] and "resolved (the interval excludes zero)" in lines[2]
     assert "not resolved" in lines[1] and lines[3].endswith("not in this run.")
-    more = findings.sweep_reading_lines("runs/x", df, C, -0.2, [])
+    more = findings.sweep_reading_lines(df, C, -0.2, [], sweep.compare("runs/x", "ppl", *findings.NOSCALE_STEP))
     assert more[-1].endswith("The seed printed -0.2 points for the same step, without an interval: whether that was a "
                              "gain or noise cannot be told.") and calls[-1] == ("e4m3-wa-noscale", "e4m3-w-noscale")
-    empty, _, _ = findings.paired_steps("runs/x", df.iloc[:1])
+    empty = findings.paired_steps_table(results.paired_steps("runs/x", df.iloc[:1])[0])
     assert empty.empty

@@ -52,7 +52,7 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import Image, display
 from fp8lab import notebook as nb
-from fp8lab import findings, recipes, sweep
+from fp8lab import findings, recipes, results, sweep
 
 SMALL = nb.small()                                 # FP8LAB_SMALL=1 (the tests): a tiny live run
 print(recipes.list_recipes())
@@ -147,10 +147,10 @@ the oracle's per-tensor ones? What does dropping the scale cost?
 """),
 ("code", r"""
 if REF:
-    steps, C, missing = findings.paired_steps(REF, res)      # the steps: findings.PAIRED_STEPS
+    C, missing = results.paired_steps(REF, res)      # the steps: results.PAIRED_STEPS
     for line in missing:
         print(line)
-    display(steps)
+    display(findings.paired_steps_table(C))
 """),
 ("md", r"""
 **What holds up from seed 003, and what does not.** The bullets below are rendered from the tables above (every
@@ -168,7 +168,8 @@ comparison paired, every recipe labelled causal or ORACLE). What to look for, an
 """),
 ("code", r"""
 if REF:
-    lines = findings.sweep_reading_lines(REF, res, C, seed_no, sweep.DEFAULTS["recipes"])
+    noscale = sweep.compare(REF, "ppl", *findings.NOSCALE_STEP) if seed_no is not None else None
+    lines = findings.sweep_reading_lines(res, C, seed_no, sweep.DEFAULTS["recipes"], noscale)
     nb.md("\n".join(f"* {l}" for l in lines))
 """),
 ("md", r"""
